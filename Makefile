@@ -1,0 +1,37 @@
+# Two commands on a fresh machine:
+#   make demo   venv + install, train on the built-in zh->en corpus, translate, show where the logs are
+#   make test   venv + install, run the tests
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test install lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) scripts/train.py
+	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.png \
+		"我请李雷帮我订了去北京的机票。"
+	$(PY) scripts/translate.py run=latest decode.beam=5 \
+		"那只小猫昨天在公园里追了一只蝴蝶。" "韩梅梅明天会在图书馆里看三本书。" "他喜欢猫吗？"
+	@echo
+	@echo "attention maps of the showcase sentence: outputs/showcase_attention.png"
+	@echo "TensorBoard: $(VENV)/bin/tensorboard --logdir outputs"
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check src scripts tests
+
+clean:
+	rm -rf $(VENV) outputs/*/ .pytest_cache

@@ -1,0 +1,209 @@
+"""Length-bucketed token-budget batches (resumable) and the collate that pads them.
+
+Conventions (see docs/architecture.md): token tensors are ``(B, T)`` ``torch.long`` padded
+on the right with ``pad=0``; **padding masks are ``(B, T)`` bool, True where the position is
+padding**; the decoder reads ``tgt_in = [bos] + y`` and predicts ``tgt_out = y + [eos]``;
+the encoder reads ``src = x + [eos]``.
+
+A batch's cost is ``batch_size * (longest sentence in it + 1)`` -- padding counted, +1 for
+the eos/bos that :func:`collate` adds -- computed for source and target separately; both
+must stay within ``max_tokens`` (a single pair longer than that is a batch of its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+class TokenBatchSampler:
+    """Batches of indices whose padded token count stays within ``max_tokens``.
+
+    Pairs are sorted by (source length, target length) -- ties broken by a shuffle drawn
+    from ``(seed, epoch)`` -- and cut greedily into batches; the batch order is then shuffled
+    with the same generator. ``shuffle=False`` (evaluation) keeps index order within equal
+    lengths and yields the batches shortest first.
+
+    Resuming: ``state_dict()`` is ``{"epoch", "position"}`` where ``position`` counts the
+    batches of the current epoch already yielded. ``load_state_dict()`` then makes the next
+    ``iter()`` continue with exactly the batches an uninterrupted run would have produced.
+    Finishing an epoch moves on to the next one by itself (``set_epoch`` is optional).
+    Use it as ``DataLoader(batch_sampler=...)`` with ``num_workers=0``, or, with workers
+    that prefetch, save the number of batches the training loop consumed as ``position``.
+    """
+
+    def __init__(
+        self,
+        src_lens: Sequence[int],
+        tgt_lens: Sequence[int],
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+    ):
+        self.src_lens = np.asarray(src_lens, dtype=np.int64)
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+        if self.src_lens.shape != self.tgt_lens.shape or self.src_lens.ndim != 1:
+            raise ValueError(
+                f"src_lens and tgt_lens must be 1-D of equal length, got "
+                f"{self.src_lens.shape} and {self.tgt_lens.shape}"
+            )
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        self.max_tokens = int(max_tokens)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.epoch = 0
+        self.position = 0
+        # Batch boundaries depend only on the sorted length sequence, which is the same in
+        # every epoch (only ties are ordered differently): compute them once.
+        self._base_order = np.lexsort((self.tgt_lens, self.src_lens))  # stable: index ties
+        self._bounds = _cut(
+            self.src_lens[self._base_order], self.tgt_lens[self._base_order], self.max_tokens
+        )
+        self._cached: tuple[int, list[list[int]]] | None = None
+
+    # -- epochs ---------------------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order to yield; a new epoch starts at its first batch."""
+        if int(epoch) != self.epoch:
+            self.epoch = int(epoch)
+            self.position = 0
+
+    def batches(self, epoch: int | None = None) -> list[list[int]]:
+        """All batches of ``epoch`` (default: the current one), in yield order."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        if self._cached is not None and self._cached[0] == epoch:
+            return self._cached[1]
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(len(self.src_lens))
+            order = perm[np.lexsort((self.tgt_lens[perm], self.src_lens[perm]))]
+        else:
+            order = self._base_order
+        batches = [order[a:b].tolist() for a, b in zip(self._bounds[:-1], self._bounds[1:])]
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._cached = (epoch, batches)
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches()
+        while self.position < len(batches):
+            self.position += 1
+            yield batches[self.position - 1]
+        self.epoch += 1
+        self.position = 0
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    # -- resume ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        position = int(state["position"])
+        if not 0 <= position <= len(self):
+            raise ValueError(f"sampler position {position} outside 0..{len(self)}")
+        self.epoch = int(state["epoch"])
+        self.position = position
+
+
+def _cut(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[int]:
+    """Greedy batch boundaries over length-sorted pairs: ``[0, b1, ..., n]``."""
+    bounds = [0]
+    longest = 0
+    count = 0
+    for i, n in enumerate(np.maximum(src, tgt).tolist()):
+        widest = max(longest, n)
+        if count and (count + 1) * (widest + 1) > max_tokens:
+            bounds.append(i)
+            longest, count = n, 1
+        else:
+            longest, count = widest, count + 1
+    if count:
+        bounds.append(len(src))
+    return bounds
+
+
+def batch_cost(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> int:
+    """Padded tokens of the larger side: ``len * (longest + 1)`` (what ``max_tokens`` bounds)."""
+    if not src_ids:
+        return 0
+    longest = max(max(len(s) for s in src_ids), max(len(t) for t in tgt_ids))
+    return len(src_ids) * (longest + 1)
+
+
+@dataclass
+class Batch:
+    """Padded tensors of one batch: ``src`` (B, S), ``tgt_in`` / ``tgt_out`` (B, T)."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    pad_id: int = PAD_ID
+
+    @property
+    def src_pad_mask(self) -> torch.Tensor:
+        """(B, S) bool, True where ``src`` is padding."""
+        return self.src == self.pad_id
+
+    @property
+    def tgt_pad_mask(self) -> torch.Tensor:
+        """(B, T) bool, True where ``tgt_in`` is padding."""
+        return self.tgt_in == self.pad_id
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Target tokens to predict (eos included, padding excluded)."""
+        return int((self.tgt_out != self.pad_id).sum())
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int((self.src != self.pad_id).sum())
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.pad_id,
+        )
+
+    def pin_memory(self) -> Batch:
+        return Batch(
+            self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.pad_id
+        )
+
+
+def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    width = max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def collate(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> Batch:
+    """``src = x + [eos]``, ``tgt_in = [bos] + y``, ``tgt_out = y + [eos]``, right-padded."""
+    if len(src_ids) != len(tgt_ids):
+        raise ValueError(f"collate: {len(src_ids)} sources but {len(tgt_ids)} targets")
+    src = _pad([list(s) + [eos_id] for s in src_ids], pad_id)
+    tgt_in = _pad([[bos_id] + list(t) for t in tgt_ids], pad_id)
+    tgt_out = _pad([list(t) + [eos_id] for t in tgt_ids], pad_id)
+    return Batch(src, tgt_in, tgt_out, pad_id)

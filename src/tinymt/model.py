@@ -1,0 +1,394 @@
+"""The encoder-decoder Transformer (Vaswani et al., 2017), in paper order.
+
+embeddings (scaled by sqrt(d_model)) + positions -> N encoder layers -> memory
+embeddings + positions -> N decoder layers (masked self-attn, cross-attn, FFN) -> logits
+
+Pre-LN (``norm_first=True``, the default: LayerNorm before each sub-layer, a final
+LayerNorm after the last encoder and decoder layer) or the paper's post-LN. Every
+attention layer can return its per-head weights; they come back as
+``{"encoder_self": [...], "decoder_self": [...], "cross": [...]}``, one
+``(B, h, T_query, T_key)`` tensor per layer.
+
+For incremental decoding: ``init_cache(memory, src_pad_mask)`` computes the
+cross-attention keys/values once, and ``decode_step(tokens, cache)`` feeds one new
+target token per sentence, reusing and growing the cache.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tinymt.attention import DecoderCache, KVCache, MultiHeadAttention
+from tinymt.errors import TinyMTError
+
+Attn = Optional[Dict[str, List[Tensor]]]
+HeadGates = Optional[Dict[str, Tensor]]
+
+
+# --------------------------------------------------------------------------- positions
+class SinusoidalPositions(nn.Module):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
+
+    def __init__(self, max_positions: int, d_model: int):
+        super().__init__()
+        pos = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
+        inv_freq = torch.exp(
+            torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+        )  # (ceil(d/2),)
+        angles = pos * inv_freq  # (P, ceil(d/2))
+        pe = torch.zeros(max_positions, d_model)  # (P, d)
+        pe[:, 0::2] = torch.sin(angles)
+        pe[:, 1::2] = torch.cos(angles)[:, : d_model // 2]
+        self.register_buffer("pe", pe, persistent=False)  # rebuilt on load, not saved
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        return self.pe[offset : offset + length]  # (T, d)
+
+
+class LearnedPositions(nn.Module):
+    """One trained vector per position."""
+
+    def __init__(self, max_positions: int, d_model: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_positions, d_model)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        return self.embedding.weight[offset : offset + length]  # (T, d)
+
+
+# --------------------------------------------------------------------------- sub-layers
+class FeedForward(nn.Module):
+    """FFN(x) = W_2 dropout(act(W_1 x + b_1)) + b_2."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.linear1(x)  # (B, T, d_ff)
+        h = F.relu(h) if self.activation == "relu" else F.gelu(h)
+        return self.linear2(self.dropout(h))  # (B, T, d)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention + FFN, each in a residual block (pre-LN or post-LN)."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        pad_mask: Optional[Tensor],
+        need_weights: bool = False,
+        gate: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        kw = dict(key_padding_mask=pad_mask, need_weights=need_weights, head_gate=gate)
+        if self.norm_first:
+            h, w = self.self_attn(self.norm1(x), **kw)
+            x = x + self.dropout1(h)
+            x = x + self.dropout2(self.ff(self.norm2(x)))
+        else:
+            h, w = self.self_attn(x, **kw)
+            x = self.norm1(x + self.dropout1(h))
+            x = self.norm2(x + self.dropout2(self.ff(x)))
+        return x, w  # (B, S, d), (B, h, S, S) or None
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention + cross-attention + FFN, each in a residual block."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor],
+        memory_pad_mask: Optional[Tensor],
+        tgt_pad_mask: Optional[Tensor] = None,
+        need_weights: bool = False,
+        self_gate: Optional[Tensor] = None,
+        cross_gate: Optional[Tensor] = None,
+        self_cache: Optional[KVCache] = None,
+        cross_cache: Optional[KVCache] = None,
+    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+        def self_block(y):
+            return self.self_attn(
+                y, key_padding_mask=tgt_pad_mask, causal=True, need_weights=need_weights,
+                cache=self_cache, head_gate=self_gate,
+            )
+
+        def cross_block(y):
+            return self.cross_attn(
+                y, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
+                cache=cross_cache, head_gate=cross_gate,
+            )
+
+        if self.norm_first:
+            h, self_w = self_block(self.norm1(x))
+            x = x + self.dropout1(h)
+            h, cross_w = cross_block(self.norm2(x))
+            x = x + self.dropout2(h)
+            x = x + self.dropout3(self.ff(self.norm3(x)))
+        else:
+            h, self_w = self_block(x)
+            x = self.norm1(x + self.dropout1(h))
+            h, cross_w = cross_block(x)
+            x = self.norm2(x + self.dropout2(h))
+            x = self.norm3(x + self.dropout3(self.ff(x)))
+        return x, self_w, cross_w  # (B, T, d), (B, h, T, T_k) or None, (B, h, T, S) or None
+
+
+# --------------------------------------------------------------------------- model
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer for translation.
+
+    Args:
+        cfg: a :class:`tinymt.config.ModelConfig` (or anything with the same attributes).
+        src_vocab_size, tgt_vocab_size: vocabulary sizes.
+        shared_vocab: source and target use one vocabulary; with ``cfg.tie_embeddings``
+            the source embedding, target embedding and output projection share one matrix.
+            Without a shared vocabulary ``tie_embeddings`` ties the target embedding to the
+            output projection only.
+        pad_id: padding token id (masks are computed from it when not given).
+    """
+
+    def __init__(
+        self,
+        cfg,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        shared_vocab: bool,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        if cfg.activation not in ("relu", "gelu"):
+            raise TinyMTError(f"model.activation={cfg.activation!r}: expected relu or gelu")
+        if cfg.positional not in ("sinusoidal", "learned"):
+            raise TinyMTError(
+                f"model.positional={cfg.positional!r}: expected sinusoidal or learned"
+            )
+        if shared_vocab and src_vocab_size != tgt_vocab_size:
+            raise TinyMTError(
+                f"a shared vocabulary needs equal sizes, got source {src_vocab_size} "
+                f"and target {tgt_vocab_size}"
+            )
+        self.config = cfg
+        self.src_vocab_size = src_vocab_size
+        self.tgt_vocab_size = tgt_vocab_size
+        self.shared_vocab = shared_vocab
+        self.pad_id = pad_id
+        self.d_model = d = cfg.d_model
+        self.n_heads = cfg.n_heads
+        self.max_positions = cfg.max_positions
+        self.embed_scale = math.sqrt(d)
+
+        # embeddings and positions
+        self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d, padding_idx=pad_id)
+        Positions = SinusoidalPositions if cfg.positional == "sinusoidal" else LearnedPositions
+        self.src_pos = Positions(cfg.max_positions, d)
+        self.tgt_pos = Positions(cfg.max_positions, d)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+        # layers
+        layer_args = (
+            d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.activation,
+            cfg.norm_first,
+        )
+        self.encoder_layers = nn.ModuleList(
+            [EncoderLayer(*layer_args) for _ in range(cfg.n_encoder_layers)]
+        )
+        self.decoder_layers = nn.ModuleList(
+            [DecoderLayer(*layer_args) for _ in range(cfg.n_decoder_layers)]
+        )
+        # pre-LN leaves the residual stream un-normalised: normalise the final outputs
+        self.encoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)
+
+        self._init_weights()
+        if cfg.tie_embeddings:
+            if shared_vocab:
+                self.tgt_embed.weight = self.src_embed.weight
+            self.output_proj.weight = self.tgt_embed.weight
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform projections, zero biases; N(0, d^-1/2) embeddings, zero pad row."""
+        std = self.d_model**-0.5
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+        nn.init.normal_(self.output_proj.weight, mean=0.0, std=std)
+        with torch.no_grad():
+            self.src_embed.weight[self.pad_id].zero_()
+            self.tgt_embed.weight[self.pad_id].zero_()
+
+    # ----------------------------------------------------------------- helpers
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.max_positions:
+            raise TinyMTError(
+                f"{what} of {length} tokens is longer than model.max_positions="
+                f"{self.max_positions}; shorten the input (e.g. data.max_len) or train a "
+                "model with a larger model.max_positions"
+            )
+
+    @staticmethod
+    def _gate(head_gates: HeadGates, kind: str, layer: int) -> Optional[Tensor]:
+        if head_gates is None or kind not in head_gates:
+            return None
+        return head_gates[kind][layer]  # (h,)
+
+    # ----------------------------------------------------------------- encoder
+    def encode(
+        self,
+        src: Tensor,
+        src_pad_mask: Optional[Tensor] = None,
+        need_weights: bool = False,
+        head_gates: HeadGates = None,
+    ) -> Tuple[Tensor, Attn]:
+        """Source tokens ``(B, S)`` -> memory ``(B, S, d)`` and ``{"encoder_self": [...]}``."""
+        B, S = src.shape
+        self._check_length(S, "a source sentence")
+        if src_pad_mask is None:
+            src_pad_mask = src.eq(self.pad_id)  # (B, S)
+        x = self.src_embed(src) * self.embed_scale + self.src_pos(S)  # (B, S, d)
+        x = self.dropout(x)
+        weights = []
+        for i, layer in enumerate(self.encoder_layers):
+            x, w = layer(x, src_pad_mask, need_weights, self._gate(head_gates, "encoder_self", i))
+            weights.append(w)
+        memory = self.encoder_norm(x)  # (B, S, d)
+        return memory, ({"encoder_self": weights} if need_weights else None)
+
+    # ----------------------------------------------------------------- decoder
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_pad_mask: Optional[Tensor],
+        tgt_pad_mask: Optional[Tensor] = None,
+        need_weights: bool = False,
+        head_gates: HeadGates = None,
+    ) -> Tuple[Tensor, Attn]:
+        """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> logits ``(B, T, V_tgt)``.
+
+        Returns ``(logits, {"decoder_self": [...], "cross": [...]})`` (None without
+        ``need_weights``). ``tgt_pad_mask`` defaults to ``tgt_in == pad_id``.
+        """
+        B, T = tgt_in.shape
+        self._check_length(T, "a target sentence")
+        if tgt_pad_mask is None:
+            tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
+        x = self.tgt_embed(tgt_in) * self.embed_scale + self.tgt_pos(T)  # (B, T, d)
+        x = self.dropout(x)
+        self_ws, cross_ws = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_w, cross_w = layer(
+                x, memory, src_pad_mask, tgt_pad_mask, need_weights,
+                self_gate=self._gate(head_gates, "decoder_self", i),
+                cross_gate=self._gate(head_gates, "cross", i),
+            )
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        logits = self.output_proj(self.decoder_norm(x))  # (B, T, V_tgt)
+        attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
+        return logits, attn
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        src_pad_mask: Optional[Tensor] = None,
+        tgt_pad_mask: Optional[Tensor] = None,
+        need_weights: bool = False,
+        head_gates: HeadGates = None,
+    ) -> Tuple[Tensor, Attn]:
+        """``(src (B, S), tgt_in (B, T))`` -> ``(logits (B, T, V_tgt), attn or None)``."""
+        if src_pad_mask is None:
+            src_pad_mask = src.eq(self.pad_id)  # (B, S)
+        memory, enc_attn = self.encode(src, src_pad_mask, need_weights, head_gates)
+        logits, dec_attn = self.decode(
+            tgt_in, memory, src_pad_mask, tgt_pad_mask, need_weights, head_gates
+        )
+        attn = {**enc_attn, **dec_attn} if need_weights else None
+        return logits, attn
+
+    # ----------------------------------------------------------------- incremental
+    def init_cache(self, memory: Tensor, src_pad_mask: Optional[Tensor]) -> DecoderCache:
+        """Empty self-attention caches and the cross-attention keys/values of ``memory``."""
+        self_caches, cross_caches = [], []
+        for layer in self.decoder_layers:
+            self_caches.append(KVCache())
+            cross = KVCache(static=True)
+            cross.update(*layer.cross_attn.project_kv(memory))  # 2 x (B, h, S, d_head)
+            cross_caches.append(cross)
+        return DecoderCache(self_caches, cross_caches, src_pad_mask, step=0)
+
+    def decode_step(
+        self,
+        tokens: Tensor,
+        cache: DecoderCache,
+        need_weights: bool = False,
+        head_gates: HeadGates = None,
+    ) -> Tuple[Tensor, Attn]:
+        """Feed the next target token(s) ``(B, 1)`` (or ``(B, T)``) and extend ``cache``.
+
+        Returns the logits of the last fed position ``(B, V_tgt)`` and, with
+        ``need_weights``, ``{"decoder_self": [(B, h, T, step+T)], "cross": [(B, h, T, S)]}``.
+        Target tokens fed this way are never padding.
+        """
+        B, T = tokens.shape
+        self._check_length(cache.step + T, "a target prefix")
+        x = self.tgt_embed(tokens) * self.embed_scale + self.tgt_pos(T, offset=cache.step)
+        x = self.dropout(x)  # (B, T, d)
+        self_ws, cross_ws = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_w, cross_w = layer(
+                x, None, cache.src_pad_mask, None, need_weights,
+                self_gate=self._gate(head_gates, "decoder_self", i),
+                cross_gate=self._gate(head_gates, "cross", i),
+                self_cache=cache.self_attn[i],
+                cross_cache=cache.cross_attn[i],
+            )
+            self_ws.append(self_w)
+            cross_ws.append(cross_w)
+        cache.step += T
+        logits = self.output_proj(self.decoder_norm(x[:, -1]))  # (B, V_tgt)
+        attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
+        return logits, attn
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of parameters, each shared (tied) tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

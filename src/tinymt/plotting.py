@@ -1,0 +1,132 @@
+"""Per-head attention maps: one figure per (attention kind, layer), one heatmap per head.
+
+The trainer logs these to TensorBoard and ``translate.py attention=...`` saves them to
+PNG; both call :func:`attention_grid`. Labels are sentencepiece pieces, so Chinese
+must render as glyphs: we register the Noto Sans CJK font that ships in the
+``noto-cjk-sans-jp-regular`` wheel (a dependency, no system install) and use it first.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display needed, ever
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib import font_manager  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+@lru_cache(maxsize=1)
+def cjk_font_name() -> str:
+    """Register the bundled CJK font with matplotlib and return its family name."""
+    import noto_cjk_sans_jp_regular
+
+    path = str(noto_cjk_sans_jp_regular.FONT_PATH)
+    font_manager.fontManager.addfont(path)
+    return font_manager.FontProperties(fname=path).get_name()
+
+
+def _font_family() -> list[str]:
+    return [cjk_font_name(), "DejaVu Sans"]
+
+
+def _display(piece: str) -> str:
+    """Sentencepiece marks word starts with U+2581; show it as a visible underscore."""
+    return piece.replace("\u2581", "_") if piece else "∅"
+
+
+def attention_grid(
+    weights: np.ndarray,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str],
+    title: str = "",
+) -> Figure:
+    """Draw one heatmap per head.
+
+    Args:
+        weights: ``(heads, T_q, T_k)`` attention probabilities (rows sum to 1).
+        query_labels: ``T_q`` strings for the rows (the tokens doing the looking).
+        key_labels: ``T_k`` strings for the columns (the tokens looked at).
+        title: figure title, e.g. ``"cross / layer 2"``.
+
+    Masked entries (exact zeros above the diagonal of decoder self-attention) are drawn
+    blank, so the causal mask is visible.
+    """
+    weights = np.asarray(weights, dtype=np.float32)
+    n_heads, t_q, t_k = weights.shape
+    if len(query_labels) != t_q or len(key_labels) != t_k:
+        raise ValueError(
+            f"labels ({len(query_labels)}, {len(key_labels)}) do not match weights {weights.shape}"
+        )
+    cols = min(n_heads, 4)
+    rows = math.ceil(n_heads / cols)
+    cell = 0.28  # inches per token
+    panel_w = max(2.5, cell * t_k + 1.0)
+    panel_h = max(2.5, cell * t_q + 1.0)
+    family = _font_family()
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(panel_w * cols, panel_h * rows + 0.6), squeeze=False
+    )
+    fontsize = 8 if max(t_q, t_k) <= 30 else 6
+    masked = np.ma.masked_where(weights == 0.0, weights)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= n_heads:
+            ax.axis("off")
+            continue
+        ax.imshow(masked[h], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=fontsize + 1, family=family)
+        ax.set_xticks(range(t_k))
+        ax.set_yticks(range(t_q))
+        ax.set_xticklabels([_display(p) for p in key_labels], rotation=90, fontsize=fontsize,
+                           family=family)
+        ax.set_yticklabels([_display(p) for p in query_labels], fontsize=fontsize, family=family)
+        ax.tick_params(length=0)
+    if title:
+        fig.suptitle(title, family=family)
+    fig.tight_layout()
+    return fig
+
+
+def figure_to_array(fig: Figure) -> np.ndarray:
+    """Render a figure to an ``(H, W, 3)`` uint8 array (for TensorBoard) and close it."""
+    fig.canvas.draw()
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    plt.close(fig)
+    return rgba[..., :3].copy()
+
+
+def save_figure(fig: Figure, path) -> None:
+    """Save a figure as PNG and close it."""
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def heatmap(
+    values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",
+    fmt: str = "{:.2f}",
+) -> Figure:
+    """A small annotated heatmap (layers x heads), e.g. head importance."""
+    values = np.asarray(values, dtype=np.float32)
+    rows, cols = values.shape
+    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * cols, 0.8 + 0.5 * rows))
+    im = ax.imshow(values, cmap="magma", aspect="auto")
+    for r in range(rows):
+        for c in range(cols):
+            ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", fontsize=7,
+                    color="white" if values[r, c] < values.max() * 0.6 else "black")
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    ax.set_xlabel(col_label)
+    ax.set_ylabel(row_label)
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,131 @@
+"""Where a job runs: device, precision, seeds, and (under torchrun) ranks.
+
+Single-process runs and ``torchrun --nproc_per_node=N`` runs use the same code: with
+``WORLD_SIZE > 1`` in the environment, :func:`setup` joins the process group (NCCL on
+CUDA, gloo on CPU) and every helper here does the collective version; otherwise each
+is the identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tinymt.errors import TinyMTError
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    autocast_dtype: torch.dtype | None  # bf16 on CUDA by default, None = fp32
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` = cuda -> mps -> cpu; anything else is checked to exist."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank)
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TinyMTError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise TinyMTError(f"device={name} asked for, but torch sees no CUDA GPU (use device=auto)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise TinyMTError(f"device={name} asked for, but MPS is not available (use device=auto)")
+    return device
+
+
+def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    if name == "fp32":
+        return None
+    if name == "bf16":
+        return torch.bfloat16
+    raise TinyMTError(f"precision={name!r}: use auto, fp32 or bf16")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -> Runtime:
+    """Pick the device and precision; join the process group under torchrun."""
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = pick_device(device, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        # a rank that dies makes the others fail within the timeout instead of hanging
+        dist.init_process_group(backend, timeout=timedelta(minutes=10))
+    return Runtime(dev, pick_precision(precision, dev), rank, world_size, local_rank)
+
+
+def teardown(rt: Runtime) -> None:
+    if rt.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()
+
+
+def broadcast_object(rt: Runtime, obj):
+    """Rank 0's ``obj`` on every rank."""
+    if not rt.distributed:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_gather_objects(rt: Runtime, obj) -> list:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank."""
+    if not rt.distributed:
+        return [obj]
+    out = [None] * rt.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(rt: Runtime, values: list[float]) -> list[float]:
+    if not rt.distributed:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=rt.device)
+    dist.all_reduce(t)
+    return t.tolist()

@@ -1,0 +1,212 @@
+"""Sentencepiece wrapper with the project's fixed special ids (pad=0, unk=1, bos=2, eos=3).
+
+One :class:`Tokenizer` wraps one sentencepiece model. A joint vocabulary is one model
+used for both sides (``save_tokenizers`` writes it as ``spm.model`` and
+``load_tokenizers`` returns the same object twice); separate vocabularies are
+``src.model`` and ``tgt.model``. ``encode`` never adds bos/eos: :func:`tinymt.batching.collate`
+adds them where the model wants them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from tinymt.errors import TinyMTError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+JOINT_MODEL = "spm.model"
+SRC_MODEL = "src.model"
+TGT_MODEL = "tgt.model"
+# sentencepiece samples this many sentences (shuffled) when the corpus is bigger
+INPUT_SENTENCE_SIZE = 1_000_000
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _num_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _as_int_list(ids) -> list[int]:
+    if hasattr(ids, "tolist"):  # torch tensor / numpy array
+        ids = ids.tolist()
+    return [int(i) for i in ids]
+
+
+class Tokenizer:
+    """One sentencepiece model; ids 0-3 are always pad/unk/bos/eos."""
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    def __init__(self, processor: spm.SentencePieceProcessor, model_path: Path):
+        self.sp = processor
+        self.model_path = Path(model_path)
+        specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise TinyMTError(
+                f"{model_path}: special ids pad/unk/bos/eos are {specials}, expected (0, 1, 2, 3); "
+                "train the tokenizer with tinymt (scripts/prepare_data.py)"
+            )
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        model_path: Path,
+        vocab_size: int,
+        model_type: str = "bpe",
+        character_coverage: float = 1.0,
+    ) -> Tokenizer:
+        """Train a model on ``sentences`` and write it to ``model_path`` (``*.model``)."""
+        model_path = Path(model_path)
+        if model_type not in ("bpe", "unigram"):
+            raise TinyMTError(
+                f"data.tokenizer_type={model_type!r} is not supported; use bpe or unigram"
+            )
+        if model_path.suffix != ".model":
+            raise TinyMTError(f"tokenizer model path must end in .model, got {model_path}")
+        model_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_prefix=str(model_path.with_suffix("")),
+                vocab_size=int(vocab_size),
+                model_type=model_type,
+                character_coverage=float(character_coverage),
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                pad_piece="<pad>",
+                unk_piece="<unk>",
+                bos_piece="<s>",
+                eos_piece="</s>",
+                input_sentence_size=INPUT_SENTENCE_SIZE,
+                shuffle_input_sentence=True,
+                num_threads=_num_threads(),
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            raise TinyMTError(_explain_training_error(str(e), vocab_size, model_type)) from None
+        return cls.load(model_path)
+
+    @classmethod
+    def load(cls, model_path: Path) -> Tokenizer:
+        model_path = Path(model_path)
+        if not model_path.is_file():
+            raise TinyMTError(f"tokenizer model not found: {model_path}")
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.Load(str(model_path))
+        except (OSError, RuntimeError) as e:
+            raise TinyMTError(f"{model_path} is not a sentencepiece model ({e})") from None
+        return cls(processor, model_path)
+
+    # -- pickling (DataLoader workers) -----------------------------------------------------
+    def __getstate__(self):
+        return {"model_path": str(self.model_path), "proto": self.sp.serialized_model_proto()}
+
+    def __setstate__(self, state):
+        self.sp = spm.SentencePieceProcessor()
+        self.sp.LoadFromSerializedProto(state["proto"])
+        self.model_path = Path(state["model_path"])
+
+    # -- use ------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of ``text``, without bos/eos."""
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Piece ids of each text (sentencepiece's multi-threaded batch encode)."""
+        texts = list(texts)
+        if not texts:
+            return []
+        return self.sp.encode(texts, out_type=int, num_threads=_num_threads())
+
+    def decode(self, ids) -> str:
+        """Text of ``ids``: stops at the first eos, drops pad and bos."""
+        out = []
+        for i in _as_int_list(ids):
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            out.append(i)
+        return self.sp.decode(out)
+
+    def pieces(self, ids) -> list[str]:
+        """One label per id (specials included), for attention-map axes."""
+        return [self.sp.id_to_piece(i) for i in _as_int_list(ids)]
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({str(self.model_path)!r}, vocab_size={self.vocab_size})"
+
+
+def _explain_training_error(message: str, vocab_size: int, model_type: str) -> str:
+    m = _TOO_HIGH.search(message)
+    if m:
+        return (
+            f"data.vocab_size={vocab_size} is too large for this corpus ({model_type} can make at "
+            f"most {m.group(2)} pieces from it): set data.vocab_size to {m.group(2)} or lower"
+        )
+    m = _TOO_SMALL.search(message)
+    if m:
+        return (
+            f"data.vocab_size={vocab_size} is too small: the corpus needs {m.group(2)} pieces for "
+            f"its characters alone; raise data.vocab_size above {m.group(2)} or lower "
+            "data.character_coverage"
+        )
+    return f"sentencepiece training failed (data.vocab_size={vocab_size}): {message.strip()}"
+
+
+def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
+    """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = [(src, JOINT_MODEL)] if src is tgt else [(src, SRC_MODEL), (tgt, TGT_MODEL)]
+    for tok, name in pairs:
+        dest = folder / name
+        if dest.exists() and dest.resolve() == tok.model_path.resolve():
+            continue
+        if tok.model_path.is_file():
+            shutil.copyfile(tok.model_path, dest)
+        else:  # e.g. unpickled in a worker: write the in-memory model
+            dest.write_bytes(tok.sp.serialized_model_proto())
+        vocab = tok.model_path.with_suffix(".vocab")
+        if vocab.is_file():
+            shutil.copyfile(vocab, dest.with_suffix(".vocab"))
+    return folder
+
+
+def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
+    """``(src, tgt)`` from ``folder``; the same object twice for a joint vocabulary."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TinyMTError(
+            f"tokenizer folder not found: {folder} (expected {JOINT_MODEL}, or {SRC_MODEL} and "
+            f"{TGT_MODEL}, written by scripts/prepare_data.py)"
+        )
+    if (folder / JOINT_MODEL).is_file():
+        tok = Tokenizer.load(folder / JOINT_MODEL)
+        return tok, tok
+    if (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
+        return Tokenizer.load(folder / SRC_MODEL), Tokenizer.load(folder / TGT_MODEL)
+    raise TinyMTError(
+        f"no tokenizer in {folder}: expected {JOINT_MODEL} (joint vocabulary) or both "
+        f"{SRC_MODEL} and {TGT_MODEL} (separate vocabularies)"
+    )

@@ -1,0 +1,95 @@
+"""Checkpoints: atomic writes survive SIGKILL mid-save; damaged files fail with one line."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from tinymt.errors import TinyMTError
+
+
+def _state(value: float, step: int) -> dict:
+    return {"model": {"w": torch.full((4, 4), value), "n": torch.tensor(step)},
+            "model_config": {"d_model": 4}, "step": step}
+
+
+def test_roundtrip(tmp_path):
+    save_checkpoint(_state(1.5, 7), tmp_path / "last.pt")
+    s = load_checkpoint(tmp_path / "last.pt")
+    assert s["step"] == 7 and torch.equal(s["model"]["w"], torch.full((4, 4), 1.5))
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_missing_checkpoint_is_one_line_error(tmp_path):
+    with pytest.raises(TinyMTError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_truncated_checkpoint_is_never_loaded(tmp_path):
+    save_checkpoint(_state(2.0, 3), tmp_path / "good.pt")
+    data = (tmp_path / "good.pt").read_bytes()
+    (tmp_path / "last.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(TinyMTError, match="damaged or truncated"):
+        load_checkpoint(tmp_path / "last.pt")
+
+
+def test_not_a_checkpoint(tmp_path):
+    torch.save({"something": 1}, tmp_path / "x.pt")
+    with pytest.raises(TinyMTError, match="not a tinymt checkpoint"):
+        load_checkpoint(tmp_path / "x.pt")
+
+
+def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
+    """A real process is killed while it writes the new checkpoint's bytes."""
+    script = textwrap.dedent(f"""
+        import sys, time, torch
+        from tinymt import checkpoint
+        path = {str(tmp_path / 'last.pt')!r}
+        checkpoint.save_checkpoint({{"model": {{"w": torch.zeros(3)}}, "step": 1}}, path)
+        real_save = torch.save
+        def slow_save(obj, f):
+            real_save(obj, f)
+            f.flush()
+            print("writing", flush=True)   # bytes are on disk, rename not done yet
+            time.sleep(60)
+        checkpoint.torch.save = slow_save
+        checkpoint.save_checkpoint({{"model": {{"w": torch.ones(3)}}, "step": 2}}, path)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert list(tmp_path.glob("last.pt.tmp-*")), "the kill should have hit the temp file"
+    s = load_checkpoint(tmp_path / "last.pt")
+    assert s["step"] == 1 and torch.equal(s["model"]["w"], torch.zeros(3))
+
+
+def test_average_checkpoints(tmp_path):
+    paths = []
+    for i, v in enumerate([1.0, 2.0, 6.0]):
+        p = tmp_path / f"ckpt_{i}.pt"
+        save_checkpoint({**_state(v, i), "optimizer": {"x": 1}}, p)
+        paths.append(p)
+    avg = average_checkpoints(paths)
+    assert torch.allclose(avg["model"]["w"], torch.full((4, 4), 3.0))
+    assert avg["model"]["n"].item() == 2  # integer buffers come from the last
+    assert "optimizer" not in avg
+
+
+def test_average_refuses_different_models(tmp_path):
+    save_checkpoint(_state(1.0, 1), tmp_path / "a.pt")
+    other = _state(1.0, 2)
+    other["model_config"] = {"d_model": 8}
+    save_checkpoint(other, tmp_path / "b.pt")
+    with pytest.raises(TinyMTError, match="different model"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])

@@ -1,0 +1,228 @@
+"""The training loop end to end on tiny configs: loss goes down, TensorBoard holds what we
+promise (read back with TensorBoard's own reader and served by the real server), runs
+killed with SIGKILL resume exactly, and bad configs fail with one line."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import tinymt.config  # noqa: F401
+from tinymt.errors import TinyMTError
+from tinymt.trainer import lr_factor, train
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("encoder_self", "decoder_self", "cross")
+
+# a tiny but real run: built-in corpus (small), 2+1 layers, 2 heads
+TINY = [
+    "data.train_size=3000", "data.valid_size=60", "data.test_size=40", "data.vocab_size=600",
+    "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=2",
+    "model.n_decoder_layers=1", "model.d_ff=64", "model.dropout=0.1",
+    "optim.warmup_steps=10", "optim.lr=3e-3",
+    "trainer.max_tokens=800", "trainer.max_minutes=0", "trainer.num_threads=1",
+    "trainer.valid_sentences=20", "trainer.test_beam=2", "trainer.log_every=1",
+    "trainer.n_probes=1",
+]
+
+
+def compose_train(tmp_path, *overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        cfg = compose(config_name="train", overrides=[
+            *TINY, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={tmp_path / 'run'}",
+            *overrides])
+    return cfg
+
+
+def scalars(run_dir, tag):
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    cfg = compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20")
+    metrics = train(cfg)
+    return tmp / "run", metrics
+
+
+def test_a_few_steps_lower_the_loss(finished_run):
+    run_dir, metrics = finished_run
+    losses = [v for _, v in scalars(run_dir, "train/loss")]
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    assert metrics["steps"] == 40
+
+
+def test_run_dir_layout(finished_run):
+    run_dir, metrics = finished_run
+    for name in ("config.yaml", "metrics.json", "tokenizer", "checkpoints/last.pt",
+                 "checkpoints/best.pt"):
+        assert (run_dir / name).exists(), name
+    saved = json.loads((run_dir / "metrics.json").read_text())
+    assert saved["test_bleu"] == pytest.approx(metrics["test_bleu"])
+    assert saved["bleu_signature"].startswith("nrefs:1")
+
+
+def test_tensorboard_holds_scalars_images_text_hparams(finished_run):
+    run_dir, _ = finished_run
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0,
+                                                         "tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    for t in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "valid/loss",
+              "valid/ppl", "valid/bleu", "valid/chrf", "test/bleu"):
+        assert t in tags["scalars"], t
+    n_layers = {"encoder_self": 2, "decoder_self": 1, "cross": 1}
+    for kind in KINDS:
+        for layer in range(n_layers[kind]):
+            # one image per kind x layer (and probe), at each validation (steps 20 and 40)
+            img_tags = [t for t in tags["images"] if t.startswith(f"attention/{kind}/layer_{layer}/")]
+            assert img_tags, (kind, layer)
+            assert [e.step for e in acc.Images(img_tags[0])] == [20, 40]
+            heads = [t for t in tags["scalars"]
+                     if t.startswith(f"attention_entropy/{kind}/layer_{layer}/head_")]
+            assert len(heads) == 2  # the model's head count
+        assert not any(t.startswith(f"attention/{kind}/layer_{n_layers[kind]}/")
+                       for t in tags["images"])
+    # showcase sentences of the built-in corpus are probes
+    assert any(t.endswith("probe_0") for t in tags["images"])
+    assert "samples/text_summary" in tags["tensors"]
+    assert any("hparams" in k for k in acc.PluginTagToContent("hparams")) or \
+        acc.PluginTagToContent("hparams")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tensorboard_server_serves_the_run(finished_run):
+    """The real tensorboard server, on loopback, serves our scalar and image tags."""
+    run_dir, _ = finished_run
+    port = _free_port()
+    tb = Path(sys.executable).with_name("tensorboard")
+    proc = subprocess.Popen([str(tb), "--logdir", str(run_dir), "--host", "127.0.0.1",
+                             "--port", str(port), "--load_fast=false"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                scal = json.load(urllib.request.urlopen(f"{base}/data/plugin/scalars/tags",
+                                                        timeout=5))
+                if scal:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, "tensorboard did not come up"
+            time.sleep(0.5)
+        imgs = json.load(urllib.request.urlopen(f"{base}/data/plugin/images/tags", timeout=10))
+        run_scalars = next(iter(scal.values()))
+        run_images = next(iter(imgs.values()))
+        assert "valid/bleu" in run_scalars and "train/loss" in run_scalars
+        assert any(t.startswith("attention/cross/layer_0/") for t in run_images)
+        # and an image itself, as a browser would fetch it
+        run = next(iter(imgs))
+        tag = next(t for t in run_images if t.startswith("attention/cross/layer_0/"))
+        q = urllib.parse.urlencode({"run": run, "tag": tag, "sample": 0})
+        entries = json.load(urllib.request.urlopen(f"{base}/data/plugin/images/images?{q}",
+                                                   timeout=10))
+        png = urllib.request.urlopen(
+            f"{base}/data/plugin/images/individualImage?{entries[-1]['query']}", timeout=10).read()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _train_cmd(tmp_path, *overrides):
+    return [sys.executable, str(ROOT / "scripts" / "train.py"), *TINY,
+            f"data.cache_dir={tmp_path / 'cache'}", *overrides]
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+    common = ["trainer.max_steps=45", "trainer.valid_every=15", "trainer.valid_sentences=5"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    subprocess.run(_train_cmd(tmp_path, *common, f"run_dir={ref_dir}",
+                              f"hydra.run.dir={ref_dir}"),
+                   check=True, env=env, capture_output=True, cwd=ROOT)
+
+    proc = subprocess.Popen(_train_cmd(tmp_path, *common, f"run_dir={cut_dir}",
+                                       f"hydra.run.dir={cut_dir}"),
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=ROOT)
+    last = cut_dir / "checkpoints" / "last.pt"
+    deadline = time.time() + 300
+    while not last.exists():
+        assert proc.poll() is None, "training ended before its first checkpoint"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (cut_dir / "metrics.json").exists()
+
+    done = subprocess.run(_train_cmd(tmp_path, f"trainer.resume={cut_dir}"), env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed" in done.stdout
+
+    ref = scalars(ref_dir, "train/loss")
+    cut = scalars(cut_dir, "train/loss")
+    assert [s for s, _ in cut] == list(range(1, 46))  # no gaps, no duplicates
+    assert [v for _, v in cut] == [v for _, v in ref]  # exactly equal, step for step
+    assert json.loads((cut_dir / "metrics.json").read_text())["test_bleu"] == pytest.approx(
+        json.loads((ref_dir / "metrics.json").read_text())["test_bleu"])
+
+
+def test_typo_in_override_fails_with_clear_message(tmp_path):
+    r = subprocess.run(_train_cmd(tmp_path, "model.n_head=4", f"hydra.run.dir={tmp_path}/x"),
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode != 0
+    assert "n_head" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_choice_is_one_line_error(tmp_path):
+    r = subprocess.run(_train_cmd(tmp_path, "trainer.nan_policy=ignore",
+                                  f"hydra.run.dir={tmp_path}/x"),
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "error: trainer.nan_policy='ignore': choose one of stop, skip"]
+
+
+def test_resume_of_missing_run_is_one_line_error(tmp_path):
+    r = subprocess.run(_train_cmd(tmp_path, f"trainer.resume={tmp_path}/nothing"),
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert "cannot resume" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_nan_loss_stops_naming_the_step(tmp_path):
+    cfg = compose_train(tmp_path, "optim.lr=1e30", "optim.warmup_steps=0",
+                        "optim.clip_grad_norm=0", "trainer.max_steps=20")
+    with pytest.raises(TinyMTError, match=r"at step \d+"):
+        train(cfg)
+
+
+def test_lr_schedule_shapes():
+    assert lr_factor(5, 10, "inverse_sqrt", 100, 0) == pytest.approx(0.5)
+    assert lr_factor(10, 10, "inverse_sqrt", 100, 0) == pytest.approx(1.0)
+    assert lr_factor(40, 10, "inverse_sqrt", 100, 0) == pytest.approx(0.5)
+    assert lr_factor(100, 10, "cosine", 100, 0.1) == pytest.approx(0.1)
+    assert lr_factor(55, 10, "cosine", 100, 0.0) == pytest.approx(0.5)

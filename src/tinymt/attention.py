@@ -28,7 +28,6 @@ the weights of an ``nn.MultiheadAttention`` in.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -66,15 +65,15 @@ class KVCache:
 
     def __init__(self, static: bool = False) -> None:
         self.static = static
-        self.k: Optional[Tensor] = None  # (B, h, T, d_head)
-        self.v: Optional[Tensor] = None  # (B, h, T, d_head)
+        self.k: Tensor | None = None  # (B, h, T, d_head)
+        self.v: Tensor | None = None  # (B, h, T, d_head)
 
     @property
     def length(self) -> int:
         """Number of cached time steps."""
         return 0 if self.k is None else self.k.size(2)
 
-    def update(self, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store new keys/values ``(B, h, T_new, d_head)``; return everything cached."""
         if self.k is None:
             self.k, self.v = k, v
@@ -102,9 +101,9 @@ class DecoderCache:
 
     def __init__(
         self,
-        self_attn: List[KVCache],
-        cross_attn: List[KVCache],
-        src_pad_mask: Optional[Tensor],
+        self_attn: list[KVCache],
+        cross_attn: list[KVCache],
+        src_pad_mask: Tensor | None,
         step: int = 0,
     ) -> None:
         self.self_attn = self_attn
@@ -157,7 +156,7 @@ class MultiHeadAttention(nn.Module):
         b = None if self.in_proj.bias is None else self.in_proj.bias[:d]
         return self._split_heads(F.linear(query, w, b))
 
-    def project_kv(self, key_value: Tensor) -> Tuple[Tensor, Tensor]:
+    def project_kv(self, key_value: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of ``key_value`` ``(B, T, d)``, each ``(B, h, T, d_head)``."""
         d = self.d_model
         w = self.in_proj.weight[d:]  # [W_K; W_V] (2d, d)
@@ -166,7 +165,7 @@ class MultiHeadAttention(nn.Module):
         return self._split_heads(k), self._split_heads(v)
 
     @torch.no_grad()
-    def load_from_torch(self, ref: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def load_from_torch(self, ref: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and heads)."""
         self.in_proj.weight.copy_(ref.in_proj_weight)
         self.out_proj.weight.copy_(ref.out_proj.weight)
@@ -177,8 +176,8 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def may_attend(
-        key_padding_mask: Optional[Tensor], causal: bool, t_q: int, t_k: int, device
-    ) -> Optional[Tensor]:
+        key_padding_mask: Tensor | None, causal: bool, t_q: int, t_k: int, device
+    ) -> Tensor | None:
         """Boolean mask, True where query i may look at key j, or None if all may.
 
         Broadcastable to ``(B, h, T_q, T_k)``. With ``causal`` the queries are the *last*
@@ -198,13 +197,13 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self,
         query: Tensor,
-        key_value: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,
+        key_value: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
-        cache: Optional[KVCache] = None,
-        head_gate: Optional[Tensor] = None,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+        cache: KVCache | None = None,
+        head_gate: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` ``(B, T_q, d)`` to ``key_value`` ``(B, T_k, d)``.
 
         Args:
@@ -259,7 +258,8 @@ class MultiHeadAttention(nn.Module):
 
         weights = None
         if need_weights:
-            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, T_q, T_k)
+            scores = torch.matmul(q, k.transpose(-2, -1))  # (B, h, T_q, T_k)
+            scores = scores / math.sqrt(self.d_head)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))
             weights = scores.softmax(dim=-1)  # (B, h, T_q, T_k), rows sum to 1

@@ -85,3 +85,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
     out["model"] = averaged
     out["averaged_from"] = [str(p) for p in paths]
     return out
+
+
+def step_checkpoints(ckpt_dir: str | os.PathLike) -> list[Path]:
+    """A run's ``ckpt_<step>.pt`` files, oldest step first."""
+    return sorted(Path(ckpt_dir).glob("ckpt_*.pt"), key=lambda p: int(p.stem.split("_")[1]))

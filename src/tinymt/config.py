@@ -150,6 +150,20 @@ class TranslateConfig:
     outputs_root: str = "outputs"  # where run=latest looks
 
 
+@dataclass
+class AnalyzeConfig:
+    run: str = "latest"  # run dir, or "latest"
+    checkpoint: str = "best"  # best | last | avg | path
+    split: str = "valid"  # which split of the run's data to analyse: valid | test
+    max_sentences: int = 500  # sentences used for importance, pruning BLEU, entropy; 0 = all
+    prune_step: float = 0.1  # fraction of heads masked per step of the pruning curve
+    prune: Optional[float] = None  # write a checkpoint with this fraction of heads masked
+    prune_output: Optional[str] = None  # default: <run>/checkpoints/pruned.pt
+    device: str = "auto"
+    batch_tokens: int = 4096
+    outputs_root: str = "outputs"
+
+
 CHOICES = {
     "data.source": ("builtin", "hub", "text", "tsv"),
     "data.tokenizer_type": ("bpe", "unigram"),
@@ -174,11 +188,17 @@ def check_choices(cfg) -> None:
 
 
 def register_configs() -> None:
-    """Register the schemas; YAMLs name them first in their defaults lists."""
+    """Register the schemas (YAMLs name them first in their defaults lists) and the
+    ``or_else`` resolver: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("or_else"):
+        OmegaConf.register_new_resolver("or_else", lambda a, b: b if a is None else a)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="prepare_schema", node=PrepareConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(name="analyze_schema", node=AnalyzeConfig)
 
 
 register_configs()

@@ -8,7 +8,8 @@
 - ``text``: line-aligned plain-text files ``<path>/<split>.<lang>[.txt][.gz]``.
 - ``tsv``: one TSV file (optionally .gz); ``src_column`` / ``tgt_column`` pick the columns;
   valid/test are carved off a seeded shuffle (``split_seed``, ``valid_size``, ``test_size``).
-- ``builtin``: :func:`tinymt.corpus.build_dataset_dict` (zh/en with word alignments).
+- ``builtin``: the pairs of :func:`tinymt.corpus.build_dataset_dict` (zh/en with word
+  alignments), read through ``generate_splits`` when it exists (same pairs, no Arrow trip).
 
 Every loader returns splits ``train`` / ``valid`` / ``test`` with columns ``src``, ``tgt``
 (builtin adds ``src_words``, ``tgt_words`` and ``alignment`` as ``[src_i, tgt_i]`` pairs).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import gzip
 import hashlib
 import json
@@ -43,6 +45,8 @@ from typing import Any
 
 import datasets
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import sentencepiece as spm
 
 from tinymt.errors import TinyMTError
@@ -72,6 +76,20 @@ class PreparedData:
     stats: dict
     cache_hit: bool
 
+    def ids(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
+        """``(src_ids, tgt_ids)`` of a split as plain lists: index these in a training loop
+        (``splits[s]["src_ids"]`` is a lazy datasets Column; indexing it row by row is slow)."""
+        ds = self.splits[split]
+        return ds["src_ids"][:], ds["tgt_ids"][:]
+
+    def lengths(self, split: str) -> tuple[list[int], list[int]]:
+        """Token counts (no bos/eos) per pair, straight from Arrow: TokenBatchSampler's input."""
+        table = self.splits[split].with_format("arrow")
+        return (
+            pc.list_value_length(table["src_ids"]).to_pylist(),
+            pc.list_value_length(table["tgt_ids"]).to_pylist(),
+        )
+
 
 # ----------------------------------------------------------------------------------------
 # config helpers
@@ -95,6 +113,11 @@ def _check_config(cfg) -> None:
         raise TinyMTError(f"data.source={cfg.source!r} is not one of {', '.join(SOURCES)}")
     if cfg.source != "builtin" and not cfg.path:
         raise TinyMTError(f"data.source={cfg.source} needs data.path (it is not set)")
+    if cfg.source == "builtin" and {cfg.src_lang, cfg.tgt_lang} != {"zh", "en"}:
+        raise TinyMTError(
+            f"the built-in corpus is zh/en: data.src_lang={cfg.src_lang!r}, "
+            f"data.tgt_lang={cfg.tgt_lang!r} must be zh and en (data.reverse=true swaps them)"
+        )
     if cfg.src_lang == cfg.tgt_lang:
         raise TinyMTError(f"data.src_lang and data.tgt_lang are both {cfg.src_lang!r}")
     if cfg.tokenizer_type not in ("bpe", "unigram"):
@@ -166,7 +189,10 @@ def _split_names(cfg) -> dict[str, str]:
 def _text_files(cfg) -> dict[str, tuple[Path, Path]]:
     folder = _text_folder(cfg)
     return {
-        ours: (_find_text_file(folder, theirs, cfg.src_lang), _find_text_file(folder, theirs, cfg.tgt_lang))
+        ours: (
+            _find_text_file(folder, theirs, cfg.src_lang),
+            _find_text_file(folder, theirs, cfg.tgt_lang),
+        )
         for ours, theirs in _split_names(cfg).items()
     }
 
@@ -272,22 +298,25 @@ def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
             return datasets.load_dataset(
                 str(local), cache_dir=str(Path(cfg.cache_dir) / "hf-datasets")
             )
-        except Exception as e:  # datasets raises many types for unreadable folders
+        except Exception as e:  # noqa: BLE001  (datasets raises many types for bad folders)
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise TinyMTError(f"data.path={cfg.path}: cannot load it as a dataset ({first})") from None
+            raise TinyMTError(
+                f"data.path={cfg.path}: cannot load it as a dataset ({first})"
+            ) from None
     if _looks_local(cfg.path):
         raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
     offline = bool(datasets.config.HF_HUB_OFFLINE)
+    why = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
     if not offline and not _hub_reachable():
         log(f"data: {datasets.config.HF_ENDPOINT} is unreachable; trying the local HF cache")
         offline = True
+        why = f"{datasets.config.HF_ENDPOINT} is unreachable and it is not in the local cache"
     try:
         with _offline_mode() if offline else contextlib.nullcontext():
             return datasets.load_dataset(cfg.path)
-    except Exception as e:
-        why = "offline and not in the local Hugging Face cache" if offline else (
-            str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        )
+    except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")
+        if not offline:
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise _hub_error(cfg, why) from None
 
 
@@ -304,9 +333,9 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
         cols = {}
         for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang)):
             if lang in ds.column_names:
-                values = ds[lang]
+                values = ds[lang][:]  # [:] = a plain list (a datasets Column is lazy)
             elif "translation" in ds.column_names:
-                values = [row.get(lang) if row else None for row in ds["translation"]]
+                values = [row.get(lang) if row else None for row in ds["translation"][:]]
                 if all(v is None for v in values[:100]):
                     raise TinyMTError(
                         f"{cfg.path} split {theirs!r}: its translation column has no {lang!r} "
@@ -324,41 +353,57 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
 
 def _corpus_module():
     try:
-        import tinymt.corpus as corpus
+        from tinymt import corpus
         from tinymt.corpus import build_dataset_dict  # noqa: F401
     except ImportError as e:
         raise TinyMTError(f"the built-in corpus (tinymt.corpus) is not available: {e}") from None
     return corpus
 
 
-def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
-    langs = {cfg.src_lang, cfg.tgt_lang}
-    if langs != {"zh", "en"}:
+def _builtin_columns(cfg, corpus) -> dict[str, dict[str, list]]:
+    """{corpus split: {zh, en, zh_words, en_words, alignment}} as plain lists."""
+    kwargs = {
+        "seed": cfg.split_seed,
+        "train_size": cfg.train_size,
+        "valid_size": cfg.valid_size,
+        "test_size": cfg.test_size,
+    }
+    try:
+        generate = getattr(corpus, "generate_splits", None)
+        if generate is not None:  # the same pairs as build_dataset_dict, minus a slow Arrow trip
+            return {
+                name: {
+                    "zh": [p.zh for p in pairs],
+                    "en": [p.en for p in pairs],
+                    "zh_words": [list(p.zh_words) for p in pairs],
+                    "en_words": [list(p.en_words) for p in pairs],
+                    "alignment": [[list(a) for a in p.alignment] for p in pairs],
+                }
+                for name, pairs in generate(**kwargs).items()
+            }
+        dd = corpus.build_dataset_dict(**kwargs)
+    except (ValueError, RuntimeError) as e:
         raise TinyMTError(
-            f"the built-in corpus is zh/en: data.src_lang={cfg.src_lang!r}, "
-            f"data.tgt_lang={cfg.tgt_lang!r} must be zh and en (data.reverse=true swaps them)"
-        )
-    corpus = _corpus_module()
-    dd = corpus.build_dataset_dict(
-        seed=cfg.split_seed,
-        train_size=cfg.train_size,
-        valid_size=cfg.valid_size,
-        test_size=cfg.test_size,
-    )
+            f"the built-in corpus cannot make {cfg.train_size}/{cfg.valid_size}/{cfg.test_size} "
+            f"pairs (data.train_size/valid_size/test_size): {e}"
+        ) from None
+    return {name: {c: ds[c][:] for c in ds.column_names} for name, ds in dd.items()}
+
+
+def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
+    splits = _builtin_columns(cfg, _corpus_module())
     names = {"train": "train", "valid": "validation", "test": "test"}
     out = {}
     for ours, theirs in names.items():
-        ds = dd[theirs]
-        alignment = ds["alignment"]  # [zh_i, en_i] pairs
+        cols = splits[theirs]
+        alignment = cols["alignment"]  # [zh_i, en_i] pairs
         if cfg.src_lang == "en":
             alignment = [[[b, a] for a, b in sent] for sent in alignment]
-        else:
-            alignment = [[[a, b] for a, b in sent] for sent in alignment]
         out[ours] = {
-            "src": ds[cfg.src_lang],
-            "tgt": ds[cfg.tgt_lang],
-            "src_words": ds[f"{cfg.src_lang}_words"],
-            "tgt_words": ds[f"{cfg.tgt_lang}_words"],
+            "src": cols[cfg.src_lang],
+            "tgt": cols[cfg.tgt_lang],
+            "src_words": cols[f"{cfg.src_lang}_words"],
+            "tgt_words": cols[f"{cfg.tgt_lang}_words"],
             "alignment": alignment,
         }
     return out
@@ -384,17 +429,23 @@ def _load_columns(cfg, log: Log) -> dict[str, Columns]:
     return splits
 
 
-def _features(columns) -> datasets.Features:
-    feats = {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
-        "src_ids": datasets.List(datasets.Value("int32")),
-        "tgt_ids": datasets.List(datasets.Value("int32")),
-        "src_words": datasets.List(datasets.Value("string")),
-        "tgt_words": datasets.List(datasets.Value("string")),
-        "alignment": datasets.List(datasets.List(datasets.Value("int32"))),
-    }
-    return datasets.Features({c: feats[c] for c in columns})
+_ARROW_TYPES = {
+    "src": pa.string(),
+    "tgt": pa.string(),
+    "src_ids": pa.list_(pa.int32()),
+    "tgt_ids": pa.list_(pa.int32()),
+    "src_words": pa.list_(pa.string()),
+    "tgt_words": pa.list_(pa.string()),
+    "alignment": pa.list_(pa.list_(pa.int32())),
+}
+
+
+def _dataset(cols: Columns) -> datasets.Dataset:
+    """Columns -> Dataset through one Arrow table (much faster than Dataset.from_dict)."""
+    table = pa.table(
+        {name: pa.array(values, type=_ARROW_TYPES[name]) for name, values in cols.items()}
+    )
+    return datasets.Dataset(table)
 
 
 def load_source(cfg) -> datasets.DatasetDict:
@@ -404,12 +455,7 @@ def load_source(cfg) -> datasets.DatasetDict:
     direction already swapped when ``data.reverse`` is set.
     """
     splits = _load_columns(cfg, lambda _: None)
-    return datasets.DatasetDict(
-        {
-            name: datasets.Dataset.from_dict(cols, features=_features(cols))
-            for name, cols in splits.items()
-        }
-    )
+    return datasets.DatasetDict({name: _dataset(cols) for name, cols in splits.items()})
 
 
 # ----------------------------------------------------------------------------------------
@@ -437,9 +483,14 @@ def _source_fingerprint(cfg) -> Any:
         return _stat(_tsv_file(cfg))
     local = Path(cfg.path).expanduser()
     if local.exists():  # hub layout in a local folder (or a single file)
-        files = [local] if local.is_file() else sorted(
-            f for f in local.rglob("*")
-            if f.is_file() and not any(p.startswith(".") for p in f.relative_to(local).parts)
+        files = (
+            [local]
+            if local.is_file()
+            else sorted(
+                f
+                for f in local.rglob("*")
+                if f.is_file() and not any(p.startswith(".") for p in f.relative_to(local).parts)
+            )
         )
         return {"local": [_stat(f) for f in files]}
     return {"hub": cfg.path}
@@ -477,6 +528,15 @@ def _select(cols: Columns, keep: list[int]) -> Columns:
     return {name: [values[i] for i in keep] for name, values in cols.items()}
 
 
+def _encode(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Batch-encode, each distinct sentence once (generated corpora repeat many)."""
+    unique = list(dict.fromkeys(texts))
+    if len(unique) == len(texts):
+        return tok.encode_batch(texts)
+    ids = dict(zip(unique, tok.encode_batch(unique)))
+    return [ids[t] for t in texts]
+
+
 def _side_stats(ids: list[list[int]]) -> dict:
     lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     total = int(lens.sum())
@@ -499,7 +559,9 @@ def _describe(cfg) -> str:
 def _build(cfg, tmp: Path, log: Log) -> dict:
     """Load, clean, tokenize and filter into ``tmp``; returns the stats."""
     t0 = time.perf_counter()
-    src_name, tgt_name = (cfg.tgt_lang, cfg.src_lang) if cfg.reverse else (cfg.src_lang, cfg.tgt_lang)
+    src_name, tgt_name = (
+        (cfg.tgt_lang, cfg.src_lang) if cfg.reverse else (cfg.src_lang, cfg.tgt_lang)
+    )
     log(f"data: loading {_describe(cfg)}")
     raw = _load_columns(cfg, log)
     dropped: dict[str, dict[str, int]] = {s: {} for s in SPLITS}
@@ -524,14 +586,16 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
     # tokenizer: trained on the train split only
     tok_dir = tmp / "tokenizer"
     train = splits["train"]
-    common = dict(
-        vocab_size=cfg.vocab_size,
-        model_type=cfg.tokenizer_type,
-        character_coverage=cfg.character_coverage,
-    )
+    common = {
+        "vocab_size": cfg.vocab_size,
+        "model_type": cfg.tokenizer_type,
+        "character_coverage": cfg.character_coverage,
+    }
     if cfg.joint_vocab:
         src_tok = tgt_tok = Tokenizer.train(
-            (s for side in (train["src"], train["tgt"]) for s in side), tok_dir / "spm.model", **common
+            (s for side in (train["src"], train["tgt"]) for s in side),
+            tok_dir / "spm.model",
+            **common,
         )
     else:
         src_tok = Tokenizer.train(train["src"], tok_dir / "src.model", **common)
@@ -539,14 +603,16 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
     t_tok = time.perf_counter()
     log(
         f"data: trained {'joint ' if cfg.joint_vocab else ''}{cfg.tokenizer_type} tokenizer "
-        f"({src_tok.vocab_size}" + ("" if cfg.joint_vocab else f"/{tgt_tok.vocab_size}")
+        f"({src_tok.vocab_size}"
+        + ("" if cfg.joint_vocab else f"/{tgt_tok.vocab_size}")
         + f" pieces) in {t_tok - t_load:.1f}s"
     )
 
     for split in SPLITS:
         cols = splits[split]
-        cols["src_ids"] = src_tok.encode_batch(cols["src"])
-        cols["tgt_ids"] = tgt_tok.encode_batch(cols["tgt"])
+        cols["src_ids"] = _encode(src_tok, cols["src"])
+        cols["tgt_ids"] = _encode(tgt_tok, cols["tgt"])
+    log(f"data: tokenized in {time.perf_counter() - t_tok:.1f}s")
 
     # length filters: train only
     train = splits["train"]
@@ -554,11 +620,18 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
     lens = [(len(s), len(t)) for s, t in zip(train["src_ids"], train["tgt_ids"])]
     keep = list(range(n))
     filters = [
-        ("max_len", cfg.max_len > 0, lambda a, b: a <= cfg.max_len and b <= cfg.max_len,
-         "raise data.max_len"),
-        ("max_len_ratio", cfg.max_len_ratio > 0,
-         lambda a, b: max(a, b) <= cfg.max_len_ratio * max(1, min(a, b)),
-         "raise data.max_len_ratio"),
+        (
+            "max_len",
+            cfg.max_len > 0,
+            lambda a, b: a <= cfg.max_len and b <= cfg.max_len,
+            "raise data.max_len",
+        ),
+        (
+            "max_len_ratio",
+            cfg.max_len_ratio > 0,
+            lambda a, b: max(a, b) <= cfg.max_len_ratio * max(1, min(a, b)),
+            "raise data.max_len_ratio",
+        ),
     ]
     for name, active, ok, fix in filters:
         before = len(keep)
@@ -598,9 +671,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
         },
     }
 
-    dd = datasets.DatasetDict(
-        {s: datasets.Dataset.from_dict(cols, features=_features(cols)) for s, cols in splits.items()}
-    )
+    dd = datasets.DatasetDict({s: _dataset(cols) for s, cols in splits.items()})
     dd.save_to_disk(str(tmp / "splits"))
     stats["seconds"] = round(time.perf_counter() - t0, 2)
     return stats
@@ -645,6 +716,18 @@ def _clean_stale_tmp(root: Path) -> None:
 
 
 @contextlib.contextmanager
+def _gc_paused():
+    """Millions of small lists, no cycles: the cyclic GC would only rescan them (10x slower)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
 def _quiet_datasets():
     was_enabled = not datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
@@ -667,8 +750,9 @@ def _prepare(cfg, log: Log) -> PreparedData:
     if (final / COMPLETE).is_file():
         try:
             data = _load_cached(final, cache_hit=True)
-        except Exception as e:  # a damaged cache is rebuilt, not trusted
+        except Exception as e:  # noqa: BLE001  (a damaged cache is rebuilt, not trusted)
             log(f"data: cache {final} is unreadable ({type(e).__name__}: {e}); rebuilding")
+            shutil.rmtree(final, ignore_errors=True)
         else:
             log(f"data: cache hit {final}")
             return data
@@ -680,7 +764,8 @@ def _prepare(cfg, log: Log) -> PreparedData:
     tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{final.name}"
     tmp.mkdir()
     try:
-        stats = _build(cfg, tmp, log)
+        with _gc_paused():
+            stats = _build(cfg, tmp, log)
         (tmp / "stats.json").write_text(json.dumps(stats, indent=2))
         (tmp / "config.json").write_text(json.dumps(_cfg_dict(cfg), indent=2, default=str))
         (tmp / COMPLETE).write_text("ok\n")
@@ -704,19 +789,36 @@ def _prepare(cfg, log: Log) -> PreparedData:
 def summary_table(stats: dict) -> str:
     """A plain-text table of the prepared data: pairs, drops, lengths, unknowns."""
     header = (
-        "split", "pairs", "empty", "max_len", "ratio",
-        "src mean", "src p95", "tgt mean", "tgt p95", "src unk%", "tgt unk%",
+        "split",
+        "pairs",
+        "empty",
+        "max_len",
+        "ratio",
+        "src mean",
+        "src p95",
+        "tgt mean",
+        "tgt p95",
+        "src unk%",
+        "tgt unk%",
     )
     rows = [header]
     for s in SPLITS:
         d, tok = stats["dropped"][s], stats["tokens"][s]
-        rows.append((
-            s, str(stats["pairs"][s]), str(d.get("empty", 0)), str(d.get("max_len", 0)),
-            str(d.get("max_len_ratio", 0)),
-            f"{tok['src']['mean']:.1f}", f"{tok['src']['p95']:.0f}",
-            f"{tok['tgt']['mean']:.1f}", f"{tok['tgt']['p95']:.0f}",
-            f"{tok['src']['unk_pct']:.2f}", f"{tok['tgt']['unk_pct']:.2f}",
-        ))
+        rows.append(
+            (
+                s,
+                str(stats["pairs"][s]),
+                str(d.get("empty", 0)),
+                str(d.get("max_len", 0)),
+                str(d.get("max_len_ratio", 0)),
+                f"{tok['src']['mean']:.1f}",
+                f"{tok['src']['p95']:.0f}",
+                f"{tok['tgt']['mean']:.1f}",
+                f"{tok['tgt']['p95']:.0f}",
+                f"{tok['src']['unk_pct']:.2f}",
+                f"{tok['tgt']['unk_pct']:.2f}",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
@@ -727,8 +829,12 @@ def summary_table(stats: dict) -> str:
     vocab = f"{v['src']} joint" if stats["joint_vocab"] else f"{v['src']} src / {v['tgt']} tgt"
     top = [
         f"data: {stats['source']}",
-        f"vocabulary: {vocab} pieces; tokens per sentence (no bos/eos); "
-        "empty/max_len/ratio = pairs dropped by each filter (length filters: train only)",
+        (
+            f"vocabulary: {vocab} pieces; tokens per sentence (no bos/eos); "
+            "empty/max_len/ratio = pairs dropped by each filter (length filters: train only)"
+        ),
     ]
-    bottom = [f"cache: {stats.get('cache_dir', '?')} ({'hit' if stats.get('cache_hit') else 'built'})"]
+    bottom = [
+        f"cache: {stats.get('cache_dir', '?')} ({'hit' if stats.get('cache_hit') else 'built'})"
+    ]
     return "\n".join(top + lines + bottom)

@@ -20,7 +20,7 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 import torch
 from torch import Tensor
@@ -43,7 +43,7 @@ def _inference(model: Transformer) -> Iterator[None]:
 
 def _max_lengths(
     model: Transformer, src_pad_mask: Tensor, max_len_a: float, max_len_b: float
-) -> List[int]:
+) -> list[int]:
     """Per-sentence maximum number of output tokens (EOS not counted)."""
     cap = model.max_positions - 1  # decoder positions: BOS + the tokens before EOS
     src_lens = (~src_pad_mask).sum(dim=1).tolist()
@@ -65,7 +65,7 @@ class _Stepper:
         src_pad_mask: Tensor,
         use_cache: bool,
         head_gates: HeadGates,
-        banned: List[int],
+        banned: list[int],
     ):
         self.model = model
         self.use_cache = use_cache
@@ -114,14 +114,14 @@ def _encode(model, src, src_pad_mask, head_gates):
 def greedy_decode(
     model: Transformer,
     src: Tensor,
-    src_pad_mask: Optional[Tensor] = None,
+    src_pad_mask: Tensor | None = None,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     bos_id: int = 2,
     eos_id: int = 3,
     use_cache: bool = True,
     head_gates: HeadGates = None,
-) -> List[List[int]]:
+) -> list[list[int]]:
     """Translate ``src`` ``(B, S)`` by picking the most likely token at every step.
 
     Returns one token list per sentence (no BOS/EOS), in input order.
@@ -130,7 +130,7 @@ def greedy_decode(
         memory, src_pad_mask = _encode(model, src, src_pad_mask, head_gates)
         B = src.size(0)
         max_lens = _max_lengths(model, src_pad_mask, max_len_a, max_len_b)
-        results: List[List[int]] = [[] for _ in range(B)]
+        results: list[list[int]] = [[] for _ in range(B)]
 
         alive = [b for b in range(B) if max_lens[b] > 0]  # sentence ids of the rows
         if not alive:
@@ -169,7 +169,7 @@ def greedy_decode(
 def beam_search(
     model: Transformer,
     src: Tensor,
-    src_pad_mask: Optional[Tensor] = None,
+    src_pad_mask: Tensor | None = None,
     beam: int = 5,
     len_penalty: float = 1.0,
     max_len_a: float = 1.5,
@@ -179,7 +179,7 @@ def beam_search(
     eos_id: int = 3,
     use_cache: bool = True,
     head_gates: HeadGates = None,
-) -> List[List[Tuple[List[int], float]]]:
+) -> list[list[tuple[list[int], float]]]:
     """Batched beam search: all sentences x beams are rows of one tensor.
 
     Each step every live hypothesis is extended by every token; of the ``2 * beam`` best
@@ -200,7 +200,7 @@ def beam_search(
         B = src.size(0)
         V = model.tgt_vocab_size
         max_lens = _max_lengths(model, src_pad_mask, max_len_a, max_len_b)
-        finished: List[List[Tuple[List[int], float]]] = [[] for _ in range(B)]
+        finished: list[list[tuple[list[int], float]]] = [[] for _ in range(B)]
 
         stepper = _Stepper(
             model, memory, src_pad_mask, use_cache, head_gates, banned=[model.pad_id, bos_id]

@@ -17,7 +17,6 @@ target token per sentence, reusing and growing the cache.
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +25,8 @@ from torch import Tensor, nn
 from tinymt.attention import DecoderCache, KVCache, MultiHeadAttention
 from tinymt.errors import TinyMTError
 
-Attn = Optional[Dict[str, List[Tensor]]]
-HeadGates = Optional[Dict[str, Tensor]]
+Attn = dict[str, list[Tensor]] | None  # attention weights by kind, one tensor per layer
+HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads)
 
 
 # --------------------------------------------------------------------------- positions
@@ -94,11 +93,11 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        pad_mask: Optional[Tensor],
+        pad_mask: Tensor | None,
         need_weights: bool = False,
-        gate: Optional[Tensor] = None,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
-        kw = dict(key_padding_mask=pad_mask, need_weights=need_weights, head_gate=gate)
+        gate: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        kw = {"key_padding_mask": pad_mask, "need_weights": need_weights, "head_gate": gate}
         if self.norm_first:
             h, w = self.self_attn(self.norm1(x), **kw)
             x = x + self.dropout1(h)
@@ -129,15 +128,15 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Optional[Tensor],
-        memory_pad_mask: Optional[Tensor],
-        tgt_pad_mask: Optional[Tensor] = None,
+        memory: Tensor | None,
+        memory_pad_mask: Tensor | None,
+        tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
-        self_gate: Optional[Tensor] = None,
-        cross_gate: Optional[Tensor] = None,
-        self_cache: Optional[KVCache] = None,
-        cross_cache: Optional[KVCache] = None,
-    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+        self_gate: Tensor | None = None,
+        cross_gate: Tensor | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         def self_block(y):
             return self.self_attn(
                 y, key_padding_mask=tgt_pad_mask, causal=True, need_weights=need_weights,
@@ -264,7 +263,7 @@ class Transformer(nn.Module):
             )
 
     @staticmethod
-    def _gate(head_gates: HeadGates, kind: str, layer: int) -> Optional[Tensor]:
+    def _gate(head_gates: HeadGates, kind: str, layer: int) -> Tensor | None:
         if head_gates is None or kind not in head_gates:
             return None
         return head_gates[kind][layer]  # (h,)
@@ -273,12 +272,12 @@ class Transformer(nn.Module):
     def encode(
         self,
         src: Tensor,
-        src_pad_mask: Optional[Tensor] = None,
+        src_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates: HeadGates = None,
-    ) -> Tuple[Tensor, Attn]:
+    ) -> tuple[Tensor, Attn]:
         """Source tokens ``(B, S)`` -> memory ``(B, S, d)`` and ``{"encoder_self": [...]}``."""
-        B, S = src.shape
+        S = src.size(1)
         self._check_length(S, "a source sentence")
         if src_pad_mask is None:
             src_pad_mask = src.eq(self.pad_id)  # (B, S)
@@ -296,17 +295,17 @@ class Transformer(nn.Module):
         self,
         tgt_in: Tensor,
         memory: Tensor,
-        src_pad_mask: Optional[Tensor],
-        tgt_pad_mask: Optional[Tensor] = None,
+        src_pad_mask: Tensor | None,
+        tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates: HeadGates = None,
-    ) -> Tuple[Tensor, Attn]:
+    ) -> tuple[Tensor, Attn]:
         """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> logits ``(B, T, V_tgt)``.
 
         Returns ``(logits, {"decoder_self": [...], "cross": [...]})`` (None without
         ``need_weights``). ``tgt_pad_mask`` defaults to ``tgt_in == pad_id``.
         """
-        B, T = tgt_in.shape
+        T = tgt_in.size(1)
         self._check_length(T, "a target sentence")
         if tgt_pad_mask is None:
             tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
@@ -329,11 +328,11 @@ class Transformer(nn.Module):
         self,
         src: Tensor,
         tgt_in: Tensor,
-        src_pad_mask: Optional[Tensor] = None,
-        tgt_pad_mask: Optional[Tensor] = None,
+        src_pad_mask: Tensor | None = None,
+        tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates: HeadGates = None,
-    ) -> Tuple[Tensor, Attn]:
+    ) -> tuple[Tensor, Attn]:
         """``(src (B, S), tgt_in (B, T))`` -> ``(logits (B, T, V_tgt), attn or None)``."""
         if src_pad_mask is None:
             src_pad_mask = src.eq(self.pad_id)  # (B, S)
@@ -345,7 +344,7 @@ class Transformer(nn.Module):
         return logits, attn
 
     # ----------------------------------------------------------------- incremental
-    def init_cache(self, memory: Tensor, src_pad_mask: Optional[Tensor]) -> DecoderCache:
+    def init_cache(self, memory: Tensor, src_pad_mask: Tensor | None) -> DecoderCache:
         """Empty self-attention caches and the cross-attention keys/values of ``memory``."""
         self_caches, cross_caches = [], []
         for layer in self.decoder_layers:
@@ -361,14 +360,14 @@ class Transformer(nn.Module):
         cache: DecoderCache,
         need_weights: bool = False,
         head_gates: HeadGates = None,
-    ) -> Tuple[Tensor, Attn]:
+    ) -> tuple[Tensor, Attn]:
         """Feed the next target token(s) ``(B, 1)`` (or ``(B, T)``) and extend ``cache``.
 
         Returns the logits of the last fed position ``(B, V_tgt)`` and, with
         ``need_weights``, ``{"decoder_self": [(B, h, T, step+T)], "cross": [(B, h, T, S)]}``.
         Target tokens fed this way are never padding.
         """
-        B, T = tokens.shape
+        T = tokens.size(1)  # (B, T)
         self._check_length(cache.step + T, "a target prefix")
         x = self.tgt_embed(tokens) * self.embed_scale + self.tgt_pos(T, offset=cache.step)
         x = self.dropout(x)  # (B, T, d)

@@ -66,32 +66,33 @@ def attention_grid(
         )
     cols = min(n_heads, 4)
     rows = math.ceil(n_heads / cols)
-    cell = 0.28  # inches per token
-    panel_w = max(2.5, cell * t_k + 1.0)
-    panel_h = max(2.5, cell * t_q + 1.0)
-    family = _font_family()
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(panel_w * cols, panel_h * rows + 0.6), squeeze=False
-    )
     fontsize = 8 if max(t_q, t_k) <= 30 else 6
+    cell = fontsize / 72 * 1.5  # inches per token: one label line
+    # fixed margins sized from the labels (tight_layout measures every label: too slow)
+    label_in = fontsize / 72 * 0.75 * max(len(_display(p)) for p in [*query_labels, *key_labels])
+    left, bottom, top, gap = label_in + 0.3, label_in + 0.2, 0.55 if title else 0.35, 0.25
+    panel_w, panel_h = max(1.5, cell * t_k), max(1.5, cell * t_q)
+    fig_w = left + cols * panel_w + (cols - 1) * gap + 0.2
+    fig_h = top + rows * (panel_h + bottom) + 0.1
+    family = _font_family()
+    fig = plt.figure(figsize=(fig_w, fig_h))
     masked = np.ma.masked_where(weights == 0.0, weights)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
-    for h in range(rows * cols):
-        ax = axes[h // cols][h % cols]
-        if h >= n_heads:
-            ax.axis("off")
-            continue
+    for h in range(n_heads):
+        r, c = divmod(h, cols)
+        x0 = (left + c * (panel_w + gap)) / fig_w
+        y0 = 1 - (top + r * (panel_h + bottom) + panel_h) / fig_h
+        ax = fig.add_axes((x0, y0, panel_w / fig_w, panel_h / fig_h))
         ax.imshow(masked[h], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         ax.set_title(f"head {h}", fontsize=fontsize + 1, family=family)
-        ax.set_xticks(range(t_k))
-        ax.set_yticks(range(t_q))
-        ax.set_xticklabels([_display(p) for p in key_labels], rotation=90, fontsize=fontsize,
-                           family=family)
-        ax.set_yticklabels([_display(p) for p in query_labels], fontsize=fontsize, family=family)
+        ax.set_xticks(range(t_k), [_display(p) for p in key_labels], rotation=90,
+                      fontsize=fontsize, family=family)
+        # row labels once per row of panels: every head shares them
+        ax.set_yticks(range(t_q), [_display(p) for p in query_labels] if c == 0 else [],
+                      fontsize=fontsize, family=family)
         ax.tick_params(length=0)
     if title:
-        fig.suptitle(title, family=family)
-    fig.tight_layout()
+        fig.suptitle(title, family=family, y=1 - 0.12 / fig_h, va="top", fontsize=fontsize + 2)
     return fig
 
 

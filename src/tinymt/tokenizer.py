@@ -25,6 +25,7 @@ SRC_MODEL = "src.model"
 TGT_MODEL = "tgt.model"
 # sentencepiece samples this many sentences (shuffled) when the corpus is bigger
 INPUT_SENTENCE_SIZE = 1_000_000
+SPM_SEED = 1234
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
@@ -77,6 +78,7 @@ class Tokenizer:
         if model_path.suffix != ".model":
             raise TinyMTError(f"tokenizer model path must end in .model, got {model_path}")
         model_path.parent.mkdir(parents=True, exist_ok=True)
+        spm.set_random_generator_seed(SPM_SEED)  # sentence sampling: same corpus, same model
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(sentences),

@@ -18,6 +18,7 @@ Run dir layout::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -35,7 +36,12 @@ from tqdm import tqdm
 
 from tinymt import runtime
 from tinymt.batching import TokenBatchSampler, collate
-from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from tinymt.checkpoint import (
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    step_checkpoints,
+)
 from tinymt.config import TrainConfig, check_choices
 from tinymt.data import PreparedData, prepare
 from tinymt.errors import TinyMTError
@@ -145,8 +151,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
         data = prepare(cfg.data, log=log)
     if rt.is_main:
         save_tokenizers(run_dir / "tokenizer", data.src_tokenizer, data.tgt_tokenizer)
-    train_ds, valid_ds, test_ds = data.splits["train"], data.splits["valid"], data.splits["test"]
-    train_src, train_tgt = train_ds["src_ids"], train_ds["tgt_ids"]
+    train_src, train_tgt = data.ids("train")  # plain lists: fast to index every step
     pad = data.tgt_tokenizer.pad_id
 
     # 2. model, optimizer, schedule ---------------------------------------------------
@@ -162,8 +167,8 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda s: lr_factor(s + 1, oc.warmup_steps, oc.schedule, tc.max_steps, min_ratio))
-    sampler = TokenBatchSampler([len(x) for x in train_src], [len(x) for x in train_tgt],
-                                max_tokens=tc.max_tokens, seed=tc.seed, shuffle=True)
+    sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
+                                shuffle=True)
     state = {"step": 0, "epoch": 0, "best_bleu": -1.0, "bad_validations": 0,
              "train_seconds": 0.0, "skipped_steps": 0}
 
@@ -233,7 +238,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
             batch = collate([train_src[i] for i in mine], [train_tgt[i] for i in mine]).to(
                 rt.device)
             sync = k == len(micro) - 1 or not rt.distributed
-            ctx = train_model.no_sync() if (rt.distributed and not sync) else _nullctx()
+            ctx = train_model.no_sync() if (rt.distributed and not sync) else contextlib.nullcontext()
             with ctx, rt.autocast():
                 logits, _ = train_model(batch.src, batch.tgt_in)
                 loss_sum = F.cross_entropy(
@@ -292,7 +297,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
         # 4. validation + checkpoints ----------------------------------------------------
         last_step = step == tc.max_steps or state["train_seconds"] >= budget_s
         if step % tc.valid_every == 0 or last_step:
-            metrics = validate(model, cfg, data, valid_ds, rt, limit=tc.valid_sentences)
+            metrics = validate(model, cfg, data, "valid", rt, limit=tc.valid_sentences)
             improved = metrics["bleu"] > state["best_bleu"]
             if improved:
                 state["best_bleu"] = metrics["bleu"]
@@ -313,7 +318,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
                 if tc.keep_last > 1:
                     shutil.copyfile(ckpt_dir / "last.pt", ckpt_dir / f"ckpt_{step}.pt.tmp")
                     Path(ckpt_dir / f"ckpt_{step}.pt.tmp").replace(ckpt_dir / f"ckpt_{step}.pt")
-                    for old in _step_checkpoints(ckpt_dir)[:-tc.keep_last]:
+                    for old in step_checkpoints(ckpt_dir)[:-tc.keep_last]:
                         old.unlink()
                 writer.flush()
             runtime.barrier(rt)
@@ -325,7 +330,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
 
     # 5. final: best checkpoint on the test set -------------------------------------------
     if not (ckpt_dir / "best.pt").is_file():  # e.g. stopped before the first validation
-        validate_and_save = validate(model, cfg, data, valid_ds, rt, limit=tc.valid_sentences)
+        validate_and_save = validate(model, cfg, data, "valid", rt, limit=tc.valid_sentences)
         state["best_bleu"] = validate_and_save["bleu"]
         if rt.is_main:
             ckpt = _checkpoint_state(model, optimizer, scheduler, sampler, state, cfg, data)
@@ -334,14 +339,14 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
         runtime.barrier(rt)
     final_ckpt = ckpt_dir / "best.pt"
     if tc.average_last > 1:
-        steps = _step_checkpoints(ckpt_dir)[-tc.average_last:]
+        steps = step_checkpoints(ckpt_dir)[-tc.average_last:]
         if len(steps) > 1 and rt.is_main:
             save_checkpoint(average_checkpoints(steps), ckpt_dir / "avg.pt")
         runtime.barrier(rt)
         if len(steps) > 1:
             final_ckpt = ckpt_dir / "avg.pt"
     model.load_state_dict(load_checkpoint(final_ckpt, map_location=rt.device)["model"])
-    test = validate(model, cfg, data, test_ds, rt, beam=tc.test_beam, with_loss=True)
+    test = validate(model, cfg, data, "test", rt, beam=tc.test_beam, with_loss=True)
     wall = time.time() - t_start
     metrics = {
         "best_valid_bleu": state["best_bleu"],
@@ -379,16 +384,17 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
 
 # ----------------------------------------------------------------------------- validation
 @torch.inference_mode()
-def validate(model, cfg, data: PreparedData, ds, rt: runtime.Runtime, limit: int = 0,
+def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, limit: int = 0,
              beam: int = 1, with_loss: bool = True) -> dict:
     """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``."""
     model.eval()
-    src_ids, tgt_ids = ds["src_ids"], ds["tgt_ids"]
+    ds = data.splits[split]
+    src_ids, tgt_ids = data.ids(split)
     n = len(src_ids)
     loss_sum = tok = 0.0
     if with_loss:
-        eval_sampler = TokenBatchSampler([len(x) for x in src_ids], [len(x) for x in tgt_ids],
-                                         max_tokens=cfg.trainer.max_tokens, shuffle=False)
+        eval_sampler = TokenBatchSampler(*data.lengths(split), max_tokens=cfg.trainer.max_tokens,
+                                         shuffle=False)
         for b, indices in enumerate(eval_sampler):
             if b % rt.world_size != rt.rank:
                 continue
@@ -412,12 +418,13 @@ def validate(model, cfg, data: PreparedData, ds, rt: runtime.Runtime, limit: int
     gathered = runtime.all_gather_objects(rt, list(zip(mine, hyps_mine)))
     by_index = dict(pair for part in gathered for pair in part)
     hyps = [by_index[i] for i in keep]
-    refs = [ds["tgt"][i] for i in keep]
+    tgt_text, src_text = ds["tgt"][:], ds["src"][:]
+    refs = [tgt_text[i] for i in keep]
     bleu, chrf, sig = score(hyps, refs, cfg.data.tgt_lang if not cfg.data.reverse
                             else cfg.data.src_lang)
     loss = loss_sum / max(tok, 1) if with_loss else float("nan")
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
-            "signature": sig, "hyps": hyps, "refs": refs, "srcs": [ds["src"][i] for i in keep]}
+            "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
 
 
 def _probe_sentences(cfg, data: PreparedData) -> list[str]:
@@ -513,14 +520,3 @@ def _set_rng_state(rng: dict, rt) -> None:
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
 
-
-def _step_checkpoints(ckpt_dir: Path) -> list[Path]:
-    return sorted(ckpt_dir.glob("ckpt_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-
-
-class _nullctx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False

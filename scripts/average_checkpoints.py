@@ -1,0 +1,49 @@
+"""Average the weights of a run's last N step checkpoints into one checkpoint.
+
+    python scripts/average_checkpoints.py run=outputs/2026-11-22/10-00-00 last=5
+    python scripts/translate.py run=outputs/2026-11-22/10-00-00 checkpoint=avg ...
+
+The run must have kept step checkpoints (trainer.keep_last=N); the trainer can also do
+this itself at the end of training (trainer.average_last=N).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig
+
+from tinymt.checkpoint import average_checkpoints, save_checkpoint, step_checkpoints
+from tinymt.cli import one_line_errors
+from tinymt.errors import TinyMTError
+from tinymt.translate import find_run
+
+
+@dataclass
+class AverageConfig:
+    run: str = "latest"  # run dir, or latest
+    last: int = 5  # how many of the newest ckpt_<step>.pt to average
+    output: Optional[str] = None  # default: <run>/checkpoints/avg.pt
+    outputs_root: str = "outputs"  # where run=latest looks
+
+
+ConfigStore.instance().store(name="average_config", node=AverageConfig)
+
+
+@hydra.main(version_base="1.3", config_path=None, config_name="average_config")
+@one_line_errors
+def main(cfg: DictConfig) -> None:
+    run_dir = find_run(cfg.run, cfg.outputs_root)
+    steps = step_checkpoints(run_dir / "checkpoints")[-cfg.last:]
+    if len(steps) < 2:
+        raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
+                          "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
+    out = Path(cfg.output or run_dir / "checkpoints" / "avg.pt")
+    save_checkpoint(average_checkpoints(steps), out)
+    print(f"averaged {', '.join(p.name for p in steps)} -> {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Seeded generation of the built-in corpus: sample, render, filter, deduplicate, split.
+
+One ``random.Random(seed)`` drives everything, so a seed gives byte-identical splits.
+Pairs are kept only if both sides are 3..``MAX_WORDS`` words long and *neither* the
+Chinese nor the English sentence has been seen before (the two showcase sentences are
+"seen" from the start). That makes the kept pairs one-to-one, so train / validation /
+test are disjoint on both sides and the reversed (en->zh) direction is clean too. The
+unique pairs are shuffled once and cut into test, validation and train.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+
+from tinymt.corpus.grammar import sample_sentence, showcase_structures
+from tinymt.corpus.pair import Pair, join_english
+from tinymt.corpus.render import render
+from tinymt.corpus.structures import Sentence
+
+MIN_WORDS = 3
+MAX_WORDS = 30  # per side, punctuation included
+
+SHOWCASE: tuple[Pair, Pair] = tuple(render(s) for s in showcase_structures())  # type: ignore
+
+
+def sample_pairs(seed: int, n: int) -> list[tuple[Sentence, Pair]]:
+    """``n`` raw samples (structure, pair): no length filter, no deduplication."""
+    r = random.Random(seed)
+    out = []
+    for _ in range(n):
+        s = sample_sentence(r)
+        out.append((s, render(s)))
+    return out
+
+
+def generate_splits(
+    seed: int = 1234,
+    train_size: int = 200_000,
+    valid_size: int = 1000,
+    test_size: int = 1000,
+) -> dict[str, list[Pair]]:
+    """Unique pairs split into ``{"train", "validation", "test"}``; same seed, same lists."""
+    sizes = {"train": train_size, "validation": valid_size, "test": test_size}
+    for k, v in sizes.items():
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"{k} size must be a non-negative int, got {v!r}")
+    total = train_size + valid_size + test_size
+    r = random.Random(seed)
+    seen_zh = {p.zh for p in SHOWCASE}
+    seen_en = {p.en for p in SHOWCASE}
+    pairs: list[Pair] = []
+    budget = 30 * total + 10_000
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of small tuples, no cycles: the collector would only slow us
+    try:
+        _fill(r, pairs, total, seen_zh, seen_en, budget)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    r.shuffle(pairs)
+    return {
+        "train": pairs[valid_size + test_size :],
+        "validation": pairs[test_size : test_size + valid_size],
+        "test": pairs[:test_size],
+    }
+
+
+_CHUNK = 256  # sample, then render, in chunks: ~20% faster than one at a time (CPU caches)
+
+
+def _fill(r, pairs, total, seen_zh, seen_en, budget) -> None:
+    while len(pairs) < total:
+        budget -= _CHUNK
+        if budget < 0:
+            raise RuntimeError(f"the grammar ran out of new sentences after {len(pairs)} pairs")
+        structures = [sample_sentence(r) for _ in range(_CHUNK)]
+        for p in [render(s) for s in structures]:
+            nz = len(p.zh_words)
+            ne = len(p.en_words)
+            if nz > MAX_WORDS or ne > MAX_WORDS or nz < MIN_WORDS or ne < MIN_WORDS:
+                continue
+            zh = "".join(p.zh_words)
+            en = join_english(p.en_words)
+            if zh in seen_zh or en in seen_en:
+                continue
+            seen_zh.add(zh)
+            seen_en.add(en)
+            pairs.append(p)
+            if len(pairs) == total:
+                return
+
+
+def build_dataset_dict(
+    seed: int = 1234,
+    train_size: int = 200_000,
+    valid_size: int = 1000,
+    test_size: int = 1000,
+):
+    """The splits as a ``datasets.DatasetDict`` with columns zh, en, zh_words, en_words,
+    alignment (a list of ``[zh_index, en_index]`` per row)."""
+    import datasets
+
+    splits = generate_splits(seed, train_size, valid_size, test_size)
+    features = datasets.Features(
+        {
+            "zh": datasets.Value("string"),
+            "en": datasets.Value("string"),
+            "zh_words": datasets.Sequence(datasets.Value("string")),
+            "en_words": datasets.Sequence(datasets.Value("string")),
+            "alignment": datasets.Sequence(datasets.Sequence(datasets.Value("int32"))),
+        }
+    )
+    out = {}
+    for name, pairs in splits.items():
+        out[name] = datasets.Dataset.from_dict(
+            {
+                "zh": [p.zh for p in pairs],
+                "en": [p.en for p in pairs],
+                "zh_words": [list(p.zh_words) for p in pairs],
+                "en_words": [list(p.en_words) for p in pairs],
+                "alignment": [[list(a) for a in p.alignment] for p in pairs],
+            },
+            features=features,
+        )
+    return datasets.DatasetDict(out)

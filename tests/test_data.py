@@ -1,0 +1,533 @@
+"""Every source -> prepared splits; cache (hit, invalidation, interrupted builds); user errors."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO_ROOT, make_pairs, write_text_corpus
+
+import tinymt.data as data_mod
+from tinymt.data import COMPLETE, cache_path, load_source, prepare, summary_table
+from tinymt.errors import TinyMTError
+
+
+def _quiet(_msg):
+    pass
+
+
+class Log(list):
+    def __call__(self, msg):
+        self.append(msg)
+
+    def text(self):
+        return "\n".join(self)
+
+
+# ----------------------------------------------------------------------------------------
+# text source
+
+
+def test_text_source_end_to_end(text_corpus, data_cfg):
+    log = Log()
+    d = prepare(data_cfg(path=str(text_corpus)), log=log)
+    assert not d.cache_hit and d.stats["cache_hit"] is False
+    assert d.stats["pairs"] == {"train": 300, "valid": 20, "test": 20}
+    assert set(d.splits) == {"train", "valid", "test"}
+    row = d.splits["valid"][0]
+    assert set(row) == {"src", "tgt", "src_ids", "tgt_ids"}
+    src0, tgt0 = make_pairs(20, 1)[0]
+    assert (row["src"], row["tgt"]) == (src0, tgt0)
+    # raw piece ids: no bos/eos, decode back to the text
+    assert row["src_ids"] == d.src_tokenizer.encode(src0)
+    assert not {0, 2, 3} & set(row["src_ids"] + row["tgt_ids"])
+    assert d.tgt_tokenizer.decode(row["tgt_ids"]) == tgt0
+    assert d.src_tokenizer is d.tgt_tokenizer  # joint by default
+    assert (d.tokenizer_dir / "spm.model").is_file()
+    assert d.stats["vocab_size"] == {"src": 40, "tgt": 40}
+    for side in ("src", "tgt"):
+        s = d.stats["tokens"]["train"][side]
+        assert s["mean"] > 0 and s["p95"] >= s["mean"] and s["unk_pct"] == 0
+    src_ids, tgt_ids = d.ids("valid")
+    assert src_ids[0] == row["src_ids"] and tgt_ids[0] == row["tgt_ids"]
+    assert d.lengths("valid") == ([len(x) for x in src_ids], [len(x) for x in tgt_ids])
+    table = summary_table(d.stats)
+    assert "train" in table and "300" in table and "40 joint" in table
+    assert "cache hit" not in log.text()
+
+
+def test_text_gz_and_separate_vocab_and_reverse(tmp_path, data_cfg):
+    folder = write_text_corpus(
+        tmp_path / "gz",
+        {"train": make_pairs(200, 0), "dev": make_pairs(10, 1), "test": make_pairs(10, 2)},
+        suffix=".gz",
+    )
+    d = prepare(
+        data_cfg(
+            path=str(folder), valid_split="dev", joint_vocab=False, vocab_size=32, reverse=True
+        ),
+        log=_quiet,
+    )
+    assert d.src_tokenizer is not d.tgt_tokenizer
+    assert sorted(p.name for p in d.tokenizer_dir.glob("*.model")) == ["src.model", "tgt.model"]
+    src0, tgt0 = make_pairs(10, 1)[0]
+    assert (d.splits["valid"][0]["src"], d.splits["valid"][0]["tgt"]) == (tgt0, src0)
+    assert d.stats["direction"] == "en->de"
+
+
+def test_normalisation_and_empty_pairs(tmp_path, data_cfg):
+    pairs = make_pairs(200, 0)
+    valid = [
+        ("ＤＥＲ   hund\t.  ", "the dog ."),
+        ("  ", "empty source"),
+        ("das haus .", "the house ."),
+    ]
+    folder = write_text_corpus(
+        tmp_path / "c", {"train": pairs + [("", "")], "valid": valid, "test": make_pairs(5, 2)}
+    )
+    d = prepare(data_cfg(path=str(folder)), log=_quiet)
+    assert d.splits["valid"]["src"][:] == ["DER hund .", "das haus ."]  # NFKC + whitespace
+    assert d.stats["dropped"]["valid"]["empty"] == 1
+    assert d.stats["dropped"]["train"]["empty"] == 1
+    assert d.stats["pairs"]["train"] == 200
+
+
+def test_length_filters_apply_to_train_only_and_are_counted(tmp_path, data_cfg):
+    long_pair = (" ".join(["katze"] * 200), " ".join(["cat"] * 200))
+    skewed = ("hund .", " ".join(["dog"] * 30))
+    folder = write_text_corpus(
+        tmp_path / "c",
+        {
+            "train": make_pairs(200, 0) + [long_pair, skewed],
+            "valid": make_pairs(5, 1) + [long_pair],
+            "test": make_pairs(5, 2) + [skewed],
+        },
+    )
+    log = Log()
+    d = prepare(data_cfg(path=str(folder), max_len=150, max_len_ratio=3.0), log=log)
+    assert d.stats["dropped"]["train"] == {"empty": 0, "max_len": 1, "max_len_ratio": 1}
+    assert d.stats["pairs"]["train"] == 200
+    assert "max_len 1, max_len_ratio 1" in log.text()  # what each filter removed is logged
+    off = prepare(data_cfg(path=str(folder), max_len=0, max_len_ratio=0), log=_quiet)
+    assert off.stats["dropped"]["train"] == {"empty": 0, "max_len": 0, "max_len_ratio": 0}
+    assert off.stats["pairs"]["train"] == 202
+    for p in (d, off):
+        assert p.stats["pairs"]["valid"] == 6 and p.stats["pairs"]["test"] == 6  # never dropped
+        assert p.stats["dropped"]["valid"] == {"empty": 0, "max_len": 0, "max_len_ratio": 0}
+    assert d.stats["tokens"]["valid"]["src"]["max"] > 150  # the long pair is kept
+
+
+def test_misaligned_line_counts(tmp_path, data_cfg, text_corpus):
+    (text_corpus / "valid.en").write_text("only one line\n")
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(path=str(text_corpus)), log=_quiet)
+    msg = str(e.value)
+    assert "valid.de" in msg and "valid.en" in msg and "20 lines" in msg and "1 lines" in msg
+
+
+def test_invalid_utf8_names_file_and_line(data_cfg, text_corpus):
+    lines = (text_corpus / "test.de").read_bytes().split(b"\n")
+    lines[2] = b"kaputt \xff\xfe ."
+    (text_corpus / "test.de").write_bytes(b"\n".join(lines))
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(path=str(text_corpus)), log=_quiet)
+    assert "test.de" in str(e.value) and "line 3" in str(e.value)
+
+
+def test_missing_folder_and_file(tmp_path, data_cfg, text_corpus):
+    with pytest.raises(TinyMTError, match="folder not found") as e:
+        prepare(data_cfg(path=str(tmp_path / "nowhere")), log=_quiet)
+    assert "nowhere" in str(e.value)
+    (text_corpus / "test.en").unlink()
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(path=str(text_corpus)), log=_quiet)
+    assert "test.en" in str(e.value) and str(text_corpus) in str(e.value)
+
+
+def test_split_empty_after_filtering_names_the_filter(data_cfg, text_corpus, tmp_path):
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(path=str(text_corpus), max_len=1), log=_quiet)
+    assert "train split is empty after the max_len filter" in str(e.value)
+    folder = write_text_corpus(
+        tmp_path / "c", {"train": make_pairs(100), "valid": [(" ", "x")], "test": make_pairs(3)}
+    )
+    with pytest.raises(TinyMTError, match="valid split is empty after dropping empty pairs"):
+        prepare(data_cfg(path=str(folder)), log=_quiet)
+
+
+def test_vocab_too_large_says_what_to_lower_it_to(data_cfg, text_corpus):
+    with pytest.raises(TinyMTError, match=r"set data.vocab_size to \d+ or lower"):
+        prepare(data_cfg(path=str(text_corpus), vocab_size=20000), log=_quiet)
+
+
+def test_bad_config_values(data_cfg, text_corpus):
+    with pytest.raises(TinyMTError, match="data.source"):
+        prepare(data_cfg(path=str(text_corpus), source="ftp"), log=_quiet)
+    with pytest.raises(TinyMTError, match="needs data.path"):
+        prepare(data_cfg(path=None), log=_quiet)
+
+
+# ----------------------------------------------------------------------------------------
+# cache
+
+
+def test_second_prepare_is_a_cache_hit(text_corpus, data_cfg):
+    cfg = data_cfg(path=str(text_corpus))
+    first = prepare(cfg, log=_quiet)
+    model = first.tokenizer_dir / "spm.model"
+    mtime = model.stat().st_mtime_ns
+    log = Log()
+    second = prepare(cfg, log=log)
+    assert second.cache_hit and second.stats["cache_hit"]
+    assert "cache hit" in log.text() and "trained" not in log.text()
+    assert model.stat().st_mtime_ns == mtime  # tokenizer not retrained
+    assert second.tokenizer_dir == first.tokenizer_dir
+    assert second.splits["train"]["src_ids"][:] == first.splits["train"]["src_ids"][:]
+    assert second.stats["pairs"] == first.stats["pairs"]
+    # a different config or a changed file is a different cache entry
+    assert cache_path(data_cfg(path=str(text_corpus), vocab_size=41)) != cache_path(cfg)
+    before = cache_path(cfg)
+    with open(text_corpus / "train.de", "a") as f, open(text_corpus / "train.en", "a") as g:
+        f.write("der hund .\n")
+        g.write("the dog .\n")
+    assert cache_path(cfg) != before
+    assert not prepare(cfg, log=_quiet).cache_hit
+
+
+def test_name_and_cache_dir_are_not_part_of_the_key(text_corpus, data_cfg, tmp_path):
+    a = cache_path(data_cfg(path=str(text_corpus)))
+    b = cache_path(data_cfg(path=str(text_corpus), name="other", cache_dir=str(tmp_path / "x")))
+    assert a.name == b.name
+
+
+def test_interrupted_build_is_not_trusted(text_corpus, data_cfg, monkeypatch):
+    cfg = data_cfg(path=str(text_corpus))
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash after tokenizer training")
+
+    monkeypatch.setattr(data_mod, "_side_stats", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        prepare(cfg, log=_quiet)
+    final = cache_path(cfg)
+    assert not final.exists()
+    assert not list(final.parent.glob(".tmp-*"))  # the temp folder is cleaned up
+    monkeypatch.undo()
+    d = prepare(cfg, log=_quiet)
+    assert not d.cache_hit and (final / COMPLETE).is_file()
+
+
+def test_cache_folder_without_marker_is_rebuilt(text_corpus, data_cfg):
+    cfg = data_cfg(path=str(text_corpus))
+    final = cache_path(cfg)
+    (final / "tokenizer").mkdir(parents=True)
+    (final / "tokenizer" / "spm.model").write_bytes(b"half-written")
+    log = Log()
+    d = prepare(cfg, log=log)
+    assert not d.cache_hit
+    assert "incomplete cache" in log.text()
+    assert (final / COMPLETE).is_file() and d.src_tokenizer.vocab_size == 40
+
+
+def test_damaged_complete_cache_is_rebuilt(text_corpus, data_cfg):
+    cfg = data_cfg(path=str(text_corpus))
+    first = prepare(cfg, log=_quiet)
+    (first.tokenizer_dir / "spm.model").write_bytes(b"garbage")
+    log = Log()
+    d = prepare(cfg, log=log)
+    assert not d.cache_hit and "rebuilding" in log.text()
+    assert d.src_tokenizer.encode("der hund") == first.src_tokenizer.encode("der hund")
+
+
+def test_stale_temp_folders_of_dead_processes_are_removed(text_corpus, data_cfg):
+    cfg = data_cfg(path=str(text_corpus))
+    root = cache_path(cfg).parent
+    root.mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = root / f".tmp-{dead}-deadbeef-{cache_path(cfg).name}"
+    stale.mkdir()
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    prepare(cfg, log=_quiet)
+    assert not stale.exists()
+
+
+# ----------------------------------------------------------------------------------------
+# tsv source
+
+
+def _write_tsv(path, pairs, gz=False):
+    text = "".join(f"{en}\t{de}\tCC-BY attribution #{i}\n" for i, (de, en) in enumerate(pairs))
+    data = ("\ufeff" + text).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def test_tsv_seeded_split(tmp_path, data_cfg):
+    pairs = make_pairs(400, 0)
+    path = _write_tsv(tmp_path / "pairs.tsv.gz", pairs, gz=True)
+    cfg = {
+        "source": "tsv",
+        "path": str(path),
+        "src_column": 1,
+        "tgt_column": 0,
+        "valid_size": 30,
+        "test_size": 20,
+        "split_seed": 7,
+    }
+    d = prepare(data_cfg(**cfg), log=_quiet)
+    assert d.stats["pairs"] == {"train": 350, "valid": 30, "test": 20}
+    assert (d.splits["train"][0]["src"], d.splits["train"][0]["tgt"]) in pairs  # columns 1 -> 0
+    # the same seed gives the same split (fresh cache), another seed another one
+    raw = load_source(data_cfg(**cfg))
+    assert raw["valid"]["src"][:] == d.splits["valid"]["src"][:]
+    other = load_source(data_cfg(**{**cfg, "split_seed": 8}))
+    assert other["valid"]["src"][:] != raw["valid"]["src"][:]
+    assert len(set(raw["test"]["src"][:]) | set(raw["valid"]["src"][:])) <= 50
+
+
+def test_tsv_row_with_too_few_columns(tmp_path, data_cfg):
+    path = _write_tsv(tmp_path / "pairs.tsv", make_pairs(50))
+    lines = path.read_text().splitlines()
+    lines[6] = "only english here"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(source="tsv", path=str(path), valid_size=5, test_size=5), log=_quiet)
+    assert "pairs.tsv" in str(e.value) and "line 7" in str(e.value)
+
+
+def test_tsv_too_small_for_held_out_splits(tmp_path, data_cfg):
+    path = _write_tsv(tmp_path / "pairs.tsv", make_pairs(10))
+    with pytest.raises(TinyMTError, match="valid_size"):
+        prepare(data_cfg(source="tsv", path=str(path), valid_size=5, test_size=5), log=_quiet)
+    with pytest.raises(TinyMTError, match="file not found"):
+        prepare(data_cfg(source="tsv", path=str(tmp_path / "no.tsv")), log=_quiet)
+
+
+# ----------------------------------------------------------------------------------------
+# hub source (a local folder in hub layout; a hub name while offline)
+
+
+def _write_jsonl(folder, splits, translation=False):
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, pairs in splits.items():
+        with open(folder / f"{split}.jsonl", "w") as f:
+            for de, en in pairs:
+                row = {"translation": {"de": de, "en": en}} if translation else {"en": en, "de": de}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("translation", [False, True])
+def test_hub_layout_local_folder(tmp_path, data_cfg, translation):
+    folder = _write_jsonl(
+        tmp_path / "hub",
+        {"train": make_pairs(200), "validation": make_pairs(12, 1), "test": make_pairs(8, 2)},
+        translation=translation,
+    )
+    d = prepare(data_cfg(source="hub", path=str(folder), valid_split="validation"), log=_quiet)
+    assert d.stats["pairs"] == {"train": 200, "valid": 12, "test": 8}
+    assert d.splits["test"][0]["src"] == make_pairs(8, 2)[0][0]
+
+
+def test_hub_layout_missing_split_or_column(tmp_path, data_cfg):
+    folder = _write_jsonl(
+        tmp_path / "hub",
+        {"train": make_pairs(50), "validation": make_pairs(5), "test": make_pairs(5)},
+    )
+    with pytest.raises(TinyMTError, match="no split 'valid'.*valid_split"):
+        prepare(data_cfg(source="hub", path=str(folder), valid_split="valid"), log=_quiet)
+    with pytest.raises(TinyMTError, match="no column 'fr'.*src_lang"):
+        prepare(
+            data_cfg(source="hub", path=str(folder), valid_split="validation", src_lang="fr"),
+            log=_quiet,
+        )
+
+
+def test_hub_name_offline_fails_fast_with_a_hint(data_cfg):
+    t0 = time.time()
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(source="hub", path="tinymt-test/no-such-dataset"), log=_quiet)
+    assert time.time() - t0 < 10
+    assert "point data.path at a local copy" in str(e.value)
+    assert "tinymt-test/no-such-dataset" in str(e.value)
+
+
+def test_hub_unreachable_fails_fast_without_offline_flag(data_cfg, monkeypatch):
+    # offline flags off, endpoint a closed local port: the probe fails at once, no retries
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9")
+    log = Log()
+    t0 = time.time()
+    with pytest.raises(TinyMTError) as e:
+        prepare(data_cfg(source="hub", path="tinymt-test/no-such-dataset"), log=log)
+    assert time.time() - t0 < 10
+    assert "unreachable" in str(e.value) and "data.path" in str(e.value)
+    assert "unreachable" in log.text()
+    assert datasets.config.HF_HUB_OFFLINE is False  # restored
+
+
+def test_hub_local_looking_path_that_does_not_exist(tmp_path, data_cfg):
+    with pytest.raises(TinyMTError, match="folder not found"):
+        prepare(data_cfg(source="hub", path=str(tmp_path / "gone" / "x")), log=_quiet)
+
+
+# ----------------------------------------------------------------------------------------
+# builtin source (skips until tinymt.corpus exists)
+
+
+@pytest.fixture
+def corpus():
+    try:
+        from tinymt.corpus import build_dataset_dict  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"tinymt.corpus not available yet: {e}")
+
+
+def test_builtin_source_with_alignments(corpus, data_cfg):
+    cfg = data_cfg(
+        source="builtin",
+        src_lang="zh",
+        tgt_lang="en",
+        train_size=2000,
+        valid_size=50,
+        test_size=50,
+        vocab_size=1000,
+    )
+    d = prepare(cfg, log=_quiet)
+    assert d.stats["pairs"]["valid"] == 50 and d.stats["pairs"]["test"] == 50
+    row = d.splits["valid"][0]
+    assert {"src_words", "tgt_words", "alignment"} <= set(row)
+    for s, t in row["alignment"]:
+        assert 0 <= s < len(row["src_words"]) and 0 <= t < len(row["tgt_words"])
+    rev = load_source(data_cfg(**{**cfg.__dict__, "reverse": True}))
+    fwd = load_source(cfg)
+    assert rev["valid"][0]["src"] == fwd["valid"][0]["tgt"]
+    assert rev["valid"][0]["src_words"] == fwd["valid"][0]["tgt_words"]
+    assert rev["valid"][0]["alignment"] == [[t, s] for s, t in fwd["valid"][0]["alignment"]]
+
+
+def test_builtin_fast_path_matches_build_dataset_dict(corpus, data_cfg, monkeypatch):
+    import tinymt.corpus
+
+    cfg = data_cfg(
+        source="builtin", src_lang="en", tgt_lang="zh", train_size=300, valid_size=20, test_size=20
+    )
+    fast = load_source(cfg)
+    monkeypatch.delattr(tinymt.corpus, "generate_splits")
+    slow = load_source(cfg)
+    for split in ("train", "valid", "test"):
+        assert fast[split].to_dict() == slow[split].to_dict()
+    row = fast["valid"][0]  # en -> zh: alignment pairs are (en_i, zh_i)
+    assert "".join(row["tgt_words"]) == row["tgt"]
+    for s, t in row["alignment"]:
+        assert s < len(row["src_words"]) and t < len(row["tgt_words"])
+
+
+def test_builtin_rejects_other_languages(data_cfg):
+    with pytest.raises(TinyMTError, match="zh and en"):
+        prepare(data_cfg(source="builtin", src_lang="de", tgt_lang="en"), log=_quiet)
+
+
+# ----------------------------------------------------------------------------------------
+# the reference corpora in ../shared/data (skipped when absent)
+
+
+def test_shared_multi30k_hub_layout(shared_data, data_cfg):
+    d = prepare(
+        data_cfg(
+            source="hub",
+            path=str(shared_data / "multi30k-hub-layout"),
+            valid_split="validation",
+            vocab_size=1000,
+            max_len_ratio=0,
+        ),
+        log=_quiet,
+    )
+    assert d.stats["pairs"] == {"train": 29000, "valid": 1014, "test": 1000}
+    assert d.splits["train"][0]["src"].startswith("Zwei junge weiße Männer")
+
+
+def test_shared_multi30k_text_files(shared_data, data_cfg):
+    d = prepare(
+        data_cfg(
+            source="text",
+            path=str(shared_data / "multi30k"),
+            valid_split="val",
+            test_split="test_2016_flickr",
+            vocab_size=1000,
+            max_len_ratio=0,
+        ),
+        log=_quiet,
+    )
+    assert d.stats["pairs"] == {"train": 29000, "valid": 1014, "test": 1000}
+
+
+def test_shared_tatoeba(shared_data, data_cfg):
+    d = prepare(
+        data_cfg(
+            source="tsv",
+            path=str(shared_data / "tatoeba-cmn-eng" / "cmn-eng.tsv.gz"),
+            src_lang="zh",
+            tgt_lang="en",
+            src_column=1,
+            tgt_column=0,
+            valid_size=1000,
+            test_size=1000,
+            vocab_size=4000,
+            character_coverage=0.9995,
+        ),
+        log=_quiet,
+    )
+    p = d.stats["pairs"]
+    assert p["valid"] == 1000 and p["test"] == 1000 and p["train"] > 26000
+    assert not d.splits["train"][0]["src"].startswith("\ufeff")
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in d.splits["train"][0]["src"])
+
+
+# ----------------------------------------------------------------------------------------
+# scripts/prepare_data.py
+
+
+def _script(*overrides, cwd):
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"), *overrides],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def test_script_summary_and_one_line_error(tmp_path, text_corpus):
+    common = [
+        "data=text_files",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.src_lang=de",
+        "data.tgt_lang=en",
+        "data.vocab_size=40",
+    ]
+    ok = _script(*common, f"data.path={text_corpus}", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "split" in ok.stdout and "pairs" in ok.stdout and "300" in ok.stdout
+    assert "40 joint" in ok.stdout
+    bad = _script(*common, f"data.path={tmp_path / 'missing'}", cwd=tmp_path)
+    assert bad.returncode == 2
+    err = bad.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "missing" in err[0]
+    assert "Traceback" not in bad.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "corpus"]  # no litter

@@ -1,0 +1,208 @@
+"""Greedy and beam search: consistency between variants and exactness against enumeration."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from tinymt.config import ModelConfig
+from tinymt.decoding import beam_search, greedy_decode
+from tinymt.errors import TinyMTError
+from tinymt.model import Transformer
+
+DT = torch.float64
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+def tiny_model(seed, vocab=23, sharpen=4.0, **kw):
+    """A random float64 model whose output distributions are peaked (non-trivial search)."""
+    torch.manual_seed(seed)
+    sizes = {"d_model": 16, "n_heads": 2, "n_encoder_layers": 2, "n_decoder_layers": 2}
+    cfg = ModelConfig(
+        **{"d_ff": 32, "dropout": 0.0, "max_positions": 64, "tie_embeddings": False, **sizes, **kw}
+    )
+    model = Transformer(cfg, vocab, vocab, shared_vocab=True).to(DT).eval()
+    with torch.no_grad():
+        model.output_proj.weight.mul_(sharpen)
+    return model
+
+
+def sources(lengths, vocab=23, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    x = torch.randint(4, vocab, (len(lengths), T), generator=g)
+    return x.masked_fill(torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None], PAD)
+
+
+def teacher_forced_logprob(model, src_row, hyps):
+    """sum(log p) of each hypothesis + EOS, by one full forward pass (no cache, no search)."""
+    T = max(len(h) for h in hyps) + 1
+    tgt_in = torch.full((len(hyps), T), PAD)
+    tgt_out = torch.full((len(hyps), T), PAD)
+    for i, h in enumerate(hyps):
+        tgt_in[i, : len(h) + 1] = torch.tensor([BOS] + list(h))
+        tgt_out[i, : len(h) + 1] = torch.tensor(list(h) + [EOS])
+    src = src_row[None].expand(len(hyps), -1)
+    with torch.no_grad():
+        logits, _ = model(src, tgt_in)
+    logp = logits.log_softmax(-1).gather(-1, tgt_out[..., None])[..., 0]  # (N, T)
+    return logp.masked_fill(tgt_out.eq(PAD), 0.0).sum(-1).tolist()
+
+
+def exhaustive(model, src_row, max_len, len_penalty, allowed):
+    """Score of every output of up to max_len tokens (+EOS): {tokens: score}."""
+    hyps = [h for m in range(max_len + 1) for h in itertools.product(allowed, repeat=m)]
+    sums = teacher_forced_logprob(model, src_row, hyps)
+    return {h: s / (len(h) + 1) ** len_penalty for h, s in zip(hyps, sums)}
+
+
+# --------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("len_penalty", [0.0, 0.6, 1.0])
+def test_beam_search_finds_exhaustive_optimum(seed, len_penalty):
+    V, L = 6, 4  # pad unk bos eos + two words; at most 4 tokens before EOS
+    model = tiny_model(seed, vocab=V, sharpen=3.0)
+    src = sources([5, 3], vocab=V, seed=seed)
+    non_eos = [UNK, 4, 5]  # pad and bos are never generated
+    # every step has at most 4 * 3**(L-1) = 108 finite candidates; a beam above that keeps
+    # them all, so the search is exhaustive
+    big = beam_search(
+        model, src, beam=4**L, len_penalty=len_penalty, max_len_a=0, max_len_b=L, nbest=5
+    )
+    small = beam_search(model, src, beam=2, len_penalty=len_penalty, max_len_a=0, max_len_b=L)
+    for b in range(src.size(0)):
+        table = exhaustive(model, src[b], L, len_penalty, non_eos)
+        ranked = sorted(table.items(), key=lambda kv: -kv[1])
+        # the exact search returns the true top 5, in order, with the true scores
+        got_scores = [s for _, s in big[b]]
+        assert got_scores == pytest.approx([s for _, s in ranked[:5]], abs=1e-9)
+        for toks, s in big[b]:
+            assert table[tuple(toks)] == pytest.approx(s, abs=1e-9)
+        if ranked[0][1] - ranked[1][1] > 1e-9:  # unique optimum: same tokens
+            assert tuple(big[b][0][0]) == ranked[0][0]
+        # a narrow beam never beats the optimum, and reports its hypothesis' true score
+        (toks, score), = small[b]
+        assert score <= ranked[0][1] + 1e-12
+        assert table[tuple(toks)] == pytest.approx(score, abs=1e-9)
+
+
+def test_beam_scores_match_teacher_forcing_on_larger_vocab():
+    model = tiny_model(11)
+    src = sources([6, 2, 4], seed=11)
+    out = beam_search(model, src, beam=4, nbest=3, len_penalty=0.7, max_len_a=1.0, max_len_b=3)
+    for b, hyps in enumerate(out):
+        assert 1 <= len(hyps) <= 3
+        assert [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
+        sums = teacher_forced_logprob(model, src[b], [h for h, _ in hyps])
+        for (toks, score), s in zip(hyps, sums):
+            assert EOS not in toks and BOS not in toks and PAD not in toks
+            assert len(toks) <= int(1.0 * int((src[b] != PAD).sum()) + 3)
+            assert score == pytest.approx(s / (len(toks) + 1) ** 0.7, abs=1e-9)
+
+
+# --------------------------------------------------------------------------- consistency
+def test_beam_one_equals_greedy():
+    lengths = [7, 3, 5, 1]
+    stopped_early = reached_max = 0
+    for seed in range(6):  # random models differ a lot: some stop at once, some never
+        model = tiny_model(seed, vocab=8)
+        src = sources(lengths, vocab=8, seed=seed)
+        greedy = greedy_decode(model, src, max_len_a=1.5, max_len_b=3)
+        beam1 = beam_search(model, src, beam=1, max_len_a=1.5, max_len_b=3)
+        assert [hyps[0][0] for hyps in beam1] == greedy
+        for g, n in zip(greedy, lengths):
+            stopped_early += len(g) < int(1.5 * n + 3)
+            reached_max += len(g) == int(1.5 * n + 3)
+    assert stopped_early and reached_max  # both ways of ending were exercised
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cached_equals_uncached(seed):
+    model = tiny_model(seed)
+    src = sources([6, 2, 4], seed=seed)
+    kw = {"max_len_a": 1.0, "max_len_b": 4}
+    assert greedy_decode(model, src, use_cache=True, **kw) == greedy_decode(
+        model, src, use_cache=False, **kw
+    )
+    cached = beam_search(model, src, beam=4, nbest=4, use_cache=True, **kw)
+    uncached = beam_search(model, src, beam=4, nbest=4, use_cache=False, **kw)
+    for a, b in zip(cached, uncached):
+        assert [t for t, _ in a] == [t for t, _ in b]
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-9)
+
+
+def test_batched_equals_one_by_one():
+    model = tiny_model(5)
+    lengths = [7, 2, 5, 3]
+    src = sources(lengths, seed=5)
+    kw = {"max_len_a": 1.0, "max_len_b": 3}
+    greedy = greedy_decode(model, src, **kw)
+    beams = beam_search(model, src, beam=3, nbest=2, **kw)
+    for b, n in enumerate(lengths):
+        alone = src[b : b + 1, :n]
+        assert greedy_decode(model, alone, **kw) == [greedy[b]]
+        (hyps,) = beam_search(model, alone, beam=3, nbest=2, **kw)
+        assert [t for t, _ in hyps] == [t for t, _ in beams[b]]
+        assert [s for _, s in hyps] == pytest.approx([s for _, s in beams[b]], abs=1e-9)
+
+
+# --------------------------------------------------------------------------- edges
+def test_lengths_are_capped_by_max_positions():
+    model = tiny_model(6, max_positions=6, sharpen=0.0)  # all ties: greedy never picks EOS
+    src = sources([5, 2], seed=6)
+    for out in greedy_decode(model, src, max_len_b=50):
+        assert len(out) <= 5
+    for hyps in beam_search(model, src, beam=3, max_len_b=50):
+        assert len(hyps[0][0]) <= 5
+
+
+def unigram_model(logits):
+    """A model whose next-token distribution is softmax(logits) whatever the context."""
+    model = tiny_model(7, vocab=len(logits))
+    with torch.no_grad():
+        model.decoder_norm.weight.zero_()  # final pre-LN norm outputs its bias: e_0
+        model.decoder_norm.bias.zero_()
+        model.decoder_norm.bias[0] = 1.0
+        model.output_proj.weight.zero_()
+        model.output_proj.weight[:, 0] = torch.tensor(logits, dtype=DT)
+    return model
+
+
+def test_max_length_formula_and_forced_eos():
+    # word 4 is the most likely token, EOS the least: every search runs to its maximum
+    # length, int(0.5 * src_len + 1) tokens, and beam search then forces EOS
+    logits = [0.0, -1.0, 9.0, -3.0, 0.5, -0.5, 0.2]  # pad unk bos eos 4 5 6
+    logp = torch.tensor(logits, dtype=DT).log_softmax(0)
+    model = unigram_model(logits)
+    src = sources([4, 1, 7], vocab=7, seed=7)
+    assert greedy_decode(model, src, max_len_a=0.5, max_len_b=1) == [[4] * 3, [4] * 1, [4] * 4]
+    for alpha in (0.0, 1.0):
+        out = beam_search(model, src, beam=3, nbest=2, max_len_a=0.5, max_len_b=1,
+                          len_penalty=alpha)
+        for hyps, L in zip(out, [3, 1, 4]):
+            assert hyps[0][0] == [4] * L
+            expected = (L * logp[4] + logp[EOS]).item() / (L + 1) ** alpha
+            assert hyps[0][1] == pytest.approx(expected, abs=1e-9)
+            assert len(hyps[1][0]) == L and hyps[1][1] < hyps[0][1]
+    # when EOS is the most likely token, both searches stop at once
+    model = unigram_model([0.0, -1.0, 9.0, 2.0, 0.5, -0.5, 0.2])
+    assert greedy_decode(model, src) == [[], [], []]
+    assert [h[0][0] for h in beam_search(model, src, beam=4)] == [[], [], []]
+
+
+def test_mode_restored_and_all_padding_sentence():
+    model = tiny_model(8).train()
+    src = sources([4, 3], seed=8)
+    src[1] = PAD  # an empty source sentence must not produce NaN
+    g = greedy_decode(model, src)
+    bm = beam_search(model, src, beam=3)
+    assert model.training
+    assert len(g) == 2 and len(bm) == 2
+    assert all(math.isfinite(h[0][1]) for h in bm)
+
+
+def test_nbest_larger_than_beam_is_an_error():
+    model = tiny_model(9)
+    with pytest.raises(TinyMTError, match="nbest"):
+        beam_search(model, sources([3]), beam=2, nbest=3)

@@ -19,8 +19,8 @@ import tinymt.config  # noqa: F401  (registers the schemas)
 from tinymt.cli import one_line_errors
 from tinymt.translate import translate
 
-# a Hydra override or flag: key=value, +key=value, ~key, --flag, -m
-_OVERRIDE = re.compile(r"^([+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-/@]*(=|$)|-)")
+# a Hydra override or flag: key=value, +key=value, ++key=value, ~key, --flag, -m
+_OVERRIDE = re.compile(r"^(\+{0,2}[A-Za-z_][A-Za-z0-9_.\-/@]*=|~[A-Za-z_][A-Za-z0-9_.]*|-)")
 SENTENCES = [a for a in sys.argv[1:] if not _OVERRIDE.match(a)]
 sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if _OVERRIDE.match(a)]
 

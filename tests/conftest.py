@@ -137,3 +137,39 @@ def data_cfg(tmp_path):
         return DataConfig(**base)
 
     return make
+
+
+# A tiny but real training run (built-in corpus, 2 heads, a few dozen steps), shared by
+# the tests of everything that reads a run dir: translate, heads, average_checkpoints.
+TINY_TRAIN_OVERRIDES = [
+    "data.train_size=3000", "data.valid_size=60", "data.test_size=40", "data.vocab_size=800",
+    "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=2",
+    "model.n_decoder_layers=1", "model.d_ff=64", "model.dropout=0.1", "model.max_positions=64",
+    "optim.warmup_steps=10", "optim.lr=3e-3",
+    "trainer.max_tokens=800", "trainer.max_minutes=0", "trainer.num_threads=1",
+    "trainer.valid_sentences=20", "trainer.test_beam=2", "trainer.log_every=1",
+    "trainer.n_probes=1",
+]
+
+
+def compose_train(tmp_path, *overrides):
+    """The real train config, composed by Hydra, made tiny and pointed into tmp_path."""
+    from hydra import compose, initialize_config_dir
+
+    import tinymt.config  # noqa: F401
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        return compose(config_name="train", overrides=[
+            *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}",
+            f"run_dir={tmp_path / 'run'}", *overrides])
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished tiny run dir (40 steps, step checkpoints kept)."""
+    from tinymt.trainer import train
+
+    tmp = tmp_path_factory.mktemp("tiny_run")
+    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
+                        "trainer.keep_last=2"))
+    return tmp / "run"

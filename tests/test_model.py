@@ -314,3 +314,55 @@ def test_bad_config_values_raise():
         Transformer(tiny_cfg(activation="swish"), 10, 10, True)
     with pytest.raises(TinyMTError, match="positional"):
         Transformer(tiny_cfg(positional="rope"), 10, 10, True)
+
+
+# --------------------------------------------------------------------------- head masks
+def test_persistent_head_masks():
+    """Mask buffers gate heads on every path, travel in the state_dict, and old
+    checkpoints without them load with every head on."""
+    kinds = ("encoder_self", "decoder_self", "cross")
+    model = tiny_model(seed=9)
+    src, tgt = tokens([5, 4], 5), tokens([4, 3], 4, bos=True)
+    base, _ = model(src, tgt)
+    sd = model.state_dict()
+    for k in kinds:
+        assert torch.equal(sd[f"head_mask_{k}"], torch.ones(2, H, dtype=DT))
+    assert model._masks_all_ones()
+
+    masks = {k: torch.ones(2, H, dtype=DT) for k in kinds}
+    masks["encoder_self"][0, 1] = 0.0
+    masks["cross"][1, 0] = 0.0
+    gates = {k: torch.rand(2, H, dtype=DT) + 0.5 for k in kinds}
+    ref = tiny_model(seed=9)  # unmasked twin: the mask must act exactly like gates
+    model.set_head_masks(masks)
+    assert not model._masks_all_ones()  # in-place buffer writes are noticed
+    masked, _ = model(src, tgt)
+    torch.testing.assert_close(masked, ref(src, tgt, head_gates=masks)[0], atol=0, rtol=0)
+    assert not torch.allclose(masked, base)
+    both, _ = model(src, tgt, head_gates=gates)  # mask * gates
+    prod = {k: masks[k] * gates[k] for k in kinds}
+    torch.testing.assert_close(both, ref(src, tgt, head_gates=prod)[0], atol=1e-12, rtol=0)
+
+    # incremental decoding sees the masks too
+    memory, _ = model.encode(src)
+    cache = model.init_cache(memory, src.eq(0))
+    steps = [model.decode_step(tgt[:, t : t + 1], cache)[0] for t in range(4)]
+    real = ~tgt.eq(0)  # decode_step never sees padding: compare real positions only
+    torch.testing.assert_close(torch.stack(steps, 1)[real], masked[real], atol=1e-10, rtol=0)
+
+    # a pruned state_dict rebuilds the pruned model; one without masks = all heads on
+    fresh = tiny_model(seed=1)
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(fresh(src, tgt)[0], masked, atol=0, rtol=0)
+    old = {k: v for k, v in ref.state_dict().items() if not k.startswith("head_mask_")}
+    fresh.load_state_dict(old)
+    assert fresh._masks_all_ones()
+    torch.testing.assert_close(fresh(src, tgt)[0], base, atol=0, rtol=0)
+
+    # in training a masked head gets no gradient
+    model.train()
+    model(src, tgt)[0].logsumexp(-1).sum().backward()
+    w_o = model.encoder_layers[0].self_attn.out_proj.weight.grad  # (d, h * d_head)
+    d_head = D // H
+    assert w_o[:, d_head : 2 * d_head].abs().max() == 0
+    assert w_o[:, :d_head].abs().max() > 0

@@ -187,13 +187,25 @@ def check_choices(cfg) -> None:
             raise TinyMTError(f"{key}={value!r}: choose one of {', '.join(allowed)}")
 
 
+def _rank() -> int:
+    import os
+
+    return int(os.environ.get("RANK", "0"))
+
+
 def register_configs() -> None:
-    """Register the schemas (YAMLs name them first in their defaults lists) and the
-    ``or_else`` resolver: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``."""
+    """Register the schemas (YAMLs name them first in their defaults lists) and two
+    resolvers: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``;
+    ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("or_else"):
         OmegaConf.register_new_resolver("or_else", lambda a, b: b if a is None else a)
+    if not OmegaConf.has_resolver("on_main_rank"):
+        # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
+        # scratch folder (the trainer hands every rank rank 0's run dir)
+        OmegaConf.register_new_resolver(
+            "on_main_rank", lambda main, other: main if _rank() == 0 else other)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="prepare_schema", node=PrepareConfig)

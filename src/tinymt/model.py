@@ -12,6 +12,14 @@ attention layer can return its per-head weights; they come back as
 For incremental decoding: ``init_cache(memory, src_pad_mask)`` computes the
 cross-attention keys/values once, and ``decode_step(tokens, cache)`` feeds one new
 target token per sentence, reusing and growing the cache.
+
+Head masks: persistent buffers ``head_mask_encoder_self`` ``(n_encoder_layers, h)``,
+``head_mask_decoder_self`` and ``head_mask_cross`` ``(n_decoder_layers, h)``, all ones
+by default. Every path (training, teacher forcing, incremental decoding) gates head
+``(l, i)`` of a kind by ``head_mask[l, i] * head_gates[kind][l, i]``, so a pruned model
+is just a state_dict with zeros in these buffers (``scripts/analyze_heads.py prune=...``)
+and loads like any other checkpoint. While every mask is all ones and no gates are
+given, no gating happens at all (the fast path is unchanged).
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from tinymt.attention import DecoderCache, KVCache, MultiHeadAttention
 from tinymt.errors import TinyMTError
 
 Attn = dict[str, list[Tensor]] | None  # attention weights by kind, one tensor per layer
-HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads)
+HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads) (or (n_layers, B, n_heads))
+KINDS = ("encoder_self", "decoder_self", "cross")
 
 
 # --------------------------------------------------------------------------- positions
@@ -232,6 +241,13 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
         self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)
 
+        # persistent head masks (1 = head on, 0 = pruned); saved in the state_dict
+        n_layers = {"encoder_self": cfg.n_encoder_layers, "decoder_self": cfg.n_decoder_layers,
+                    "cross": cfg.n_decoder_layers}
+        for kind in KINDS:
+            self.register_buffer(f"head_mask_{kind}", torch.ones(n_layers[kind], cfg.n_heads))
+        self._masks_checked: tuple | None = None  # buffer versions when last found all ones
+
         self._init_weights()
         if cfg.tie_embeddings:
             if shared_vocab:
@@ -262,11 +278,52 @@ class Transformer(nn.Module):
                 "model with a larger model.max_positions"
             )
 
-    @staticmethod
-    def _gate(head_gates: HeadGates, kind: str, layer: int) -> Tensor | None:
-        if head_gates is None or kind not in head_gates:
-            return None
-        return head_gates[kind][layer]  # (h,)
+    def head_mask(self, kind: str) -> Tensor:
+        """The persistent mask of ``kind``: ``(n_layers, h)``, 1 = head on, 0 = masked."""
+        return getattr(self, f"head_mask_{kind}")
+
+    @torch.no_grad()
+    def set_head_masks(self, masks: dict[str, Tensor]) -> None:
+        """Copy ``{kind: (n_layers, h)}`` into the mask buffers (kinds not given stay)."""
+        for kind, m in masks.items():
+            if kind not in KINDS:
+                raise TinyMTError(f"head mask kind {kind!r}: choose from {', '.join(KINDS)}")
+            self.head_mask(kind).copy_(torch.as_tensor(m))
+
+    def _masks_all_ones(self) -> bool:
+        """Are all mask buffers all ones? Checked on the device only after a buffer was
+        written (tensor version counters), so the per-step cost is a few integer compares."""
+        if torch.compiler.is_compiling():
+            return False  # no data-dependent branch under compile; x * 1.0 is exact anyway
+        masks = [self.head_mask(k) for k in KINDS]
+        key = tuple((m.data_ptr(), m._version) for m in masks)
+        if self._masks_checked == key:
+            return True
+        if all(bool(m.eq(1).all()) for m in masks):
+            self._masks_checked = key
+            return True
+        return False
+
+    def _kind_gates(self, head_gates: HeadGates, kind: str, use_masks: bool) -> Tensor | None:
+        """Effective gates of ``kind`` for all layers: ``mask * head_gates[kind]``, the mask
+        alone, the gates alone (all masks ones), or None (nothing to gate)."""
+        gates = None if head_gates is None else head_gates.get(kind)
+        if not use_masks:
+            return gates  # (n_layers, [B,] h) or None
+        mask = self.head_mask(kind)  # (n_layers, h)
+        if gates is None:
+            return mask
+        if gates.dim() == 3:  # per-sentence gates (n_layers, B, h)
+            mask = mask[:, None, :]
+        return mask * gates
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints from before head masks existed: every head on
+        for kind in KINDS:
+            key = f"{prefix}head_mask_{kind}"
+            if key not in state_dict:
+                state_dict[key] = torch.ones_like(self.head_mask(kind))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ----------------------------------------------------------------- encoder
     def encode(
@@ -283,9 +340,10 @@ class Transformer(nn.Module):
             src_pad_mask = src.eq(self.pad_id)  # (B, S)
         x = self.src_embed(src) * self.embed_scale + self.src_pos(S)  # (B, S, d)
         x = self.dropout(x)
+        gates = self._kind_gates(head_gates, "encoder_self", not self._masks_all_ones())
         weights = []
         for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(x, src_pad_mask, need_weights, self._gate(head_gates, "encoder_self", i))
+            x, w = layer(x, src_pad_mask, need_weights, None if gates is None else gates[i])
             weights.append(w)
         memory = self.encoder_norm(x)  # (B, S, d)
         return memory, ({"encoder_self": weights} if need_weights else None)
@@ -311,12 +369,15 @@ class Transformer(nn.Module):
             tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
         x = self.tgt_embed(tgt_in) * self.embed_scale + self.tgt_pos(T)  # (B, T, d)
         x = self.dropout(x)
+        use_masks = not self._masks_all_ones()
+        self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
+        cross_g = self._kind_gates(head_gates, "cross", use_masks)
         self_ws, cross_ws = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_w, cross_w = layer(
                 x, memory, src_pad_mask, tgt_pad_mask, need_weights,
-                self_gate=self._gate(head_gates, "decoder_self", i),
-                cross_gate=self._gate(head_gates, "cross", i),
+                self_gate=None if self_g is None else self_g[i],
+                cross_gate=None if cross_g is None else cross_g[i],
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
@@ -371,12 +432,15 @@ class Transformer(nn.Module):
         self._check_length(cache.step + T, "a target prefix")
         x = self.tgt_embed(tokens) * self.embed_scale + self.tgt_pos(T, offset=cache.step)
         x = self.dropout(x)  # (B, T, d)
+        use_masks = not self._masks_all_ones()
+        self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
+        cross_g = self._kind_gates(head_gates, "cross", use_masks)
         self_ws, cross_ws = [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_w, cross_w = layer(
                 x, None, cache.src_pad_mask, None, need_weights,
-                self_gate=self._gate(head_gates, "decoder_self", i),
-                cross_gate=self._gate(head_gates, "cross", i),
+                self_gate=None if self_g is None else self_g[i],
+                cross_gate=None if cross_g is None else cross_g[i],
                 self_cache=cache.self_attn[i],
                 cross_cache=cache.cross_attn[i],
             )

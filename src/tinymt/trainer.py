@@ -134,7 +134,9 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
 
     # 1. run dir, data --------------------------------------------------------------
     run_dir = Path(cfg.run_dir or f"outputs/{time.strftime('%Y-%m-%d/%H-%M-%S')}")
-    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
+    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))  # every rank uses rank 0's
+    if rt.distributed:
+        _check_same_config(cfg, rt)
     ckpt_dir = run_dir / "checkpoints"
     resuming = bool(tc.resume)
     if resuming and not (ckpt_dir / "last.pt").is_file():
@@ -425,6 +427,20 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
     loss = loss_sum / max(tok, 1) if with_loss else float("nan")
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
             "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
+
+
+def _check_same_config(cfg, rt) -> None:
+    """torchrun ranks must agree on everything but where they were told to write."""
+    import hashlib
+
+    mine = OmegaConf.to_container(cfg)
+    mine.pop("run_dir", None)
+    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
+    digests = runtime.all_gather_objects(rt, digest)
+    if len(set(digests)) > 1:
+        bad = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
+                          "give every process the same overrides")
 
 
 def _probe_sentences(cfg, data: PreparedData) -> list[str]:

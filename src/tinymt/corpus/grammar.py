@@ -136,8 +136,8 @@ _DITRANS = _frame("ditrans")
 _PLACEOBJ = _frame("goal", "placeobj")
 _PIVOTS = _frame("pivot")
 _REPORT = _frame("report")
-_HELP_INNER = [v for v in _frame("trans", "intrans", "goal", "placeobj") if v.zh != "帮"]
-_INNER = _HELP_INNER
+# verbs inside 想/请/帮 …: no ditransitives, no 帮 (帮 … 帮 …)
+_INNER = [v for v in _frame("trans", "intrans", "goal", "placeobj") if v.zh != "帮"]
 # verbs that can follow 去 PLACE (go there to do it): the place must suit the verb
 _GODO = [
     (v, [p for p in info(v).loc_places if p.goal is not None])

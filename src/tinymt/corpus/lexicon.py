@@ -381,7 +381,7 @@ PLACES_TABLE = """
 澳大利亚 | Australia | in: Australia | Australia | | city country
 公园 | the park | in: the park | the park | 里 | outdoor visit
 学校 | the school | at: school | school | | school work study visit
-图书馆 | the library | in: the library | the library | | study read work visit
+图书馆 | the library | in: the library | the library | 里 | study read work visit
 医院 | the hospital | in: the hospital | the hospital | | work
 商店 | the shop | in: the shop | the shop | 里 | shop work
 超市 | the supermarket | at: the supermarket | the supermarket | | shop work

@@ -1,0 +1,196 @@
+"""The benchmark script (structure only, never a speed) and its nn.Transformer peer."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO_ROOT
+
+from tinymt.config import ModelConfig
+from tinymt.decoding import beam_search, greedy_decode
+from tinymt.model import Transformer, count_parameters
+from tinymt.peer import PeerTransformer
+
+METHODS = ("ours_cache", "ours_nocache", "peer")
+
+
+# --------------------------------------------------------------------------- the script
+@pytest.mark.slow
+def test_quick_benchmark_writes_report_and_json(tmp_path):
+    out, js = tmp_path / "x.md", tmp_path / "x.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--quick",
+           "--device", "cpu", "--threads", "1", "--cache-dir", str(tmp_path / "cache"),
+           "--out", str(out), "--json", str(js)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    md = out.read_text()
+    for heading in ("# Benchmarks", "## Machine and command", "## Targets", "## CPU",
+                    "### Training throughput", "### Decoding throughput", "## CUDA",
+                    "## Method", "## Commands"):
+        assert f"\n{heading}" in "\n" + md, heading
+    assert "torch " + torch.__version__ in md
+    assert "python scripts/benchmark.py --quick" in md  # the command line
+    # training table: a row for tiny with ours, peer and the ratio columns
+    assert "| size | params | ours tok/s | peer tok/s | ours/peer | target |" in md
+    train_rows = [ln for ln in md.splitlines() if ln.startswith("| tiny |")]
+    assert train_rows and train_rows[0].count("×") >= 2
+    # decoding table: every method, greedy and beam 5
+    for search in ("greedy", "beam5"):
+        for label in ("ours, KV cache", "ours, recompute prefix", "peer (nn.Transformer)"):
+            assert any(ln.startswith(f"| tiny | {search} | {label}") for ln in md.splitlines())
+    assert "KV-cache greedy / peer greedy" in md and "beam-5 time / greedy time" in md
+    for target in ("GPU training ≥ 1.5× peer", "CPU training ≥ 1.0× peer",
+                   "KV-cache greedy ≥ 3× peer's recompute loop",
+                   "beam 5 within 2.5× of greedy"):
+        assert target in md
+    if not torch.cuda.is_available():
+        assert "Not measured: no GPU on this machine" in md
+        assert "--device cuda" in md  # the command to run on a GPU
+
+    res = json.loads(js.read_text())
+    assert set(res) >= {"schema", "meta", "devices", "targets"}
+    assert res["devices"]["cuda"] is None  # --device cpu, nothing merged
+    cpu = res["devices"]["cpu"]
+    assert set(cpu) >= {"machine", "data", "training", "decoding", "memory_method"}
+    assert cpu["machine"]["torch"] == torch.__version__
+    tiny = cpu["training"]["sizes"]["tiny"]
+    assert set(tiny) >= {"params", "ours", "peer", "ratio"}
+    for name in ("ours", "peer"):
+        entry = tiny[name]
+        assert set(entry) >= {"tokens_per_s", "runs", "peak_mib", "final_loss", "mfu"}
+        assert entry["tokens_per_s"] > 0 and entry["peak_mib"] > 0
+        assert math.isfinite(entry["final_loss"])
+    assert tiny["ratio"] == pytest.approx(tiny["ours"]["tokens_per_s"]
+                                          / tiny["peer"]["tokens_per_s"])
+    dec = cpu["decoding"]
+    assert dec["settings"]["sentences"] == 50
+    row = dec["sizes"]["tiny"]
+    for search in ("greedy", "beam5"):
+        for m in METHODS:
+            e = row[search][m]
+            assert set(e) >= {"seconds", "sentences_per_s", "output_tokens", "peak_mib"}
+            assert e["sentences_per_s"] > 0 and e["output_tokens"] > 0
+    assert set(row["ratios"]) == {"greedy_cache_over_peer", "greedy_cache_over_nocache",
+                                  "beam5_cache_over_peer", "beam5_over_greedy_time"}
+    assert all({"target", "where", "measured", "met"} <= set(t) for t in res["targets"])
+
+
+def test_help_lists_the_options():
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--help"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0
+    for option in ("--quick", "--device", "--sizes", "--steps", "--repeats", "--sentences",
+                   "--out", "--json", "--run", "--compile", "--merge"):
+        assert option in proc.stdout
+
+
+# --------------------------------------------------------------------------- the peer
+def cfg(**kw):
+    base = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 2,
+            "d_ff": 64, "dropout": 0.0, "max_positions": 64}
+    return ModelConfig(**{**base, **kw})
+
+
+def pair(seed=0, vocab=(40, 40), shared=True, dtype=torch.float64, **kw):
+    torch.manual_seed(seed)
+    ours = Transformer(cfg(**kw), vocab[0], vocab[1], shared).to(dtype).eval()
+    peer = PeerTransformer(cfg(**kw), vocab[0], vocab[1], shared).to(dtype).eval()
+    return ours, peer
+
+
+def batch(B=3, S=7, T=6, vocab=40):
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (B, S), generator=g)
+    src[1, 5:] = 0
+    src[2, 2:] = 0
+    tgt = torch.randint(4, vocab, (B, T), generator=g)
+    tgt[:, 0] = 2
+    tgt[2, 4:] = 0
+    return src, tgt
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"norm_first": False},
+    {"shared": False, "vocab": (40, 30)},
+    {"tie_embeddings": False, "activation": "gelu", "positional": "learned"},
+])
+def test_peer_has_our_parameters_and_computes_our_function(options):
+    options = dict(options)
+    shared, vocab = options.pop("shared", True), options.pop("vocab", (40, 40))
+    ours, peer = pair(vocab=vocab, shared=shared, **options)
+    n_ours, n_peer = count_parameters(ours), count_parameters(peer)
+    assert abs(n_ours - n_peer) <= 0.001 * n_ours  # the same architecture...
+    assert n_ours == n_peer  # ...in fact parameter for parameter
+    peer.load_from_ours(ours)
+    src, tgt = batch(vocab=min(vocab))
+    logits, attn = peer(src, tgt)
+    assert attn is None
+    assert logits.shape == (3, 6, vocab[1])
+    expected, _ = ours(src, tgt)
+    torch.testing.assert_close(logits, expected, atol=1e-9, rtol=0)
+    memory, _ = peer.encode(src)
+    step_logits, _ = peer.decode(tgt, memory, src.eq(0))
+    torch.testing.assert_close(step_logits, expected, atol=1e-9, rtol=0)
+
+
+def test_peer_greedy_loop_and_beam_search_match_ours():
+    ours, peer = pair()
+    peer.load_from_ours(ours)
+    src, _ = batch()
+    outs = peer.greedy_decode(src, max_len_a=0.0, max_len_b=6)
+    assert len(outs) == 3 and all(isinstance(o, list) and len(o) <= 6 for o in outs)
+    assert all(t not in (0, 2) for o in outs for t in o)  # never pad or bos
+    assert outs == greedy_decode(ours, src, max_len_a=0.0, max_len_b=6)
+    assert outs == greedy_decode(peer, src, max_len_a=0.0, max_len_b=6, use_cache=False)
+    hyps = beam_search(peer, src, beam=3, max_len_a=0.0, max_len_b=6, use_cache=False)
+    ref = beam_search(ours, src, beam=3, max_len_a=0.0, max_len_b=6)
+    assert [h[0][0] for h in hyps] == [h[0][0] for h in ref]
+    assert not peer.training  # greedy_decode restores the mode; it was eval
+
+
+def test_peer_learns_to_translate():
+    """A few hundred steps on four toy pairs: the peer's greedy loop reproduces them."""
+    torch.manual_seed(0)
+    peer = PeerTransformer(cfg(), 20, 20, True)
+    src = torch.tensor([[4, 5, 6, 3], [7, 8, 3, 0], [9, 10, 11, 3], [12, 3, 0, 0]])
+    targets = [[14, 15, 16], [17, 18], [19, 5, 6], [7]]
+    tgt_in = torch.zeros(4, 4, dtype=torch.long)
+    tgt_out = torch.zeros(4, 4, dtype=torch.long)
+    for i, t in enumerate(targets):
+        tgt_in[i, : len(t) + 1] = torch.tensor([2, *t])
+        tgt_out[i, : len(t) + 1] = torch.tensor([*t, 3])
+    opt = torch.optim.Adam(peer.parameters(), lr=3e-3)
+    peer.train()
+    for _ in range(300):
+        opt.zero_grad()
+        logits, _ = peer(src, tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), tgt_out.reshape(-1),
+                                                 ignore_index=0)
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05
+    assert peer.greedy_decode(src, max_len_a=0.0, max_len_b=8) == targets
+    assert peer.training  # mode restored
+
+
+def test_peer_refuses_what_it_cannot_do():
+    from tinymt.errors import TinyMTError
+
+    _, peer = pair()
+    src, tgt = batch()
+    with pytest.raises(TinyMTError, match="attention weights"):
+        peer(src, tgt, need_weights=True)
+    ours_big = Transformer(cfg(d_model=64), 40, 40, True)
+    with pytest.raises(TinyMTError, match="does not match"):
+        peer.load_from_ours(ours_big)

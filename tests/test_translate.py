@@ -1,0 +1,182 @@
+"""scripts/translate.py on a real (tiny) run: arguments, stdin, files, n-best, references,
+attention figures, and every bad-input path (one-line errors, line counts kept)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+from hydra import compose, initialize_config_dir
+
+import tinymt.config  # noqa: F401
+from conftest import compose_train
+from tinymt.errors import TinyMTError
+from tinymt.trainer import train
+from tinymt.translate import find_run, translate
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "scripts" / "translate.py")
+
+
+def cfg_for(run, *overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        return compose(config_name="translate", overrides=[f"run={run}", "device=cpu",
+                                                          *overrides])
+
+
+def cli(*args, stdin=None):
+    return subprocess.run([sys.executable, SCRIPT, *args], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_sentences_as_arguments(tiny_run):
+    r = cli(f"run={tiny_run}", "我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "Hello")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 3
+
+
+def test_stdin_pipe_keeps_line_count_with_empty_lines(tiny_run):
+    r = cli(f"run={tiny_run}", stdin="他喜欢猫吗？\n\n   \n那只小猫昨天在公园里追了一只蝴蝶。\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")[:-1]
+    assert len(lines) == 4
+    assert lines[1] == "" and lines[2] == ""
+    assert lines[0] and lines[3]
+
+
+def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
+    src = tmp_path / "in.zh"
+    src.write_text("我昨天在公园里看了一本书。\n\n他们会去上海。\n\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    res = translate(cfg_for(tiny_run, f"input={src}", f"output={out}", "decode.beam=3"))
+    got = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(got) == 4 and got[1] == "" and got[3] == ""
+    assert got == res["translations"]
+
+
+def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
+    long_line = "我请李雷帮我订了去北京的机票。" * 20  # far over max_positions=64
+    r = cli(f"run={tiny_run}", stdin=f"他喜欢猫吗？\n{long_line}\n")
+    assert r.returncode == 0, r.stderr
+    assert "line 2" in r.stderr and "truncat" in r.stderr
+    assert len(r.stdout.splitlines()) == 2
+
+
+def test_characters_outside_the_vocabulary_do_not_crash(tiny_run):
+    warnings = []
+    res = translate(cfg_for(tiny_run), ["龘靐齉爩 🙂 ǅ"], warn=warnings.append)
+    assert len(res["translations"]) == 1
+
+
+def test_nbest_output(tiny_run, capsys):
+    translate(cfg_for(tiny_run, "decode.beam=3", "decode.nbest=3"), ["他喜欢猫吗？", ""])
+    out = capsys.readouterr().out.split("\n")
+    # 3 scored lines + blank for the sentence, then one empty-hypothesis block
+    scores = [float(line.split("\t")[0]) for line in out[:3]]
+    assert scores == sorted(scores, reverse=True)
+    assert out[3] == ""
+
+
+def test_ref_prints_sacrebleu(tiny_run, tmp_path, capsys):
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("他喜欢猫吗？\n我们每天去学校。\n", encoding="utf-8")
+    ref.write_text("Does he like cats?\nWe go to school every day.\n", encoding="utf-8")
+    res = translate(cfg_for(tiny_run, f"input={src}", f"ref={ref}"))
+    expected = sacrebleu.corpus_bleu(res["translations"],
+                                     [["Does he like cats?", "We go to school every day."]])
+    assert res["bleu"] == pytest.approx(expected.score)
+    assert "BLEU" in capsys.readouterr().err
+
+
+def test_ref_with_wrong_line_count(tiny_run, tmp_path):
+    ref = tmp_path / "ref.txt"
+    ref.write_text("one\ntwo\n", encoding="utf-8")
+    with pytest.raises(TinyMTError, match="has 2 lines but the input has 1"):
+        translate(cfg_for(tiny_run, f"ref={ref}"), ["他喜欢猫吗？"])
+
+
+def test_attention_figure_file_and_folder(tiny_run, tmp_path):
+    png = tmp_path / "one.png"
+    translate(cfg_for(tiny_run, f"attention={png}"), ["我请李雷帮我订了去北京的机票。"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    folder = tmp_path / "maps"
+    translate(cfg_for(tiny_run, f"attention={folder}",
+                      "attention_kinds=[cross,decoder_self,encoder_self]"),
+              ["他喜欢猫吗？", "", "我们每天去学校。"])
+    assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.png"]
+    with pytest.raises(TinyMTError, match="give a folder"):
+        translate(cfg_for(tiny_run, f"attention={png}"), ["他喜欢猫吗？", "我们每天去学校。"])
+
+
+def test_run_latest_picks_the_newest(tiny_run, tmp_path):
+    root = tmp_path / "outputs"
+    older, newer = root / "a" / "run", root / "b" / "run"
+    shutil.copytree(tiny_run, older)
+    shutil.copytree(tiny_run, newer)
+    (newer / "checkpoints" / "last.pt").touch()
+    assert find_run("latest", str(root)) == newer
+    with pytest.raises(TinyMTError, match="no trained run"):
+        find_run("latest", str(tmp_path / "empty"))
+
+
+# ----------------------------------------------------------------------------- errors
+def test_missing_run_dir_is_one_line_error(tmp_path):
+    r = cli(f"run={tmp_path / 'nope'}", "他喜欢猫吗？")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: run dir {tmp_path / 'nope'} does not exist"
+
+
+def test_missing_checkpoint_names_the_expected_path(tiny_run):
+    r = cli(f"run={tiny_run}", "checkpoint=avg", "他喜欢猫吗？")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert str(tiny_run / "checkpoints" / "avg.pt") in r.stderr
+
+
+def test_missing_tokenizer_is_one_line_error(tiny_run, tmp_path):
+    broken = tmp_path / "run"
+    shutil.copytree(tiny_run, broken)
+    shutil.rmtree(broken / "tokenizer")
+    r = cli(f"run={broken}", "他喜欢猫吗？")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "tokenizer" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_truncated_checkpoint_is_one_line_error(tiny_run, tmp_path):
+    broken = tmp_path / "run"
+    shutil.copytree(tiny_run, broken)
+    best = broken / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[:1000])
+    r = cli(f"run={broken}", "他喜欢猫吗？")
+    assert r.returncode == 2 and "damaged or truncated" in r.stderr
+
+
+def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path):
+    other = tmp_path / "other"
+    train(compose_train(other, "data.vocab_size=900", "trainer.max_steps=2",
+                        "trainer.valid_every=2", "trainer.valid_sentences=2",
+                        "trainer.test_beam=1"))
+    r = cli(f"run={tiny_run}", f"checkpoint={other / 'run' / 'checkpoints' / 'best.pt'}",
+            "他喜欢猫吗？")
+    assert r.returncode == 2
+    assert "belongs to another run" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bad_decode_options(tiny_run):
+    with pytest.raises(TinyMTError, match="nbest"):
+        translate(cfg_for(tiny_run, "decode.beam=2", "decode.nbest=3"), ["他喜欢猫吗？"])
+
+
+def test_input_file_errors(tiny_run, tmp_path):
+    with pytest.raises(TinyMTError, match="does not exist"):
+        translate(cfg_for(tiny_run, f"input={tmp_path / 'missing.txt'}"))
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("他喜欢猫吗？\n".encode() + b"\xff\xfe broken\n")
+    with pytest.raises(TinyMTError, match="line 2 is not valid UTF-8"):
+        translate(cfg_for(tiny_run, f"input={bad}"))
+
+
+def test_help_lists_options():
+    r = cli("--help")
+    assert r.returncode == 0 and "decode" in r.stdout and "attention" in r.stdout

@@ -84,7 +84,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             "Without --run, decoding uses randomly initialised models forced to a fixed output "
             "length (--decode-len) so every method does the same work."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--quick", action="store_true",
                    help="smoke run (< 2 min on a CPU): tiny only, 1+3 steps, 1 repeat, "
@@ -107,29 +106,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sentences", type=int, default=None,
                    help="test sentences to decode (default 1000 = all of Multi30k test)")
     p.add_argument("--decode-repeats", type=int, default=1,
-                   help="passes over the test sentences per decoding method (median)")
+                   help="passes over the test sentences per decoding method; the median is "
+                        "reported (default 1)")
     p.add_argument("--batch-tokens", type=int, default=4096,
-                   help="source tokens per decoding batch (sentences batched by length)")
+                   help="source tokens per decoding batch, sentences batched by length "
+                        "(default 4096)")
     p.add_argument("--decode-len", type=int, default=None,
                    help="random models only: every sentence decodes exactly this many tokens "
                         "(default: mean test reference length, rounded)")
     p.add_argument("--run", default=None,
                    help="a trained run dir: decode with its model and tokenizer instead of "
                         "random models (stops at EOS; the peer gets the same weights)")
-    p.add_argument("--checkpoint", default="best", help="with --run: best | last | avg | path")
+    p.add_argument("--checkpoint", default="best",
+                   help="with --run: best | last | avg | path (default best)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile both models for training (decoding stays eager)")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (0 = torch's default)")
+                   help="torch CPU threads (default 0 = torch's default)")
     p.add_argument("--data-path", default=None,
                    help="Multi30k in the hub layout (default ../shared/data/"
                         f"{DEFAULT_DATA} beside the repo, or $TINYMT_SHARED_DATA/{DEFAULT_DATA});"
                         " absent: the built-in zh-en corpus, noted in the report")
     p.add_argument("--cache-dir", default="outputs/.cache",
-                   help="prepared-data cache (relative to the repo root)")
+                   help="prepared-data cache, relative to the repo root (default "
+                        "outputs/.cache)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="GPU bf16 dense peak for MFU when the GPU is not in the built-in table")
-    p.add_argument("--out", default="docs/benchmarks.md", help="markdown report to write")
+    p.add_argument("--out", default="docs/benchmarks.md",
+                   help="markdown report to write (default docs/benchmarks.md)")
     p.add_argument("--json", default=None, help="also write the raw results here")
     p.add_argument("--merge", default=None,
                    help="JSON of an earlier run on another device (e.g. the CPU run): its "
@@ -270,8 +274,8 @@ class MemoryMeter:
     def describe(self) -> str:
         if self.method == "cuda":
             return ("`torch.cuda.max_memory_allocated` during the timed steps minus what was "
-                    "allocated when they began, plus the model's own parameters (+ gradients' "
-                    "worth of AdamW state when training) counted tensor by tensor")
+                    "allocated when they began, plus the model's own parameters (+ AdamW state "
+                    "when training) counted tensor by tensor")
         if self.method == "hwm":
             return ("process RSS high-water mark (`VmHWM`, reset through `/proc/self/clear_refs` "
                     "after `malloc_trim`) during the timed part minus the RSS when it began, "
@@ -910,7 +914,7 @@ def main(argv=None) -> int:
             path.write_text(json.dumps(results, indent=2) + "\n")
             log(f"json: {path}")
         for t in results["targets"]:
-            log(f"  {t['target']:<45} {t['where']:<14} {t['measured']:>12}  {mark(t['met'])}")
+            log(f"  {t['target']:<45} {t['where']:<22} {t['measured']:>12}  {mark(t['met'])}")
         return 0
 
     return run()

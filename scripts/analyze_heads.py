@@ -1,0 +1,27 @@
+"""What does each head do? Importance, pruning, alignment, entropy/distance of a trained run.
+
+    python scripts/analyze_heads.py run=<run dir>
+    python scripts/analyze_heads.py run=latest split=test max_sentences=0
+    python scripts/analyze_heads.py run=<run dir> prune=0.3     # + checkpoints/pruned.pt
+    python scripts/translate.py run=<run dir> checkpoint=<run dir>/checkpoints/pruned.pt "..."
+
+Writes <run>/heads.md (tables + figures in <run>/heads/) and TensorBoard tags heads/...
+in the run dir. Options: configs/analyze_heads.yaml.
+"""
+
+import hydra
+from omegaconf import DictConfig
+
+import tinymt.config  # noqa: F401  (registers the schemas)
+from tinymt.cli import one_line_errors
+from tinymt.heads import analyze
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="analyze_heads")
+@one_line_errors
+def main(cfg: DictConfig) -> dict:
+    return analyze(cfg)
+
+
+if __name__ == "__main__":
+    main()

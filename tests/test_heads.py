@@ -1,0 +1,459 @@
+"""Head analysis on real (tiny) runs: importance, gating = removing a layer's heads,
+alignment error rates from constructed attention, pruned checkpoints that translate, the
+script end to end (report, PNGs, TensorBoard) and its one-line errors."""
+
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import tinymt.config  # noqa: F401
+from conftest import compose_train
+from tinymt.batching import collate
+from tinymt.config import ModelConfig
+from tinymt.decoding import greedy_decode
+from tinymt.errors import TinyMTError
+from tinymt.heads import (
+    KINDS,
+    AlignmentCounts,
+    _row_stats,
+    aer,
+    all_heads,
+    analyze,
+    attention_links,
+    gates_without,
+    head_importance,
+    head_labels,
+    load_sentences,
+    normalize_importance,
+    pieces_to_words,
+    prunable,
+    prune_counts,
+    prune_order,
+)
+from tinymt.model import Transformer
+from tinymt.translate import load_run, translate_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "scripts" / "analyze_heads.py")
+QUIET = lambda *_: None  # noqa: E731
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def analyze_cfg(run, *overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
+        return compose(config_name="analyze_heads",
+                       overrides=[f"run={run}", "device=cpu", *overrides])
+
+
+def cli(*args):
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env)
+
+
+def copy_run(tiny_run, dest: Path) -> Path:
+    """A private copy of the shared run (the analysis writes into its run dir)."""
+    shutil.copytree(tiny_run, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def analysis(tiny_run, tmp_path_factory):
+    """``analyze()`` in-process on a copy of the tiny run, with a pruned checkpoint."""
+    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("heads") / "run")
+    result = analyze(analyze_cfg(run_dir, "max_sentences=30", "prune=0.5"), progress=False,
+                     log=QUIET)
+    return run_dir, result
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_run):
+    run = load_run(str(tiny_run), "best", "cpu")
+    sents, _, _ = load_sentences(run, "valid", 0, QUIET)
+    return run, sents
+
+
+# ----------------------------------------------------------------------------- importance
+def test_importance_equals_per_sentence_gradients(loaded):
+    """One backward with per-sentence gates = the sum of each sentence's own |dL/dgate|."""
+    run, sents = loaded
+    model = run.model
+    src, tgt = sents.src_ids[:5], sents.tgt_ids[:5]
+    fast = head_importance(model, src, tgt, batch_tokens=10_000)
+    total = {k: torch.zeros(model.head_mask(k).shape, dtype=torch.float64) for k in KINDS}
+    n_tok = 0
+    for s, t in zip(src, tgt):
+        gates = {k: torch.ones(model.head_mask(k).shape, requires_grad=True) for k in KINDS}
+        b = collate([s], [t])
+        logits, _ = model(b.src, b.tgt_in, head_gates=gates)
+        torch.nn.functional.cross_entropy(logits[0], b.tgt_out[0], reduction="sum").backward()
+        for k in KINDS:
+            total[k] += gates[k].grad.abs().double()
+        n_tok += len(t) + 1
+    for k in KINDS:
+        np.testing.assert_allclose(fast[k], (total[k] / n_tok).numpy(), rtol=1e-4, atol=1e-9)
+        assert (fast[k] > 0).all()
+
+
+def test_importance_of_a_head_masked_in_training_is_zero(loaded):
+    """A fresh model trained a few dozen steps with two heads' mask buffers at zero: those
+    heads never learn and their importance is exactly 0; every other head's is > 0."""
+    run, sents = loaded
+    torch.manual_seed(0)
+    cfg = OmegaConf.create(OmegaConf.to_container(run.model.config))
+    model = Transformer(cfg, run.model.src_vocab_size, run.model.tgt_vocab_size,
+                        run.model.shared_vocab)
+    model.head_mask_encoder_self[1, 0] = 0.0
+    model.head_mask_cross[0, 1] = 0.0
+    d_head = cfg.d_model // cfg.n_heads
+    w_o = model.encoder_layers[1].self_attn.out_proj.weight
+    before = w_o[:, :d_head].detach().clone()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    model.train()
+    src, tgt = sents.src_ids[:48], sents.tgt_ids[:48]
+    losses = []
+    for step in range(30):
+        idx = [(step * 8 + i) % len(src) for i in range(8)]
+        b = collate([src[i] for i in idx], [tgt[i] for i in idx])
+        logits, _ = model(b.src, b.tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), b.tgt_out,
+                                                 ignore_index=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 1.0  # it did learn
+    assert torch.equal(w_o[:, :d_head], before)  # the masked head's W_O never moved
+    imp = head_importance(model, src, tgt)
+    assert imp["encoder_self"][1, 0] == 0.0 and imp["cross"][0, 1] == 0.0
+    others = [imp[k][layer, h] for k, layer, h in all_heads(model)
+              if (k, layer, h) not in {("encoder_self", 1, 0), ("cross", 0, 1)}]
+    assert min(others) > 1e-4
+    # masked heads go first in the pruning order
+    assert set(prune_order(normalize_importance(imp))[:2]) == {("encoder_self", 1, 0),
+                                                               ("cross", 0, 1)}
+
+
+def test_importance_of_a_head_with_zero_output_weights_is_zero(loaded):
+    """Constructed directly: a head whose W_O columns are zero contributes nothing."""
+    run, sents = loaded
+    model = run.model
+    layer = model.decoder_layers[0].cross_attn
+    d_head = layer.d_head
+    saved = layer.out_proj.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            layer.out_proj.weight[:, d_head:] = 0.0  # head 1 of cross layer 0
+        imp = head_importance(model, sents.src_ids[:20], sents.tgt_ids[:20])
+    finally:
+        with torch.no_grad():
+            layer.out_proj.weight.copy_(saved)
+    assert imp["cross"][0, 1] < 1e-7 * imp["cross"][0, 0]
+    assert all((imp[k] > 0).all() for k in ("encoder_self", "decoder_self"))
+
+
+def test_normalisation_and_order():
+    raw = {"encoder_self": np.array([[3.0, 4.0], [0.0, 0.0]]), "decoder_self": np.array([[1.0, 1.0]]),
+           "cross": np.array([[0.0, 2.0]])}
+    norm = normalize_importance(raw)
+    np.testing.assert_allclose(norm["encoder_self"], [[0.6, 0.8], [0.0, 0.0]])
+    np.testing.assert_allclose(np.linalg.norm(norm["decoder_self"], axis=1), [1.0])
+    order = prune_order(norm)
+    assert order[:3] == [("encoder_self", 1, 0), ("encoder_self", 1, 1), ("cross", 0, 0)]
+    assert prune_order(norm, ("cross",)) == [("cross", 0, 0), ("cross", 0, 1)]
+    assert prune_counts(10, 0.1) == list(range(11))
+    assert prune_counts(2, 0.1) == [0, 1, 2]
+    assert prune_counts(7, 0.5) == [0, 4, 7]
+    assert prunable([(0, 30.0), (2, 29.5), (4, 28.5), (6, 29.9)], 30.0) == 2
+
+
+# ----------------------------------------------------------------------------- gates
+def _tiny_model(bias: bool) -> Transformer:
+    torch.manual_seed(3)
+    cfg = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32,
+                      dropout=0.0, max_positions=32)
+    model = Transformer(cfg, 23, 23, True).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.3 if bias else 0.0)
+    return model
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("kind,layer", [("encoder_self", 1), ("decoder_self", 0), ("cross", 1)])
+def test_gating_all_heads_of_a_layer_removes_its_attention(kind, layer, bias):
+    """Gates of 0 for every head of one layer = that attention sub-layer's output replaced,
+    by a forward hook (the independent reference), with zeros plus W_O's bias (a constant
+    vector, no head's doing: with zero biases, exactly zeros)."""
+    model = _tiny_model(bias)
+    src = torch.tensor([[5, 9, 7, 11, 3], [6, 8, 3, 0, 0]])
+    tgt = torch.tensor([[2, 12, 13, 14], [2, 15, 16, 0]])
+    gates = {k: torch.ones(2, 2, dtype=torch.float64) for k in KINDS}
+    gates[kind][layer] = 0.0
+    gated, _ = model(src, tgt, head_gates=gates)
+    plain, _ = model(src, tgt)
+    owner = model.encoder_layers[layer] if kind == "encoder_self" else model.decoder_layers[layer]
+    module = owner.cross_attn if kind == "cross" else owner.self_attn
+
+    def no_heads(mod, args, out):
+        y, w = out
+        return (torch.zeros_like(y) + (mod.out_proj.bias if bias else 0.0), w)
+
+    handle = module.register_forward_hook(no_heads)
+    try:
+        reference, _ = model(src, tgt)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(gated, reference, atol=1e-12, rtol=0)
+    assert not torch.allclose(gated, plain)
+    # the persistent masks do the same
+    model.set_head_masks({kind: gates[kind]})
+    torch.testing.assert_close(model(src, tgt)[0], reference, atol=1e-12, rtol=0)
+
+
+# ----------------------------------------------------------------------------- alignment
+def test_pieces_to_words():
+    # English: pieces start with ▁ at word starts; punctuation is a word of its own
+    words = ["This", "boy", "knows", "Xi'an", "."]
+    pieces = ["▁This", "▁bo", "y", "▁know", "s", "▁Xi", "'", "an", "."]
+    assert pieces_to_words(pieces, words) == [0, 1, 1, 2, 2, 3, 3, 3, 4]
+    # a bare ▁ goes with the next piece; specials map to nothing
+    assert pieces_to_words(["▁", "This", "▁boy", "</s>"], ["This", "boy"]) == [0, 0, 1, -1]
+    # Chinese: no spaces; pieces may span words (majority, first on a tie) or split them
+    zh = ["我", "请", "李雷", "帮", "我", "订", "了", "机票", "。"]
+    pz = ["▁我请", "李", "雷帮", "我", "订了", "机", "票", "。"]
+    assert pieces_to_words(pz, zh) == [0, 2, 2, 4, 5, 7, 7, 8]
+    # NFKC: a full-width question mark in the words, ASCII in the pieces
+    assert pieces_to_words(["▁他", "喜欢", "猫", "吗", "?"], ["他", "喜欢", "猫", "吗", "？"]) == \
+        [0, 1, 2, 3, 4]
+    # robust: an <unk> piece (characters lost) maps to nothing, the rest still map
+    assert pieces_to_words(["▁I", "▁like", "<unk>", "▁cats"], ["I", "like", "Ω", "cats"]) == \
+        [0, 1, -1, 3]
+
+
+def test_aer_formula_and_null():
+    assert aer(3, 3, 3) == 0.0 and aer(0, 4, 3) == 1.0
+    assert aer(2, 3, 4) == pytest.approx(1 - 4 / 7)
+    # 2 source words + EOS (NULL) -> 2 target words + EOS row
+    attn = np.array([[0.7, 0.2, 0.1],    # target word 0 -> source word 0
+                     [0.1, 0.2, 0.7],    # target word 1: NULL wins -> no link
+                     [0.0, 0.0, 1.0]])   # EOS row (unmapped)
+    links = attention_links(attn, [0, 1, -1], [0, 1, -1], 2, 2)
+    assert links.tolist() == [[True, False], [False, False]]
+    # per head at once, and ties give several links
+    two = np.stack([attn, np.array([[0.4, 0.4, 0.2], [0.1, 0.8, 0.1], [0, 0, 1.0]])])
+    links = attention_links(two, [0, 1, -1], [0, 1, -1], 2, 2)
+    assert links[1].tolist() == [[True, False], [True, True]]
+
+
+def _constructed_attention(src_map, tgt_map, gold, wrong: bool) -> np.ndarray:
+    """Piece-level cross-attention put on each target word's gold source words (1/k of the
+    mass each, spread over their pieces) or, ``wrong``, on one source word that is not
+    gold-aligned to it; rows of EOS / unaligned target words look at the source EOS."""
+    S, T = len(src_map), len(tgt_map)
+    attn = np.zeros((T, S))
+    n_src = max(src_map) + 1
+    for t, j in enumerate(tgt_map):
+        linked = sorted({i for i, jj in gold if jj == j}) if j >= 0 else []
+        if wrong and linked:
+            linked = [i for i in range(n_src) if i not in linked and i in src_map][:1]
+        if not linked:
+            attn[t, S - 1] = 1.0
+            continue
+        for i in linked:
+            pieces = [s for s, w in enumerate(src_map) if w == i]
+            attn[t, pieces] += 1.0 / len(linked) / len(pieces)
+    return attn
+
+
+def test_aer_is_zero_on_gold_attention_and_one_on_wrong(loaded):
+    """Real sentences, real tokenizer, real piece->word mapping: attention forced onto the
+    gold alignment gives AER 0 (ties link every gold word), onto non-gold words AER 1."""
+    run, sents = loaded
+    w = sents.words
+    usable = [i for i, m in enumerate(w["src_map"]) if m is not None]
+    assert len(usable) >= 40
+    counts = AlignmentCounts.zeros(1, 3)
+    for i in usable:
+        src_map, tgt_map, gold = w["src_map"][i], w["tgt_map"][i], w["alignment"][i]
+        # every word has pieces (the mapping covers the sentence)
+        assert set(src_map) - {-1} == set(range(w["n_src"][i]))
+        assert set(tgt_map) - {-1} == set(range(w["n_tgt"][i]))
+        on_eos = np.zeros((len(tgt_map), len(src_map)))
+        on_eos[:, -1] = 1.0  # everything on the source EOS (NULL)
+        heads = np.stack([_constructed_attention(src_map, tgt_map, gold, False),
+                          _constructed_attention(src_map, tgt_map, gold, True), on_eos])
+        counts.add(heads[None], src_map, tgt_map, w["n_src"][i], w["n_tgt"][i], gold)
+    head_aer = counts.aer(counts.heads)
+    assert head_aer[0, 0] == 0.0
+    assert head_aer[0, 1] == 1.0
+    assert head_aer[0, 2] == 1.0 and counts.heads[0, 2, 1] == 0  # NULL only: no links
+    assert 0.0 < counts.oracle_aer < 0.5
+
+
+# ----------------------------------------------------------------------------- statistics
+def _stats_of(w: torch.Tensor, kind: str, causal: bool):
+    sums: dict = {}
+    T = w.shape[-1]
+    rows, multi = _row_stats(kind, w[None, None], torch.tensor([T]), torch.tensor([T]),
+                             causal, sums)
+    means = {k: (v[0] / (multi if k == "norm_entropy" else rows)).numpy()[None]
+             for k, v in sums.items()}
+    return means
+
+
+def test_entropy_distance_separate_positional_from_broad_heads():
+    T = 6
+    diag = _stats_of(torch.eye(T, dtype=torch.float64), "encoder_self", False)
+    assert diag["distance"][0, 0] == 0 and diag["entropy"][0, 0] == 0
+    assert head_labels(diag, "encoder_self") == [["same token"]]
+    prev = torch.zeros(T, T, dtype=torch.float64)
+    prev[0, 0] = 1.0
+    prev[torch.arange(1, T), torch.arange(T - 1)] = 1.0
+    p = _stats_of(prev, "decoder_self", True)
+    assert p["offset"][0, 0] == pytest.approx(-(T - 1) / T)
+    assert p["distance"][0, 0] == pytest.approx((T - 1) / T / T)
+    assert head_labels(p, "decoder_self") == [["previous token"]]
+    uniform = _stats_of(torch.full((T, T), 1.0 / T, dtype=torch.float64), "cross", False)
+    assert uniform["entropy"][0, 0] == pytest.approx(math.log(T))
+    assert uniform["distance"][0, 0] > 0.2
+    assert head_labels(uniform, "cross") == [["broad"]]
+
+
+# ----------------------------------------------------------------------------- pruning
+def test_pruned_checkpoint_masks_heads_and_translates(analysis):
+    run_dir, r = analysis
+    p = r["pruned"]
+    assert p["n_masked"] == round(0.5 * r["n_heads"]) == 4
+    assert Path(p["path"]) == run_dir / "checkpoints" / "pruned.pt"
+    pruned = load_run(str(run_dir), p["path"], "cpu")
+    plain = load_run(str(run_dir), "best", "cpu")
+    expected = gates_without(plain.model, p["heads"])
+    for k in KINDS:  # the masks are the gates of the least important heads
+        torch.testing.assert_close(pruned.model.head_mask(k), expected[k])
+        for layer, h in zip(*np.nonzero(expected[k].numpy() == 0)):
+            assert (k, layer, h) in p["heads"]
+    sents, _, _ = load_sentences(plain, "valid", 30, QUIET)
+    b = collate(sents.src_ids[:8], sents.tgt_ids[:8])
+    masked_logits, _ = pruned.model(b.src, b.tgt_in)
+    gated_logits, _ = plain.model(b.src, b.tgt_in, head_gates=expected)
+    torch.testing.assert_close(masked_logits, gated_logits, atol=1e-5, rtol=0)
+    assert not torch.allclose(masked_logits, plain.model(b.src, b.tgt_in)[0], atol=1e-3)
+    # translations: the pruned checkpoint = the unpruned model with the same gates
+    outs = translate_ids(pruned.model, sents.src_ids)
+    for i, o in enumerate(outs):
+        ref = greedy_decode(plain.model, collate([sents.src_ids[i]], [[]]).src,
+                            head_gates=expected)[0]
+        assert o[0][0] == ref
+    # pruning BLEU: the "all" curve at 4 masked heads is the pruned model's BLEU
+    assert dict((n, b) for n, _, b in r["pruning"]["curves"]["all"])[4] == \
+        pytest.approx(p["bleu"])
+
+
+def test_translate_script_loads_the_pruned_checkpoint(analysis):
+    run_dir, r = analysis
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "translate.py"), f"run={run_dir}",
+         f"checkpoint={r['pruned']['path']}", "device=cpu", "我请李雷帮我订了去北京的机票。"],
+        capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ,
+                                                      "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 1
+
+
+def test_analysis_results(analysis):
+    run_dir, r = analysis
+    assert r["sentences"] == 30 and r["n_heads"] == 8
+    assert r["shapes"] == {"encoder_self": (2, 2), "decoder_self": (1, 2), "cross": (1, 2)}
+    for k in KINDS:
+        np.testing.assert_allclose(np.linalg.norm(r["importance"][k], axis=1), 1.0, rtol=1e-6)
+        assert r["stats"][k]["entropy"].shape == r["shapes"][k]
+    curves = r["pruning"]["curves"]
+    assert set(curves) == {"all", *KINDS}
+    assert [n for n, _, _ in curves["all"]] == list(range(9))
+    assert all(pts[0][2] == r["pruning"]["base"] for pts in curves.values())
+    a = r["alignment"]
+    assert a["aer"].shape == (1, 2) and ((a["aer"] >= 0) & (a["aer"] <= 1)).all()
+    assert a["best_aer"] == a["aer"].min()
+    assert a["layer_average_aer"].shape == (1,) and 0 <= a["average_aer"] <= 1
+
+
+# ----------------------------------------------------------------------------- the script
+@pytest.fixture(scope="module")
+def script_run(tiny_run, tmp_path_factory):
+    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("heads_cli") / "run")
+    out = cli(f"run={run_dir}", "device=cpu", "max_sentences=25", "prune=0.3",
+              f"prune_output={run_dir / 'small.pt'}")
+    return run_dir, out
+
+
+def test_script_writes_report_figures_and_tensorboard(script_run):
+    run_dir, out = script_run
+    assert out.returncode == 0, out.stderr
+    report = (run_dir / "heads.md").read_text(encoding="utf-8")
+    for section in ("## 1. Importance", "## 2. Pruning", "## 3. Cross-attention",
+                    "## 4. Entropy and distance", "Best head:", "small.pt"):
+        assert section in report, section
+    assert (run_dir / "small.pt").is_file()
+    for name in [f"importance_{k}.png" for k in KINDS] + ["pruning.png", "aer_cross.png",
+                                                          "entropy_vs_distance.png"]:
+        png = run_dir / "heads" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert f"](heads/{name})" in report
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    for k in KINDS:
+        assert f"heads/importance/{k}" in tags["images"]
+        assert f"heads/importance/{k}/layer_0/head_1" in tags["scalars"]
+    assert {"heads/pruning", "heads/aer", "heads/entropy_vs_distance"} <= set(tags["images"])
+    assert [e.step for e in acc.Scalars("heads/pruning_bleu/all")] == \
+        [round(100 * n / 8) for n in range(9)]
+    assert "heads/aer/best" in tags["scalars"] and "heads/prunable/all" in tags["scalars"]
+    assert "valid/bleu" in tags["scalars"]  # the training run's own events are intact
+
+
+def test_bad_run_dir_is_one_line_exit_2(tmp_path):
+    r = cli(f"run={tmp_path / 'nope'}")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_options_are_errors(tiny_run):
+    for override, words in (("split=train", "split"), ("prune_step=0", "prune_step"),
+                            ("prune=1.5", "prune")):
+        with pytest.raises(TinyMTError, match=words):
+            analyze(analyze_cfg(tiny_run, override), progress=False, log=QUIET)
+
+
+def test_data_without_gold_alignments_skips_aer(tmp_path, text_corpus):
+    cfg = compose_train(tmp_path, "data.source=text", f"data.path={text_corpus}",
+                        "data.src_lang=de", "data.tgt_lang=en", "data.vocab_size=40",
+                        "trainer.max_steps=6", "trainer.valid_every=6", "trainer.test_beam=1")
+    from tinymt.trainer import train
+
+    train(cfg)
+    r = analyze(analyze_cfg(tmp_path / "run", "prune_step=0.5"), progress=False, log=QUIET)
+    assert r["alignment"] is None and "gold word alignments" in r["alignment_note"]
+    report = (tmp_path / "run" / "heads.md").read_text(encoding="utf-8")
+    assert "Skipped: no gold word alignments" in report
+    assert not (tmp_path / "run" / "heads" / "aer_cross.png").exists()
+    assert r["pruning"]["curves"]["all"][0][0] == 0

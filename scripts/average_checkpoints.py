@@ -9,7 +9,6 @@ this itself at the end of training (trainer.average_last=N).
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -25,7 +24,7 @@ from tinymt.translate import find_run
 class AverageConfig:
     run: str = "latest"  # run dir, or latest
     last: int = 5  # how many of the newest ckpt_<step>.pt to average
-    output: Optional[str] = None  # default: <run>/checkpoints/avg.pt
+    output: str | None = None  # default: <run>/checkpoints/avg.pt
     outputs_root: str = "outputs"  # where run=latest looks
 
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 
+from conftest import REPO_ROOT
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode
 from tinymt.model import Transformer, count_parameters

@@ -213,7 +213,7 @@ def test_alignment_valid_and_covers_every_word(splits):
 
 def test_alignment_of_function_words(samples):
     seen = collections.Counter()
-    for s, p in samples:
+    for _s, p in samples:
         for i, w in enumerate(p.zh_words):
             e = en_of(p, i)
             if w == "吗":
@@ -409,7 +409,7 @@ def _object_nps(samples):
 
 def test_plurals_numerals_and_measure_words(samples):
     counts = collections.Counter()
-    for c, p, o in _object_nps(samples):
+    for _c, p, o in _object_nps(samples):
         n = o.head
         ni = only_index(p.zh_words, n.zh)
         if ni is None or o.det != "num" or n.mass:
@@ -458,7 +458,7 @@ def test_generic_bare_plurals_only_in_present(samples):
 
 def test_demonstratives(samples):
     n = 0
-    for c, p, o in _object_nps(samples):
+    for _c, p, o in _object_nps(samples):
         if o.det in ("this", "that") and not o.head.mass:
             zh_det = {"this": "这", "that": "那"}[o.det]
             k = only_index(p.zh_words, zh_det)
@@ -472,7 +472,7 @@ def test_demonstratives(samples):
 
 def test_possessives(samples):
     n = collections.Counter()
-    for c, p, o in _object_nps(samples):
+    for _c, p, o in _object_nps(samples):
         if o.possessor is None:
             continue
         poss = o.possessor
@@ -512,7 +512,7 @@ def test_kinship_without_de(samples):
 
 def test_relative_clauses_reorder(samples):
     n = collections.Counter()
-    for c, p, o in _object_nps(samples):
+    for _c, p, o in _object_nps(samples):
         if o.rel is None and o.goal is None:
             continue
         hi = len(p.zh_words) - 1 - p.zh_words[::-1].index(o.head.zh)  # head: last mention

@@ -8,9 +8,9 @@ import sys
 import time
 
 import pytest
-from conftest import REPO_ROOT, make_pairs, write_text_corpus
 
 import tinymt.data as data_mod
+from conftest import REPO_ROOT, make_pairs, write_text_corpus
 from tinymt.data import COMPLETE, cache_path, load_source, prepare, summary_table
 from tinymt.errors import TinyMTError
 

@@ -5,8 +5,8 @@ import re
 
 import pytest
 import torch
-from conftest import make_pairs
 
+from conftest import make_pairs
 from tinymt.errors import TinyMTError
 from tinymt.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

@@ -9,7 +9,6 @@ each group is for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -20,7 +19,7 @@ class DataConfig:
 
     name: str = "builtin_zh_en"
     source: str = "builtin"  # builtin | hub | text | tsv
-    path: Optional[str] = None  # hub name or local folder (hub), folder (text), file (tsv)
+    path: str | None = None  # hub name or local folder (hub), folder (text), file (tsv)
     src_lang: str = "zh"
     tgt_lang: str = "en"
     reverse: bool = False  # swap source and target after loading
@@ -71,7 +70,7 @@ class OptimConfig:
 
     name: str = "adamw"
     lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.98])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     eps: float = 1e-9
     weight_decay: float = 0.0
     schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine | constant
@@ -106,10 +105,10 @@ class TrainerConfig:
     keep_last: int = 1  # keep this many step checkpoints for averaging (ckpt_<step>.pt)
     average_last: int = 0  # at the end, average the last N step checkpoints into avg.pt
     test_beam: int = 5  # beam size for the final test-set translation
-    probe_sentences: List[str] = field(default_factory=list)  # extra sentences to draw
+    probe_sentences: list[str] = field(default_factory=list)  # extra sentences to draw
     n_probes: int = 2  # how many validation sentences to draw besides those
     n_text_samples: int = 3  # source/reference/hypothesis triples logged per validation
-    resume: Optional[str] = None  # run dir to continue exactly
+    resume: str | None = None  # run dir to continue exactly
 
 
 @dataclass
@@ -118,7 +117,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    run_dir: Optional[str] = None  # set by scripts/train.py from Hydra's output dir
+    run_dir: str | None = None  # set by scripts/train.py from Hydra's output dir
 
 
 @dataclass
@@ -140,11 +139,11 @@ class DecodeConfig:
 class TranslateConfig:
     run: str = "latest"  # run dir, or "latest" = newest under outputs/
     checkpoint: str = "best"  # best | last | avg | path to a .pt file
-    input: Optional[str] = None  # file to translate; default: arguments or stdin
-    output: Optional[str] = None  # file to write; default: stdout
-    ref: Optional[str] = None  # reference file: print sacreBLEU and chrF
-    attention: Optional[str] = None  # .png file (one sentence) or folder: per-head maps
-    attention_kinds: List[str] = field(default_factory=lambda: ["cross"])
+    input: str | None = None  # file to translate; default: arguments or stdin
+    output: str | None = None  # file to write; default: stdout
+    ref: str | None = None  # reference file: print sacreBLEU and chrF
+    attention: str | None = None  # .png file (one sentence) or folder: per-head maps
+    attention_kinds: list[str] = field(default_factory=lambda: ["cross"])
     device: str = "auto"
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     outputs_root: str = "outputs"  # where run=latest looks
@@ -157,8 +156,8 @@ class AnalyzeConfig:
     split: str = "valid"  # which split of the run's data to analyse: valid | test
     max_sentences: int = 500  # sentences used for importance, pruning BLEU, entropy; 0 = all
     prune_step: float = 0.1  # fraction of heads masked per step of the pruning curve
-    prune: Optional[float] = None  # write a checkpoint with this fraction of heads masked
-    prune_output: Optional[str] = None  # default: <run>/checkpoints/pruned.pt
+    prune: float | None = None  # write a checkpoint with this fraction of heads masked
+    prune_output: str | None = None  # default: <run>/checkpoints/pruned.pt
     device: str = "auto"
     batch_tokens: int = 4096
     outputs_root: str = "outputs"

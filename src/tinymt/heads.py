@@ -19,9 +19,10 @@ of every kind (``encoder_self``, ``decoder_self``, ``cross``) and layer:
 3. **Alignment error rate** of every cross-attention head against the built-in corpus's
    gold word alignments (teacher forcing on the reference). Decoder row ``t`` is the row
    that *predicts* target piece ``t`` (the rows of the attention figures). Pieces are
-   mapped to words by character offsets (see :func:`pieces_to_words`); for each target
-   word the attention of its pieces is summed, then summed over the pieces of each source
-   word, and the source word with the most mass is linked (several on an exact tie). The
+   mapped to words by character offsets (see :func:`piece_word_weights`; a piece spanning
+   two words counts for both, in proportion to its characters); for each target word the
+   attention of its pieces is summed, then summed over the pieces of each source word,
+   and the source word with the most mass is linked (several on an exact tie). The
    source EOS acts as NULL: when it gets more mass than any word, the target word stays
    unaligned. ``AER = 1 - 2|A & G| / (|A| + |G|)`` (sure = possible = gold), counted over
    the whole split. One link per target word cannot reproduce many-to-one gold links
@@ -31,9 +32,11 @@ of every kind (``encoder_self``, ``decoder_self``, ``cross``) and layer:
    self-attention), i.e. how far from the diagonal a head looks, as a fraction of the
    sentence. For self-attention the mass on offsets -1 / 0 / +1 and the mean signed
    offset show positional heads (previous token, same token, next token). All are means
-   over the non-padding query rows of the split.
+   over the non-padding query rows of the split (the offsets and the entropy relative to
+   the uniform's: over the rows with more than one key, i.e. not the decoder's BOS row).
 
-Results: figures and scalars under ``heads/...`` in the run's TensorBoard, a markdown
+Results: figures and scalars under ``heads/...`` in the run's TensorBoard (an events
+file of its own, ``*.heads``, replaced by the next analysis), a markdown
 report ``<run>/heads.md`` with the PNGs in ``<run>/heads/``, and with ``prune=<fraction>``
 a checkpoint whose persistent head masks (:class:`tinymt.model.Transformer`) switch the
 least important heads off; ``scripts/translate.py checkpoint=<it>`` loads it unchanged.
@@ -67,6 +70,8 @@ POSITIONAL_MASS = 0.5  # a self-attention head is "positional" with this much ma
 BROAD_ENTROPY = 0.8  # ... "broad" when its entropy is this fraction of the uniform's
 _SPECIAL = frozenset({"<unk>", "<s>", "</s>", "<pad>"})
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
+# statistics averaged over the query rows with more than one key to choose from
+_CHOICE_ROW_STATS = frozenset({"norm_entropy", "offset", "prev", "same", "next"})
 
 
 def _bar(it, **kw):
@@ -128,7 +133,7 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
                 grads = torch.autograd.grad(loss, [gates[k] for k in KINDS], allow_unused=True)
             for k, g in zip(KINDS, grads):
                 if g is not None:
-                    total[k] += g.abs().sum(dim=1).double().cpu()  # sum over sentences
+                    total[k] += g.abs().sum(dim=1).cpu().double()  # sum over sentences
             n_tokens += batch.n_tgt_tokens
     finally:
         model.train(was_training)
@@ -231,17 +236,18 @@ def _chars(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).replace("\u2581", " ").split())
 
 
-def pieces_to_words(pieces: Sequence[str], words: Sequence[str]) -> list[int]:
-    """The word each piece belongs to (-1: none), by character offsets.
+def piece_word_weights(pieces: Sequence[str], words: Sequence[str]) -> np.ndarray:
+    """How much of each piece belongs to each word: ``(n_pieces, n_words)``, by characters.
 
     Pieces and words are compared as character strings with whitespace and ``▁``
-    removed (after NFKC, as the data pipeline normalises text), so the mapping works for
-    English (pieces start with ``▁`` at word starts, punctuation attached to a word) and
-    for Chinese (no spaces; words given by the corpus) alike. A piece spanning several
-    words goes to the word holding most of its characters (the first on a tie); a bare
-    ``▁`` goes to the next piece's word. When the two strings differ (``<unk>`` pieces,
-    normalisation differences) the characters are matched with difflib and unmatched
-    pieces get -1. Special pieces (``<unk>``, ``</s>``, ...) always get -1.
+    removed (after NFKC, as the data pipeline normalises text), so this works for English
+    (pieces start with ``▁`` at word starts, punctuation attached to a word) and for
+    Chinese (no spaces; words given by the corpus) alike. Row ``p`` holds the fraction of
+    piece ``p``'s characters in each word: one 1 for a piece inside a word, fractions for
+    a piece spanning words (Chinese BPE merges frequent pairs such as 一个). A bare ``▁``
+    copies the next piece's row. When the two strings differ (``<unk>`` pieces,
+    normalisation differences) the characters are matched with difflib; pieces with no
+    matched character, and special pieces (``<unk>``, ``</s>``, ...), get a row of zeros.
     """
     owner: list[int] = []  # word of each character of the joined words
     for w, word in enumerate(words):
@@ -257,49 +263,60 @@ def pieces_to_words(pieces: Sequence[str], words: Sequence[str]) -> list[int]:
         matcher = difflib.SequenceMatcher(None, joined, target_text, autojunk=False)
         for a, b, size in matcher.get_matching_blocks():
             to_target[a:a + size] = range(b, b + size)
-    result, pos = [], 0
-    for p, text in zip(pieces, texts):
+    weights = np.zeros((len(pieces), len(words)))
+    pos = 0
+    for p, text in enumerate(texts):
         hits = [owner[to_target[c]] for c in range(pos, pos + len(text)) if to_target[c] >= 0]
         pos += len(text)
-        result.append(max(dict.fromkeys(hits), key=hits.count) if hits else -1)
-    for i in range(len(pieces) - 2, -1, -1):  # bare "▁" pieces join the following word
-        if result[i] < 0 and pieces[i] not in _SPECIAL and not texts[i]:
-            result[i] = result[i + 1]
-    return result
+        for w in hits:
+            weights[p, w] += 1.0 / len(hits)
+    for p in range(len(pieces) - 2, -1, -1):  # bare "▁" pieces join the following word
+        if pieces[p] not in _SPECIAL and not texts[p]:
+            weights[p] = weights[p + 1]
+    return weights
 
 
-def _one_hot(mapping: Sequence[int], n: int, null: bool) -> np.ndarray:
-    """``(len(mapping), n [+1])`` 0/1 matrix; unmapped entries go to the NULL column."""
-    out = np.zeros((len(mapping), n + int(null)), dtype=np.float64)
+def pieces_to_words(pieces: Sequence[str], words: Sequence[str]) -> list[int]:
+    """The word holding most of each piece (the first on a tie; -1: none); see
+    :func:`piece_word_weights`."""
+    weights = piece_word_weights(pieces, words)
+    return [int(row.argmax()) if row.sum() > 0 else -1 for row in weights]
+
+
+def one_hot(mapping: Sequence[int], n_words: int) -> np.ndarray:
+    """``(len(mapping), n_words)`` weights of a hard position -> word map (-1: none)."""
+    out = np.zeros((len(mapping), n_words))
     for i, w in enumerate(mapping):
         if w >= 0:
             out[i, w] = 1.0
-        elif null:
-            out[i, n] = 1.0
     return out
 
 
-def attention_links(attn: np.ndarray, src_map: Sequence[int], tgt_map: Sequence[int],
-                    n_src_words: int, n_tgt_words: int) -> np.ndarray:
+def attention_links(attn: np.ndarray, src_weights: np.ndarray,
+                    tgt_weights: np.ndarray) -> np.ndarray:
     """Word links of cross-attention ``attn`` ``(..., T_q, S)`` as a bool array
     ``(..., n_src_words, n_tgt_words)``.
 
-    ``src_map`` / ``tgt_map``: word of each source position (key) / of the target piece
-    each decoder row predicts (-1 for EOS and anything unmapped). For each target word the
+    ``src_weights`` ``(S, n_src_words)`` / ``tgt_weights`` ``(T_q, n_tgt_words)``: how much
+    of each source position (key) / of the target piece each decoder row predicts belongs
+    to each word (:func:`piece_word_weights`; zero rows for EOS). For each target word the
     attention of its pieces is summed, then summed over each source word's pieces; the
     source word with the most mass is linked (several on an exact tie), unless the
-    unmapped source positions (EOS = NULL) together get more.
+    source positions of no word (EOS = NULL) together get more.
     """
     attn = np.asarray(attn, dtype=np.float64)
-    to_tgt = _one_hot(tgt_map, n_tgt_words, null=False).T  # (W_t, T_q)
-    to_src = _one_hot(src_map, n_src_words, null=True)  # (S, W_s + 1)
+    src_weights = np.asarray(src_weights, dtype=np.float64)
+    n_src = src_weights.shape[1]
+    null = 1.0 - src_weights.sum(axis=1, keepdims=True)  # (S, 1): EOS, unmapped pieces
+    to_src = np.concatenate([src_weights, null.clip(0.0, 1.0)], axis=1)  # (S, W_s + 1)
+    to_tgt = np.asarray(tgt_weights, dtype=np.float64).T  # (W_t, T_q)
     mass = to_tgt @ attn @ to_src  # (..., W_t, W_s + 1)
     best = mass.max(axis=-1, keepdims=True)
     links = (mass >= best * (1 - _TIE)) & (best > 0)
-    links[..., :n_src_words] &= ~links[..., n_src_words:]  # NULL wins: no link
+    links[..., :n_src] &= ~links[..., n_src:]  # NULL wins: no link
     covered = to_tgt.sum(axis=1) > 0  # target words that have pieces at all
     links &= covered[:, None]
-    return np.swapaxes(links[..., :n_src_words], -1, -2)  # (..., W_s, W_t)
+    return np.swapaxes(links[..., :n_src], -1, -2)  # (..., W_s, W_t)
 
 
 def gold_matrix(alignment: Sequence[Sequence[int]], n_src_words: int,
@@ -330,12 +347,14 @@ class AlignmentCounts:
     def zeros(cls, n_layers: int, n_heads: int) -> AlignmentCounts:
         return cls(np.zeros((n_layers, n_heads, 2)), np.zeros((n_layers, 2)), np.zeros(2))
 
-    def add(self, cross: np.ndarray, src_map, tgt_map, n_src, n_tgt, gold_links) -> None:
-        """One sentence: ``cross`` ``(n_layers, n_heads, T_q, S)``."""
-        gold = gold_matrix(gold_links, n_src, n_tgt)
+    def add(self, cross: np.ndarray, src_weights: np.ndarray, tgt_weights: np.ndarray,
+            gold_links) -> None:
+        """One sentence: ``cross`` ``(n_layers, n_heads, T_q, S)``; weights as
+        :func:`attention_links` takes them."""
+        gold = gold_matrix(gold_links, src_weights.shape[1], tgt_weights.shape[1])
         for attn, target in ((cross, self.heads), (cross.mean(axis=1), self.layers),
                              (cross.mean(axis=(0, 1)), self.overall)):
-            links = attention_links(attn, src_map, tgt_map, n_src, n_tgt)
+            links = attention_links(attn, src_weights, tgt_weights)
             target[..., 0] += (links & gold).sum(axis=(-2, -1))
             target[..., 1] += links.sum(axis=(-2, -1))
         self.gold += int(gold.sum())
@@ -360,14 +379,14 @@ class AttentionStats:
     norm_rows: dict[str, float] = field(default_factory=dict)
 
     def add(self, kind: str, name: str, value: torch.Tensor) -> None:
-        v = value.double().cpu().numpy()
+        v = value.cpu().double().numpy()
         d = self.sums.setdefault(kind, {})
         d[name] = d.get(name, 0.0) + v
 
     def means(self) -> dict[str, dict[str, np.ndarray]]:
         out = {}
         for kind, d in self.sums.items():
-            out[kind] = {name: v / max(self.norm_rows[kind] if name == "norm_entropy"
+            out[kind] = {name: v / max(self.norm_rows[kind] if name in _CHOICE_ROW_STATS
                                        else self.rows[kind], 1)
                          for name, v in d.items()}
         return out
@@ -377,30 +396,31 @@ def _row_stats(kind: str, w: torch.Tensor, q_len: torch.Tensor, k_len: torch.Ten
                causal: bool, layer_sums: dict) -> tuple[int, int]:
     """Accumulate one layer's ``w`` ``(B, h, T_q, T_k)`` (real lengths ``q_len``/``k_len``)."""
     B, _H, T_q, T_k = w.shape
-    w = w.double()
+    w = w.float()  # float32 on the device (MPS has no float64); batches add up in float64
     dev = w.device
-    i = torch.arange(T_q, device=dev, dtype=torch.float64)[:, None]  # (T_q, 1)
-    j = torch.arange(T_k, device=dev, dtype=torch.float64)[None, :]  # (1, T_k)
+    i = torch.arange(T_q, device=dev, dtype=torch.float32)[:, None]  # (T_q, 1)
+    j = torch.arange(T_k, device=dev, dtype=torch.float32)[None, :]  # (1, T_k)
     q_real = i[None, :, 0] < q_len[:, None]  # (B, T_q)
-    rows = q_real[:, None, :].double()  # (B, 1, T_q)
-    ql, kl = q_len.double()[:, None, None], k_len.double()[:, None, None]  # (B, 1, 1)
+    rows = q_real[:, None, :].float()  # (B, 1, T_q)
+    ql, kl = q_len.float()[:, None, None], k_len.float()[:, None, None]  # (B, 1, 1)
     centre = (i[None] + 0.5) * kl / ql - 0.5  # (B, T_q, 1): the diagonal
     dist = (j[None] - centre).abs() / kl  # (B, T_q, T_k)
     ent = -(w * w.clamp_min(1e-12).log()).sum(-1)  # (B, h, T_q)
     n_keys = (i[None, :, 0] + 1).expand(B, T_q) if causal else k_len[:, None].expand(B, T_q)
-    n_keys = n_keys.double()
+    n_keys = n_keys.float()
     multi = q_real & (n_keys > 1)  # rows where the uniform distribution has entropy > 0
     norm_ent = ent / n_keys.clamp_min(2).log()[:, None, :]
     sums = {
         "entropy": (ent * rows).sum((0, 2)),
-        "norm_entropy": (norm_ent * multi[:, None, :].double()).sum((0, 2)),
+        "norm_entropy": (norm_ent * multi[:, None, :].float()).sum((0, 2)),
         "distance": ((w * dist[:, None]).sum(-1) * rows).sum((0, 2)),
     }
-    if kind in SELF_KINDS:
+    if kind in SELF_KINDS:  # over rows with a choice (not the decoder's BOS row)
         rel = j - i  # (T_q, T_k) key offset from the query
-        sums["offset"] = ((w * rel).sum(-1) * rows).sum((0, 2))
+        choice = multi[:, None, :].float()  # (B, 1, T_q)
+        sums["offset"] = ((w * rel).sum(-1) * choice).sum((0, 2))
         for off, name in ((-1, "prev"), (0, "same"), (1, "next")):
-            sums[name] = ((w * (rel == off)).sum(-1) * rows).sum((0, 2))
+            sums[name] = ((w * (rel == off)).sum(-1) * choice).sum((0, 2))
     for name, v in sums.items():
         layer_sums.setdefault(name, []).append(v)
     return int(q_real.sum()), int(multi.sum())
@@ -413,9 +433,9 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
     """One teacher-forced pass with attention weights: entropy / distance statistics of
     every head, and (with ``words``) the cross heads' alignment counts.
 
-    ``words``: ``{"src_map": [...], "tgt_map": [...], "n_src": [...], "n_tgt": [...],
-    "alignment": [...]}``, one entry per sentence (``None`` entries skip a sentence); maps
-    as :func:`attention_links` takes them.
+    ``words``: ``{"src_weights": [...], "tgt_weights": [...], "alignment": [...]}``, one
+    entry per sentence (``None`` entries skip a sentence); weights as
+    :func:`attention_links` takes them.
     """
     was_training = model.training
     model.eval()
@@ -446,12 +466,11 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
             if counts is not None:
                 cross = torch.stack(attn["cross"], 1).float().cpu().numpy()  # (B, L, h, T, S)
                 for b, i in enumerate(idx):
-                    if words["src_map"][i] is None:
+                    if words["src_weights"][i] is None:
                         continue
                     n_t, n_s = int(tgt_len[b]), int(src_len[b])
-                    counts.add(cross[b, :, :, :n_t, :n_s], words["src_map"][i],
-                               words["tgt_map"][i], words["n_src"][i], words["n_tgt"][i],
-                               words["alignment"][i])
+                    counts.add(cross[b, :, :, :n_t, :n_s], words["src_weights"][i],
+                               words["tgt_weights"][i], words["alignment"][i])
     finally:
         model.train(was_training)
     return stats, counts
@@ -527,17 +546,18 @@ def load_sentences(run, split: str, max_sentences: int, log) -> tuple[Sentences,
     tgt_ids = [t[:max_len] for t in tgt_ids]
     words = None
     if {"src_words", "tgt_words", "alignment"} <= cols:
-        words = {"src_map": [], "tgt_map": [], "n_src": [], "n_tgt": [], "alignment": []}
+        words = {"src_weights": [], "tgt_weights": [], "alignment": []}
         for s, t, sw, tw, al, too_long in zip(src_ids, tgt_ids, ds["src_words"][:],
                                               ds["tgt_words"][:], ds["alignment"][:], long):
             if too_long:  # positions cut off: its alignment is incomplete
                 for v in words.values():
                     v.append(None)
                 continue
-            words["src_map"].append(pieces_to_words(run.src_tokenizer.pieces(s), sw) + [-1])
-            words["tgt_map"].append(pieces_to_words(run.tgt_tokenizer.pieces(t), tw) + [-1])
-            words["n_src"].append(len(sw))
-            words["n_tgt"].append(len(tw))
+            eos_src, eos_tgt = np.zeros((1, len(sw))), np.zeros((1, len(tw)))  # EOS: no word
+            words["src_weights"].append(
+                np.concatenate([piece_word_weights(run.src_tokenizer.pieces(s), sw), eos_src]))
+            words["tgt_weights"].append(
+                np.concatenate([piece_word_weights(run.tgt_tokenizer.pieces(t), tw), eos_tgt]))
             words["alignment"].append([tuple(a) for a in al])
     d = run.config["data"]
     tgt_lang = d["src_lang"] if d.get("reverse") else d["tgt_lang"]
@@ -741,7 +761,11 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
                          _heatmap(head_aer, "alignment error rate (lower = better): cross"))
     pngs = {tag: (path, _save_png(fig, path)) for tag, (path, fig) in images.items()}
 
-    writer = SummaryWriter(str(run_dir))
+    # our events file carries the suffix .heads: a new analysis replaces the previous one
+    # (the pruning curves' steps are % masked, so appending would draw them twice)
+    for old in run_dir.glob("events.out.tfevents.*.heads"):
+        old.unlink()
+    writer = SummaryWriter(str(run_dir), filename_suffix=".heads")
     try:
         for tag, (_, img) in pngs.items():
             writer.add_image(f"heads/{tag}", img, ckpt_step, dataformats="HWC")
@@ -779,6 +803,13 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
         "figures": {tag: str(p) for tag, (p, _) in pngs.items()},
     }
     (run_dir / "heads.md").write_text(_report(result, run_dir), encoding="utf-8")
+    log(f"unpruned BLEU {pruning['base']:.2f}; heads prunable within {BLEU_DROP:g} BLEU: "
+        + ", ".join(f"{c} {pruning['prunable'][c]}/{pts[-1][1]}"
+                    for c, pts in pruning["curves"].items())
+        + (f"; best aligning head: cross layer {alignment['best_head'][0]} head "
+           f"{alignment['best_head'][1]} (AER {alignment['best_aer']:.3f}), all cross heads "
+           f"averaged AER {alignment['average_aer']:.3f}" if alignment
+           else f"; {result['alignment_note']}"))
     log(f"report: {run_dir / 'heads.md'}  (figures in {fig_dir}/, TensorBoard tags heads/...)")
     return result
 
@@ -848,14 +879,17 @@ def _report(r: dict, run_dir: Path) -> str:
           f"previous / same / next token when ≥ {POSITIONAL_MASS:.0%} of the mass is on "
           f"that offset; broad when the entropy is ≥ {BROAD_ENTROPY:.0%} of the uniform's; "
           "else content."), "",
-          "| kind | layer | head | entropy | distance | mean offset | label |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
+          "| kind | layer | head | entropy | distance | mean offset | mass at −1 / 0 / +1 "
+          "| label |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for kind in KINDS:
         m = r["stats"][kind]
         for (layer, h), e in np.ndenumerate(m["entropy"]):
             off = f"{m['offset'][layer, h]:+.2f}" if "offset" in m else "—"
+            mass = " / ".join(f"{m[n][layer, h]:.2f}" for n in ("prev", "same", "next")) \
+                if "prev" in m else "—"
             L.append(f"| {kind} | {layer} | {h} | {e:.2f} | {m['distance'][layer, h]:.3f} "
-                     f"| {off} | {r['labels'][kind][layer][h]} |")
+                     f"| {off} | {mass} | {r['labels'][kind][layer][h]} |")
     L += ["", img("entropy_vs_distance", "entropy vs distance"), ""]
     for kind in KINDS:
         L += [img(f"entropy/{kind}", f"entropy {kind}") + " "

@@ -9,8 +9,8 @@ must render as glyphs: we register the Noto Sans CJK font that ships in the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import matplotlib
 

@@ -54,7 +54,7 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise TinyMTError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps")
+        raise TinyMTError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TinyMTError(f"device={name} asked for, but torch sees no CUDA GPU (use device=auto)")
     if device.type == "mps" and not torch.backends.mps.is_available():

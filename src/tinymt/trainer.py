@@ -205,8 +205,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
     def next_batches():
         """Global batches forever, epoch after epoch; the sampler remembers where it is."""
         while True:
-            for indices in sampler:
-                yield indices
+            yield from sampler
             state["epoch"] += 1
             sampler.set_epoch(state["epoch"])
 

@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -272,7 +272,7 @@ def _translate_lines(run: LoadedRun, lines, cfg, max_src, warn, out_f, device,
     for i, o in zip(todo, outs):
         nbests[i] = o
     texts = []
-    for i, hyps in enumerate(nbests):
+    for hyps in nbests:
         best = run.tgt_tokenizer.decode(hyps[0][0]) if hyps else ""
         texts.append(best)
         if d.nbest > 1:

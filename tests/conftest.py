@@ -143,6 +143,7 @@ def data_cfg(tmp_path):
 # the tests of everything that reads a run dir: translate, heads, average_checkpoints.
 TINY_TRAIN_OVERRIDES = [
     "data.train_size=3000", "data.valid_size=60", "data.test_size=40", "data.vocab_size=800",
+    "data.max_len=60",
     "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=2",
     "model.n_decoder_layers=1", "model.d_ff=64", "model.dropout=0.1", "model.max_positions=64",
     "optim.warmup_steps=10", "optim.lr=3e-3",

@@ -207,3 +207,10 @@ def test_lr_schedule_shapes():
     assert lr_factor(40, 10, "inverse_sqrt", 100, 0) == pytest.approx(0.5)
     assert lr_factor(100, 10, "cosine", 100, 0.1) == pytest.approx(0.1)
     assert lr_factor(55, 10, "cosine", 100, 0.0) == pytest.approx(0.5)
+
+
+def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):
+    cfg = compose_train(tmp_path, "data.max_len=128", "model.max_positions=16",
+                        "trainer.max_steps=1")
+    with pytest.raises(TinyMTError, match="lower data.max_len to 15"):
+        train(cfg)

@@ -85,9 +85,9 @@ class _Stepper:
             )  # (N, V)
         else:
             logits, _ = self.model.decode(
-                prefix, self.memory, self.src_pad_mask, head_gates=self.head_gates
-            )
-            logits = logits[:, -1]  # (N, V)
+                prefix, self.memory, self.src_pad_mask, head_gates=self.head_gates,
+                last_only=True,
+            )  # (N, V)
         if logits.dtype in (torch.float16, torch.bfloat16):
             logits = logits.float()
         logp = logits.log_softmax(dim=-1)  # (N, V)

@@ -682,8 +682,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     if not model._masks_all_ones():
         log(f"note: {run.checkpoint} already has masked heads; they stay masked "
             "(importance 0, masked first)")
-    data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences,
-                                             lambda m: log(m))
+    data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences, log)
     n_sent = len(data.src_ids)
     if n_sent == 0:
         raise TinyMTError(f"split={cfg.split} of {run.run_dir} has no sentences")
@@ -735,7 +734,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     run_dir = run.run_dir
     fig_dir = run_dir / "heads"
     ckpt_step = int(saved.get("step") or 0)
-    images: dict[str, tuple[Path, np.ndarray]] = {}
+    images: dict[str, tuple[Path, object]] = {}  # tag -> (png path, matplotlib figure)
     for kind in KINDS:
         images[f"importance/{kind}"] = (fig_dir / f"importance_{kind}.png", _heatmap(
             importance[kind], f"importance (normalised per layer): {kind}"))

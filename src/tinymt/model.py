@@ -357,11 +357,14 @@ class Transformer(nn.Module):
         tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates: HeadGates = None,
+        last_only: bool = False,
     ) -> tuple[Tensor, Attn]:
         """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> logits ``(B, T, V_tgt)``.
 
         Returns ``(logits, {"decoder_self": [...], "cross": [...]})`` (None without
         ``need_weights``). ``tgt_pad_mask`` defaults to ``tgt_in == pad_id``.
+        ``last_only``: logits of the last position only, ``(B, V_tgt)`` (decoding
+        without a cache needs no more).
         """
         T = tgt_in.size(1)
         self._check_length(T, "a target sentence")
@@ -381,7 +384,9 @@ class Transformer(nn.Module):
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        logits = self.output_proj(self.decoder_norm(x))  # (B, T, V_tgt)
+        if last_only:
+            x = x[:, -1]  # (B, d)
+        logits = self.output_proj(self.decoder_norm(x))  # (B, T, V_tgt) or (B, V_tgt)
         attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
         return logits, attn
 

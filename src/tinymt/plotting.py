@@ -119,10 +119,12 @@ def heatmap(
     rows, cols = values.shape
     fig, ax = plt.subplots(figsize=(1.0 + 0.7 * cols, 0.8 + 0.5 * rows))
     im = ax.imshow(values, cmap="magma", aspect="auto")
+    lo, hi = im.get_clim()
     for r in range(rows):
         for c in range(cols):
+            dark = (values[r, c] - lo) < 0.6 * (hi - lo)  # magma is dark at the low end
             ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", fontsize=7,
-                    color="white" if values[r, c] < values.max() * 0.6 else "black")
+                    color="white" if dark else "black")
     ax.set_xticks(range(cols))
     ax.set_yticks(range(rows))
     ax.set_xlabel(col_label)

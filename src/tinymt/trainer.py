@@ -100,6 +100,12 @@ def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
         raise TinyMTError(
             f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}"
         )
+    longest = max(max(data.lengths("train")[0], default=0), max(data.lengths("train")[1], default=0))
+    if longest + 1 > cfg.model.max_positions:
+        raise TinyMTError(
+            f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "
+            f"model.max_positions={cfg.model.max_positions}: lower data.max_len to "
+            f"{cfg.model.max_positions - 1} or raise model.max_positions")
     return Transformer(cfg.model, data.src_tokenizer.vocab_size, data.tgt_tokenizer.vocab_size,
                        shared_vocab=shared)
 
@@ -390,12 +396,13 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
     """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``."""
     model.eval()
     ds = data.splits[split]
-    src_ids, tgt_ids = data.ids(split)
+    limit_len = cfg.model.max_positions - 1  # valid/test are never length-filtered: clip
+    src_ids, tgt_ids = ([x[:limit_len] for x in side] for side in data.ids(split))
     n = len(src_ids)
     loss_sum = tok = 0.0
     if with_loss:
-        eval_sampler = TokenBatchSampler(*data.lengths(split), max_tokens=cfg.trainer.max_tokens,
-                                         shuffle=False)
+        eval_sampler = TokenBatchSampler([len(x) for x in src_ids], [len(x) for x in tgt_ids],
+                                         max_tokens=cfg.trainer.max_tokens, shuffle=False)
         for b, indices in enumerate(eval_sampler):
             if b % rt.world_size != rt.rank:
                 continue

@@ -196,17 +196,7 @@ class Transformer(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
-        if cfg.activation not in ("relu", "gelu"):
-            raise TinyMTError(f"model.activation={cfg.activation!r}: expected relu or gelu")
-        if cfg.positional not in ("sinusoidal", "learned"):
-            raise TinyMTError(
-                f"model.positional={cfg.positional!r}: expected sinusoidal or learned"
-            )
-        if shared_vocab and src_vocab_size != tgt_vocab_size:
-            raise TinyMTError(
-                f"a shared vocabulary needs equal sizes, got source {src_vocab_size} "
-                f"and target {tgt_vocab_size}"
-            )
+        check_model_args(cfg, src_vocab_size, tgt_vocab_size, shared_vocab)
         self.config = cfg
         self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
@@ -455,6 +445,22 @@ class Transformer(nn.Module):
         logits = self.output_proj(self.decoder_norm(x[:, -1]))  # (B, V_tgt)
         attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
         return logits, attn
+
+
+def check_model_args(cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool) -> None:
+    """The config and vocabulary checks every encoder-decoder here makes (ours, the peer)."""
+    if cfg.activation not in ("relu", "gelu"):
+        raise TinyMTError(f"model.activation={cfg.activation!r}: expected relu or gelu")
+    if cfg.positional not in ("sinusoidal", "learned"):
+        raise TinyMTError(f"model.positional={cfg.positional!r}: expected sinusoidal or learned")
+    if cfg.d_model % cfg.n_heads:
+        raise TinyMTError(
+            f"model.d_model={cfg.d_model} is not divisible by model.n_heads={cfg.n_heads}")
+    if shared_vocab and src_vocab_size != tgt_vocab_size:
+        raise TinyMTError(
+            f"a shared vocabulary needs equal sizes, got source {src_vocab_size} "
+            f"and target {tgt_vocab_size}"
+        )
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from tinymt.errors import TinyMTError
-from tinymt.model import LearnedPositions, SinusoidalPositions
+from tinymt.model import LearnedPositions, SinusoidalPositions, check_model_args
 
 
 class PeerTransformer(nn.Module):
@@ -50,21 +50,7 @@ class PeerTransformer(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
-        if cfg.activation not in ("relu", "gelu"):
-            raise TinyMTError(f"model.activation={cfg.activation!r}: expected relu or gelu")
-        if cfg.positional not in ("sinusoidal", "learned"):
-            raise TinyMTError(
-                f"model.positional={cfg.positional!r}: expected sinusoidal or learned"
-            )
-        if shared_vocab and src_vocab_size != tgt_vocab_size:
-            raise TinyMTError(
-                f"a shared vocabulary needs equal sizes, got source {src_vocab_size} "
-                f"and target {tgt_vocab_size}"
-            )
-        if cfg.d_model % cfg.n_heads:
-            raise TinyMTError(
-                f"model.d_model={cfg.d_model} is not divisible by model.n_heads={cfg.n_heads}"
-            )
+        check_model_args(cfg, src_vocab_size, tgt_vocab_size, shared_vocab)
         self.config = cfg
         self.src_vocab_size = src_vocab_size
         self.tgt_vocab_size = tgt_vocab_size
@@ -279,12 +265,16 @@ class PeerTransformer(nn.Module):
         tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates=None,
+        last_only: bool = False,
     ) -> tuple[Tensor, None]:
-        """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> ``(logits (B, T, V_tgt), None)``."""
+        """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> ``(logits (B, T, V_tgt), None)``
+        (``(B, V_tgt)`` of the last position with ``last_only``)."""
         self._no_extras(need_weights, head_gates)
         if tgt_pad_mask is None:
             tgt_pad_mask = tgt_in.eq(self.pad_id)
         hidden = self.decode_hidden(tgt_in, memory, src_pad_mask, tgt_pad_mask)  # (B, T, d)
+        if last_only:
+            hidden = hidden[:, -1]  # (B, d)
         return self.output_proj(hidden), None
 
     # ----------------------------------------------------------------- search

@@ -96,10 +96,6 @@ def lr_factor(step: int, warmup: int, schedule: str, max_steps: int, min_ratio: 
 
 def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
     shared = data.src_tokenizer is data.tgt_tokenizer
-    if cfg.model.d_model % cfg.model.n_heads:
-        raise TinyMTError(
-            f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}"
-        )
     longest = max(max(data.lengths("train")[0], default=0), max(data.lengths("train")[1], default=0))
     if longest + 1 > cfg.model.max_positions:
         raise TinyMTError(

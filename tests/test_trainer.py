@@ -214,3 +214,22 @@ def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):
                         "trainer.max_steps=1")
     with pytest.raises(TinyMTError, match="lower data.max_len to 15"):
         train(cfg)
+
+
+def test_multirun_puts_runs_side_by_side(tmp_path):
+    """`-m model.n_heads=1,2`: two runs, each its own folder under one sweep dir."""
+    sweep = tmp_path / "sweep"
+    r = subprocess.run(_train_cmd(tmp_path, "-m", "model.n_heads=1,2", "trainer.max_steps=4",
+                                  "trainer.valid_every=4", "trainer.valid_sentences=4",
+                                  "trainer.test_beam=1", f"hydra.sweep.dir={sweep}"),
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(runs) == 2 and runs[0].name.startswith("0_") and runs[1].name.startswith("1_")
+    for run, heads in zip(runs, (1, 2)):
+        acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+        acc.Reload()
+        cross0 = [t for t in acc.Tags()["scalars"]
+                  if t.startswith("attention_entropy/cross/layer_0/")]
+        assert len(cross0) == heads
+        assert (run / "metrics.json").is_file()

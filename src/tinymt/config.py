@@ -186,6 +186,16 @@ def check_choices(cfg) -> None:
             raise TinyMTError(f"{key}={value!r}: choose one of {', '.join(allowed)}")
 
 
+def _dirname(text: str, limit: int = 100) -> str:
+    """A folder name from a sweep's overrides: no slashes, at most ``limit`` characters."""
+    import hashlib
+
+    name = str(text).replace("/", "_") or "run"
+    if len(name) > limit:
+        name = f"{name[: limit - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return name
+
+
 def _rank() -> int:
     import os
 
@@ -193,13 +203,16 @@ def _rank() -> int:
 
 
 def register_configs() -> None:
-    """Register the schemas (YAMLs name them first in their defaults lists) and two
+    """Register the schemas (YAMLs name them first in their defaults lists) and three
     resolvers: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``;
+    ``${dirname:text}`` makes a safe, bounded folder name;
     ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("or_else"):
         OmegaConf.register_new_resolver("or_else", lambda a, b: b if a is None else a)
+    if not OmegaConf.has_resolver("dirname"):
+        OmegaConf.register_new_resolver("dirname", _dirname)
     if not OmegaConf.has_resolver("on_main_rank"):
         # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
         # scratch folder (the trainer hands every rank rank 0's run dir)

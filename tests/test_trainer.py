@@ -219,10 +219,11 @@ def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):
 def test_multirun_puts_runs_side_by_side(tmp_path):
     """`-m model.n_heads=1,2`: two runs, each its own folder under one sweep dir."""
     sweep = tmp_path / "sweep"
-    r = subprocess.run(_train_cmd(tmp_path, "-m", "model.n_heads=1,2", "trainer.max_steps=4",
-                                  "trainer.valid_every=4", "trainer.valid_sentences=4",
-                                  "trainer.test_beam=1", f"hydra.sweep.dir={sweep}"),
-                       capture_output=True, text=True, cwd=ROOT)
+    cmd = _train_cmd(tmp_path, "model.n_heads=1,2", "trainer.max_steps=4",
+                     "trainer.valid_every=4", "trainer.valid_sentences=4",
+                     "trainer.test_beam=1", f"hydra.sweep.dir={sweep}")
+    cmd.insert(2, "-m")  # flags before the overrides
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert len(runs) == 2 and runs[0].name.startswith("0_") and runs[1].name.startswith("1_")

@@ -93,7 +93,7 @@ class TrainerConfig:
     num_threads: int = 0  # torch CPU threads; 0 = torch's default
     max_tokens: int = 4096  # tokens per batch (src or tgt, padding included)
     accumulate: int = 1  # gradient accumulation steps per optimizer step
-    max_steps: int = 10_000  # optimizer steps
+    max_steps: int = 2000  # optimizer steps
     max_epochs: int = 1000
     max_minutes: float = 0.0  # wall-clock budget for training; 0 = none
     log_every: int = 50  # steps between scalar logs

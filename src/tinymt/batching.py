@@ -207,3 +207,12 @@ def collate(
     tgt_in = _pad([[bos_id] + list(t) for t in tgt_ids], pad_id)
     tgt_out = _pad([list(t) + [eos_id] for t in tgt_ids], pad_id)
     return Batch(src, tgt_in, tgt_out, pad_id)
+
+
+def eval_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
+                 max_tokens: int) -> list[tuple[list[int], Batch]]:
+    """Evaluation batches: length-sorted, unshuffled, ``[(indices, Batch), ...]``."""
+    sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids],
+                                max_tokens=max_tokens, shuffle=False)
+    return [(idx, collate([list(src_ids[i]) for i in idx], [list(tgt_ids[i]) for i in idx]))
+            for idx in sampler]

@@ -519,6 +519,13 @@ def cache_path(cfg) -> Path:
 # processing
 
 
+def target_language(cfg) -> str:
+    """The language the model writes: ``tgt_lang``, or ``src_lang`` when ``reverse``
+    (works on a DataConfig, a DictConfig or the plain dict saved in a checkpoint)."""
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    return get("src_lang") if get("reverse", False) else get("tgt_lang", "en")
+
+
 def normalize(text: str) -> str:
     """Unicode NFKC, whitespace runs collapsed to one space, stripped."""
     return " ".join(unicodedata.normalize("NFKC", text).split())

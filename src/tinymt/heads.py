@@ -57,8 +57,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from tinymt.batching import TokenBatchSampler, collate
-from tinymt.decoding import greedy_decode
+from tinymt.batching import eval_batches
+from tinymt.data import target_language
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
@@ -115,13 +115,11 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
     shapes = head_shapes(model)
     total = {k: torch.zeros(shape, dtype=torch.float64) for k, shape in shapes.items()}
     n_tokens = 0
-    sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids],
-                                max_tokens=batch_tokens, shuffle=False)
-    it = _bar(sampler, desc="importance", unit="batch", total=len(sampler)) if progress \
-        else sampler
+    batches = eval_batches(src_ids, tgt_ids, batch_tokens)
+    it = _bar(batches, desc="importance", unit="batch") if progress else batches
     try:
-        for idx in it:
-            batch = collate([src_ids[i] for i in idx], [tgt_ids[i] for i in idx]).to(device)
+        for idx, batch in it:
+            batch = batch.to(device)
             B = len(idx)
             gates = {k: torch.ones(n_layers, B, n_heads, device=device, requires_grad=True)
                      for k, (n_layers, n_heads) in shapes.items()}  # one gate per sentence
@@ -164,16 +162,11 @@ def translate_gated(model: Transformer, src_ids: Sequence[Sequence[int]],
                     device="cpu", max_len_a: float = 1.5, max_len_b: int = 10
                     ) -> list[list[int]]:
     """Greedy translations of ``src_ids`` (input order) with ``head_gates=gates``."""
-    from tinymt.translate import length_batches
+    from tinymt.translate import translate_ids
 
-    out: list[list[int]] = [[] for _ in src_ids]
-    for idx in length_batches([len(s) for s in src_ids], batch_tokens):
-        batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
-        hyps = greedy_decode(model, batch.src, batch.src_pad_mask, max_len_a=max_len_a,
-                             max_len_b=max_len_b, head_gates=gates)
-        for i, h in zip(idx, hyps):
-            out[i] = h
-    return out
+    outs = translate_ids(model, src_ids, max_len_a=max_len_a, max_len_b=max_len_b,
+                         batch_tokens=batch_tokens, device=device, head_gates=gates)
+    return [o[0][0] for o in outs]
 
 
 def prune_counts(n_heads: int, step: float) -> list[int]:
@@ -442,13 +435,11 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
     stats = AttentionStats()
     shapes = head_shapes(model)
     counts = AlignmentCounts.zeros(*shapes["cross"]) if words is not None else None
-    sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids],
-                                max_tokens=batch_tokens, shuffle=False)
-    it = _bar(sampler, desc="attention", unit="batch", total=len(sampler)) if progress \
-        else sampler
+    batches = eval_batches(src_ids, tgt_ids, batch_tokens)
+    it = _bar(batches, desc="attention", unit="batch") if progress else batches
     try:
-        for idx in it:
-            batch = collate([src_ids[i] for i in idx], [tgt_ids[i] for i in idx]).to(device)
+        for idx, batch in it:
+            batch = batch.to(device)
             _, attn = model(batch.src, batch.tgt_in, need_weights=True)
             src_len = (~batch.src_pad_mask).sum(1)  # (B,) eos included
             tgt_len = (~batch.tgt_pad_mask).sum(1)  # (B,) bos included
@@ -560,7 +551,7 @@ def load_sentences(run, split: str, max_sentences: int, log) -> tuple[Sentences,
                 np.concatenate([piece_word_weights(run.tgt_tokenizer.pieces(t), tw), eos_tgt]))
             words["alignment"].append([tuple(a) for a in al])
     d = run.config["data"]
-    tgt_lang = d["src_lang"] if d.get("reverse") else d["tgt_lang"]
+    tgt_lang = target_language(d)
     source = d.get("source", "?")
     return Sentences(src_ids, tgt_ids, refs, words, sum(long)), tgt_lang, source
 

@@ -35,7 +35,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from tinymt import runtime
-from tinymt.batching import TokenBatchSampler, collate
+from tinymt.batching import TokenBatchSampler, collate, eval_batches
 from tinymt.checkpoint import (
     average_checkpoints,
     load_checkpoint,
@@ -43,7 +43,7 @@ from tinymt.checkpoint import (
     step_checkpoints,
 )
 from tinymt.config import TrainConfig, check_choices
-from tinymt.data import PreparedData, prepare
+from tinymt.data import PreparedData, prepare, target_language
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer, count_parameters
 from tinymt.plotting import figure_to_array
@@ -96,7 +96,7 @@ def lr_factor(step: int, warmup: int, schedule: str, max_steps: int, min_ratio: 
 
 def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
     shared = data.src_tokenizer is data.tgt_tokenizer
-    longest = max(max(data.lengths("train")[0], default=0), max(data.lengths("train")[1], default=0))
+    longest = max((n for side in data.lengths("train") for n in side), default=0)
     if longest + 1 > cfg.model.max_positions:
         raise TinyMTError(
             f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "
@@ -397,13 +397,9 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
     n = len(src_ids)
     loss_sum = tok = 0.0
     if with_loss:
-        eval_sampler = TokenBatchSampler([len(x) for x in src_ids], [len(x) for x in tgt_ids],
-                                         max_tokens=cfg.trainer.max_tokens, shuffle=False)
-        for b, indices in enumerate(eval_sampler):
-            if b % rt.world_size != rt.rank:
-                continue
-            batch = collate([src_ids[i] for i in indices], [tgt_ids[i] for i in indices]).to(
-                rt.device)
+        batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
+        for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
+            batch = batch.to(rt.device)
             with rt.autocast():
                 logits, _ = model(batch.src, batch.tgt_in)
             loss_sum += F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
@@ -424,8 +420,7 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
     hyps = [by_index[i] for i in keep]
     tgt_text, src_text = ds["tgt"][:], ds["src"][:]
     refs = [tgt_text[i] for i in keep]
-    bleu, chrf, sig = score(hyps, refs, cfg.data.tgt_lang if not cfg.data.reverse
-                            else cfg.data.src_lang)
+    bleu, chrf, sig = score(hyps, refs, target_language(cfg.data))
     loss = loss_sum / max(tok, 1) if with_loss else float("nan")
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
             "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
+from tinymt.data import target_language
 from tinymt.decoding import beam_search, greedy_decode
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
@@ -108,10 +109,11 @@ def length_batches(lengths: Sequence[int], batch_tokens: int) -> list[list[int]]
 def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
                   len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                   nbest: int = 1, batch_tokens: int = 4096, device="cpu", use_cache: bool = True,
-                  progress: bool = False) -> list[list[tuple[list[int], float]]]:
+                  progress: bool = False, head_gates=None) -> list[list[tuple[list[int], float]]]:
     """Translate id lists (no eos) -> per sentence, ``nbest`` (ids, score) best first.
 
     Greedy (``beam=1``) reports a score of ``nan``: it does not rank hypotheses.
+    ``head_gates`` (``{kind: (n_layers, n_heads)}``) scales heads, e.g. to prune them.
     """
     results: list = [None] * len(src_ids)
     batches = length_batches([len(s) for s in src_ids], batch_tokens)
@@ -124,12 +126,14 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
         batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
         if beam == 1:
             outs = greedy_decode(model, batch.src, batch.src_pad_mask, max_len_a=max_len_a,
-                                 max_len_b=max_len_b, use_cache=use_cache)
+                                 max_len_b=max_len_b, use_cache=use_cache,
+                                 head_gates=head_gates)
             hyps = [[(o, float("nan"))] for o in outs]
         else:
             hyps = beam_search(model, batch.src, batch.src_pad_mask, beam=beam,
                                len_penalty=len_penalty, max_len_a=max_len_a,
-                               max_len_b=max_len_b, nbest=nbest, use_cache=use_cache)
+                               max_len_b=max_len_b, nbest=nbest, use_cache=use_cache,
+                               head_gates=head_gates)
         for i, h in zip(idx, hyps):
             results[i] = [(list(t), float(s)) for t, s in h]
     return results
@@ -241,10 +245,8 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
         if len(refs) != len(translations):
             raise TinyMTError(f"ref={cfg.ref} has {len(refs)} lines but the input has "
                               f"{len(translations)}")
-        tgt_lang = run.config.get("data", {}).get("tgt_lang", "en")
-        if run.config.get("data", {}).get("reverse"):
-            tgt_lang = run.config["data"]["src_lang"]
-        bleu, chrf, sig = score(translations, refs, tgt_lang)
+        bleu, chrf, sig = score(translations, refs,
+                                target_language(run.config.get("data", {})))
         print(f"BLEU {bleu:.2f}  chrF {chrf:.2f}  ({sig})", file=sys.stderr)
         result.update(bleu=bleu, chrf=chrf, signature=sig)
     return result

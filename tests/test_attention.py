@@ -185,6 +185,30 @@ def test_kv_cache_reorder():
     torch.testing.assert_close(last[:, 0], full[:, -1], atol=1e-12, rtol=0)
 
 
+def test_kv_cache_grows_past_its_buffer_with_reorders():
+    """Many steps (the buffer is reallocated twice), multi-step updates that cross the
+    buffer's end, and reorders in between: always the same as full causal attention."""
+    ours, _ = make_pair(seed=9)
+    B, T = 2, 3 * KVCache.MIN_ROOM + 5
+    x = torch.randn(B, T, D, dtype=DT)
+    cache = KVCache()
+    rows = torch.arange(B)  # which sentence of x each cache row holds
+    t, grown = 0, set()
+    while t < T:
+        n = 1 if t % 7 else min(3, T - t)  # now and then three positions at once
+        out, _ = ours(x[rows, t : t + n], causal=True, cache=cache)
+        full, _ = ours(x[rows, : t + n], causal=True)
+        torch.testing.assert_close(out, full[:, t:], atol=1e-12, rtol=0)
+        t += n
+        assert cache.length == t and cache.k.shape == (len(rows), ours.n_heads, t, D // ours.n_heads)
+        grown.add(cache._k.size(2))
+        if t % 5 == 0:  # beam-search-like shuffle: duplicate, drop and permute rows
+            index = torch.tensor([1, 0, 0]) if len(rows) == 2 else torch.tensor([2, 1])
+            cache.reorder(index)
+            rows = rows[index]
+    assert len(grown) >= 3  # started small and was reallocated at least twice
+
+
 def test_static_cross_cache_is_computed_once():
     ours, _ = make_pair(seed=8)
     y = torch.randn(2, 3, D, dtype=DT)
@@ -192,9 +216,9 @@ def test_static_cross_cache_is_computed_once():
     full, _ = ours(y, mem)
     cache = KVCache(static=True)
     first, _ = ours(y[:, :1], mem, cache=cache)
-    k_id = id(cache.k)
+    k_ptr = cache.k.data_ptr()
     rest, _ = ours(y[:, 1:], None, cache=cache)  # no key_value needed any more
-    assert id(cache.k) == k_id and cache.length == 5
+    assert cache.k.data_ptr() == k_ptr and cache.length == 5
     torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-12, rtol=0)
 
 

@@ -211,6 +211,47 @@ def test_cache_reorder_follows_rows():
     torch.testing.assert_close(last, full[:, 4], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_beam_layout_shares_encoder_rows(norm_first):
+    """Rows as beam slots over one cross-attention row per sentence (DecoderCache.set_beams)
+    give the logits and weights of the full forward pass on each row's own sentence, while
+    hypotheses move between slots and sentences leave."""
+    model = tiny_model(seed=5, norm_first=norm_first)
+    src = tokens([6, 2, 4], 6)
+    beam = 3
+    memory, _ = model.encode(src, src.eq(0))
+    cache = model.init_cache(memory, src.eq(0))
+    assert cache.cross_attn[0].k.size(0) == 3  # one row per sentence, for all beams
+    # (rows kept, their new slots, sentences kept) before each step; None: as they are
+    plan = [
+        (None, [0, 3, 6], None),  # step 0: one hypothesis per sentence, in beam 0
+        ([0, 0, 1, 2, 2, 2], [0, 2, 3, 6, 7, 8], None),  # spread out over the beams
+        ([1, 0, 2, 5, 4], [0, 1, 3, 6, 8], None),  # swap, drop a row of sentence 2
+        ([3, 4, 4], [0, 1, 2], torch.tensor([2])),  # sentences 0 and 1 leave
+        (None, [0, 1, 2], None),
+        ([2, 0], [1, 2], None),
+    ]
+    sentence = torch.tensor([0, 1, 2])  # original sentence of each kept sentence
+    history = torch.full((3, 1), 2)  # (R, t) each row's prefix, BOS first
+    g = torch.Generator().manual_seed(0)
+    for rows, slots, keep in plan:
+        if keep is not None:
+            sentence = sentence[keep]
+        if rows is not None:
+            history = history[torch.tensor(rows)]
+        slots = torch.tensor(slots)
+        cache.set_beams(None if rows is None else torch.tensor(rows), slots, beam, keep)
+        row_src = src[sentence[slots // beam]]  # (R, S) each row's own sentence
+        logits, attn = model.decode_step(history[:, -1:], cache, need_weights=True)
+        full, full_attn = model(row_src, history, need_weights=True)
+        torch.testing.assert_close(logits, full[:, -1], atol=1e-10, rtol=0)
+        for layer in range(2):
+            torch.testing.assert_close(
+                attn["cross"][layer][:, :, 0], full_attn["cross"][layer][:, :, -1],
+                atol=1e-10, rtol=0)
+        history = torch.cat([history, torch.randint(4, 23, (len(history), 1), generator=g)], 1)
+
+
 # --------------------------------------------------------------------------- options
 def test_attention_dict_layout():
     model = tiny_model(seed=5, n_encoder_layers=3, n_decoder_layers=2)

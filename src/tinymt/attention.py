@@ -41,7 +41,12 @@ class KVCache:
 
     A self-attention cache grows by the new time steps on every call; a ``static``
     (cross-attention) cache is filled once from the encoder output and then reused.
-    Tensors are ``(B, h, T, d_head)``. ``reorder`` picks batch rows (beam search).
+    ``k`` and ``v`` are ``(B, h, T, d_head)``. ``reorder`` picks batch rows (beam search).
+
+    A self-attention cache writes into a buffer with spare room along time, doubled when
+    full, instead of concatenating a new tensor every step (which copies the whole cache
+    each time: quadratic in the length). ``k``/``v`` are views of the filled part. For
+    inference only: later writes into the buffer would invalidate earlier autograd graphs.
 
     Example: feeding a sequence one token at a time with a cache gives the same output
     as causal attention over the whole sequence.
@@ -63,40 +68,69 @@ class KVCache:
     (2, 2, 3, 4)
     """
 
+    MIN_ROOM = 16  # time steps a self-attention buffer starts with
+
     def __init__(self, static: bool = False) -> None:
         self.static = static
-        self.k: Tensor | None = None  # (B, h, T, d_head)
-        self.v: Tensor | None = None  # (B, h, T, d_head)
+        self.length = 0  # number of cached time steps
+        self._k: Tensor | None = None  # (B, h, capacity, d_head); capacity >= length
+        self._v: Tensor | None = None  # (B, h, capacity, d_head)
 
     @property
-    def length(self) -> int:
-        """Number of cached time steps."""
-        return 0 if self.k is None else self.k.size(2)
+    def k(self) -> Tensor | None:
+        """Cached keys ``(B, h, length, d_head)`` (None before the first update)."""
+        if self._k is None or self.static:
+            return self._k
+        return self._k[:, :, : self.length]
+
+    @property
+    def v(self) -> Tensor | None:
+        """Cached values ``(B, h, length, d_head)`` (None before the first update)."""
+        if self._v is None or self.static:
+            return self._v
+        return self._v[:, :, : self.length]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store new keys/values ``(B, h, T_new, d_head)``; return everything cached."""
-        if self.k is None:
-            self.k, self.v = k, v
-        elif self.static:
-            raise ValueError("a static (cross-attention) KVCache is filled only once")
-        else:
-            self.k = torch.cat([self.k, k], dim=2)  # (B, h, T_past + T_new, d_head)
-            self.v = torch.cat([self.v, v], dim=2)  # (B, h, T_past + T_new, d_head)
-        return self.k, self.v
+        T_new = k.size(2)
+        if self.static:
+            if self._k is not None:
+                raise ValueError("a static (cross-attention) KVCache is filled only once")
+            self._k, self._v, self.length = k, v, T_new
+            return self.k, self.v
+        end = self.length + T_new
+        if self._k is None or end > self._k.size(2):  # no room: a bigger buffer
+            B, h, _, d_head = k.shape
+            room = max(end, 2 * self.length, self.MIN_ROOM)
+            bigger_k = k.new_empty(B, h, room, d_head)  # (B, h, room, d_head)
+            bigger_v = v.new_empty(B, h, room, d_head)
+            if self.length:
+                bigger_k[:, :, : self.length] = self.k
+                bigger_v[:, :, : self.length] = self.v
+            self._k, self._v = bigger_k, bigger_v
+        self._k[:, :, self.length : end] = k  # write the new time steps in place
+        self._v[:, :, self.length : end] = v
+        self.length = end
+        return self.k, self.v  # (B, h, T_past + T_new, d_head)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (may repeat, drop or permute rows)."""
-        if self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+        if self._k is not None:
+            self._k = self._k.index_select(0, index)  # spare room included
+            self._v = self._v.index_select(0, index)
 
 
 class DecoderCache:
     """Everything incremental decoding keeps: one self and one cross cache per layer.
 
     ``step`` is the number of target positions already fed (the position offset of the
-    next token); ``src_pad_mask`` ``(B, S)`` travels with the rows so that ``reorder``
-    keeps it aligned.
+    next token); ``src_pad_mask`` ``(B, S)`` travels with the cross-attention rows.
+
+    Two layouts. By default decoder row ``i`` belongs to sentence ``i`` (greedy search).
+    After :meth:`set_beams` the cross-attention caches keep one row per *sentence*
+    ``(N, h, S, d_head)`` while the decoder rows are hypotheses: row ``i`` is slot
+    ``slots[i]`` of an ``(N, beam)`` grid, so the beams of a sentence share its encoder
+    keys and values instead of holding ``beam`` copies that move on every reorder.
     """
 
     def __init__(
@@ -110,21 +144,32 @@ class DecoderCache:
         self.cross_attn = cross_attn
         self.src_pad_mask = src_pad_mask
         self.step = step
+        self.slots: Tensor | None = None  # (R,) each row's slot n * beam + j, beam layout
+        self.beam = 1
 
-    def reorder(self, index: Tensor, cross: bool = True) -> None:
-        """Keep batch rows ``index``.
-
-        ``cross=False`` skips the cross-attention caches and the source mask; that is only
-        valid when every row is mapped to a row of the same sentence (beam search moving
-        hypotheses between the beams of one sentence: their encoder output is identical).
-        """
-        for cache in self.self_attn:
+    def reorder(self, index: Tensor) -> None:
+        """Default layout: keep rows (= sentences) ``index``."""
+        assert self.slots is None, "beam layout: use set_beams"
+        for cache in self.self_attn + self.cross_attn:
             cache.reorder(index)
-        if cross:
+        if self.src_pad_mask is not None:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+
+    def set_beams(
+        self, rows: Tensor | None, slots: Tensor, beam: int, sentences: Tensor | None = None
+    ) -> None:
+        """Beam layout: keep decoder rows ``rows`` (None: all, as they are), which are now
+        the slots ``slots`` ``(R,)`` of an ``(N, beam)`` grid; ``sentences`` (None: all)
+        are the sentences that stay, in the numbering before this call."""
+        if rows is not None:
+            for cache in self.self_attn:
+                cache.reorder(rows)
+        if sentences is not None:
             for cache in self.cross_attn:
-                cache.reorder(index)
+                cache.reorder(sentences)
             if self.src_pad_mask is not None:
-                self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+                self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
+        self.slots, self.beam = slots, beam
 
 
 class MultiHeadAttention(nn.Module):

@@ -51,11 +51,12 @@ def _max_lengths(
 
 
 class _Stepper:
-    """Next-token log-probabilities for a batch of prefixes, cached or recomputed.
+    """Next-token logits for a batch of prefixes, cached or recomputed.
 
-    ``log_probs(prefix)`` takes the whole prefix ``(N, t)`` (BOS first) either way: the
+    ``raw_logits(prefix)`` takes the whole prefix ``(R, t)`` (BOS first) either way: the
     cached path feeds only its last token, the uncached path re-runs the decoder on all of
-    it. ``reorder(index)`` keeps batch rows ``index`` of the state.
+    it. Rows start as one per sentence; ``keep`` drops sentences (greedy), ``set_beams``
+    makes the rows hypotheses in beam slots (see ``DecoderCache.set_beams``).
     """
 
     def __init__(
@@ -74,34 +75,60 @@ class _Stepper:
         if use_cache:
             self.cache = model.init_cache(memory, src_pad_mask)
         else:
-            self.memory = memory  # (N, S, d)
+            self.memory = memory  # (N, S, d) one row per sentence
             self.src_pad_mask = src_pad_mask  # (N, S)
+            self.sentence_of_row: Tensor | None = None  # (R,) beam layout
 
-    def log_probs(self, prefix: Tensor) -> Tensor:
+    def logits(self, prefix: Tensor) -> Tensor:
+        """Float logits ``(R, V)`` of the next token; banned tokens get ``-inf``."""
+        logits = self.raw_logits(prefix)
+        logits[:, self.banned] = float("-inf")
+        return logits
+
+    def raw_logits(self, prefix: Tensor) -> Tensor:
+        """Float logits ``(R, V)`` of the next token for every row of ``prefix``."""
         if self.use_cache:
             assert self.cache.step == prefix.size(1) - 1, "cache and prefix out of step"
             logits, _ = self.model.decode_step(
                 prefix[:, -1:], self.cache, head_gates=self.head_gates
-            )  # (N, V)
+            )  # (R, V)
         else:
+            memory, mask = self.memory, self.src_pad_mask
+            if self.sentence_of_row is not None:
+                memory = memory.index_select(0, self.sentence_of_row)  # (R, S, d)
+                mask = mask.index_select(0, self.sentence_of_row)  # (R, S)
             logits, _ = self.model.decode(
-                prefix, self.memory, self.src_pad_mask, head_gates=self.head_gates,
-                last_only=True,
-            )  # (N, V)
-        if logits.dtype in (torch.float16, torch.bfloat16):
-            logits = logits.float()
-        logp = logits.log_softmax(dim=-1)  # (N, V)
-        logp[:, self.banned] = float("-inf")
-        return logp
+                prefix, memory, mask, head_gates=self.head_gates, last_only=True
+            )  # (R, V)
+        return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
-    def reorder(self, index: Tensor, same_sentences: bool = False) -> None:
-        """Keep rows ``index``; ``same_sentences``: rows only move between one sentence's
-        beams, so the (identical) encoder-side state needs no copy."""
+    def keep(self, index: Tensor) -> None:
+        """One row per sentence: keep rows ``index``."""
         if self.use_cache:
-            self.cache.reorder(index, cross=not same_sentences)
-        elif not same_sentences:
+            self.cache.reorder(index)
+        else:
             self.memory = self.memory.index_select(0, index)
             self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+
+    def set_beams(
+        self, rows: Tensor | None, slots: Tensor, beam: int, sentences: Tensor | None = None
+    ) -> None:
+        """Rows ``rows`` (None: as they are) are now slots ``slots`` of an (N, beam) grid;
+        ``sentences`` (None: all) stay."""
+        if self.use_cache:
+            self.cache.set_beams(rows, slots, beam, sentences)
+            return
+        if sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
+        self.sentence_of_row = torch.div(slots, beam, rounding_mode="floor")  # (R,)
+
+
+def _logsumexp_(x: Tensor) -> Tensor:
+    """``x.logsumexp(-1, keepdim=True)``, overwriting ``x`` (no (N, V) temporaries: on CPU
+    allocating those costs more than the arithmetic)."""
+    top = x.amax(dim=-1, keepdim=True)  # (N, 1)
+    return x.sub_(top).exp_().sum(dim=-1, keepdim=True).log_().add_(top)
 
 
 def _encode(model, src, src_pad_mask, head_gates):
@@ -146,7 +173,7 @@ def greedy_decode(
         step = 0
         while alive:
             step += 1
-            next_tok = stepper.log_probs(prefix).argmax(dim=-1)  # (N,)
+            next_tok = stepper.logits(prefix).argmax(dim=-1)  # (N,)
             prefix = torch.cat([prefix, next_tok[:, None]], dim=1)  # (N, step + 1)
             hit_eos = next_tok.eq(eos_id)
             done = hit_eos | row_max.le(step)  # (N,)
@@ -162,7 +189,7 @@ def greedy_decode(
             if alive:
                 prefix = prefix.index_select(0, keep)
                 row_max = row_max.index_select(0, keep)
-                stepper.reorder(keep)
+                stepper.keep(keep)
         return results
 
 
@@ -180,13 +207,15 @@ def beam_search(
     use_cache: bool = True,
     head_gates: HeadGates = None,
 ) -> list[list[tuple[list[int], float]]]:
-    """Batched beam search: all sentences x beams are rows of one tensor.
+    """Batched beam search; the beams of all sentences are the rows of one tensor.
 
-    Each step every live hypothesis is extended by every token; of the ``2 * beam`` best
-    candidates of a sentence (by summed log-probability), those ending in EOS *and ranked
-    within the first ``beam``* are finished, and the ``beam`` best others stay alive. A
-    sentence is done once it has ``beam`` finished hypotheses, no live one, or reached its
-    maximum length (EOS forced). ``beam=1`` is exactly greedy search.
+    A sentence keeps ``beam`` slots. Every step each live hypothesis is extended by every
+    token, and the sentence's ``room`` best candidates (by summed log-probability; ``room``
+    = ``beam`` minus the hypotheses it has finished so far) take the slots: those ending in
+    EOS are finished, the others stay alive. So the beam shrinks as hypotheses finish (as
+    in Nematus and Marian), and a sentence is done once it has finished ``beam``
+    hypotheses, has none alive, or reached its maximum length (EOS forced). Only live
+    hypotheses are run through the decoder. ``beam=1`` is exactly greedy search.
 
     Returns, per sentence in input order, up to ``nbest`` ``(tokens, score)`` pairs, best
     first, with ``score = sum(log p) / n ** len_penalty`` (``n`` counts EOS).
@@ -199,61 +228,83 @@ def beam_search(
         device = src.device
         B = src.size(0)
         V = model.tgt_vocab_size
+        c = min(k, V)  # a hypothesis can only contribute its own c best tokens
         max_lens = _max_lengths(model, src_pad_mask, max_len_a, max_len_b)
         finished: list[list[tuple[list[int], float]]] = [[] for _ in range(B)]
 
+        # Slots are (sentence, beam) pairs, N x k of them; a slot is live when its summed
+        # log-probability is finite. The decoder state and ``tokens`` hold one row per
+        # live slot, in slot order (sentence-major). At the start only beam 0 is live.
         stepper = _Stepper(
             model, memory, src_pad_mask, use_cache, head_gates, banned=[model.pad_id, bos_id]
         )
-        stepper.reorder(torch.arange(B, device=device).repeat_interleave(k))  # B*k rows
         sent_ids = list(range(B))  # original sentence of each of the N live sentences
         sent_max = torch.tensor(max_lens, device=device)  # (N,)
-        tokens = torch.full((B * k, 1), bos_id, dtype=torch.long, device=device)  # (N*k, t)
+        room = torch.full((B,), k, device=device)  # (N,) slots not taken by finished hyps
         sums = torch.full((B, k), float("-inf"), device=device)  # (N, k) summed log p
-        sums[:, 0] = 0.0  # only the first beam is live at the start
+        sums[:, 0] = 0.0
+        tokens = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (R, t)
+        stepper.set_beams(None, torch.arange(B, device=device) * k, k)
         not_eos = torch.arange(V, device=device).ne(eos_id)  # (V,)
+        slot_rank = torch.arange(k, device=device)  # (k,)
 
         step = 0
         while sent_ids:
             step += 1
             N = len(sent_ids)
-            logp = stepper.log_probs(tokens).view(N, k, V)  # (N, k, V)
+            live = sums.isfinite()  # (N, k)
+            live_slots = live.view(-1).nonzero().flatten()  # (R,) slot ids n*k+j
+            logits = stepper.raw_logits(tokens)  # (R, V)
+            kept = logits[:, stepper.banned]  # (R, n_banned), put back for the normaliser
+            logits[:, stepper.banned] = float("-inf")
+            choosable = logits  # (R, V)
             force_eos = sent_max.lt(step)  # (N,) hypotheses already hold max_len tokens
-            logp = logp.masked_fill(force_eos[:, None, None] & not_eos, float("-inf"))
-            cand = sums.to(logp.dtype)[:, :, None] + logp  # (N, k, V)
-            top_scores, top_idx = cand.view(N, k * V).topk(2 * k, dim=1)  # (N, 2k), sorted
-            top_beam = top_idx // V  # (N, 2k) which hypothesis is extended
-            top_tok = top_idx % V  # (N, 2k) by which token
-            is_eos = top_tok.eq(eos_id)
+            if force_eos.any():  # ... and may only end
+                forced = force_eos[live_slots // k][:, None] & not_eos  # (R, V)
+                choosable = choosable.masked_fill(forced, float("-inf"))
+            row_top, row_tok = choosable.topk(c, dim=1)  # (R, c) each hypothesis' best tokens
+            logits[:, stepper.banned] = kept
+            lse = _logsumexp_(logits)  # (R, 1): log p = logits - lse (banned ones included)
 
-            # 1. EOS candidates within the first k finish
-            fin = is_eos[:, :k] & top_scores[:, :k].isfinite()  # (N, k)
+            # 1. every sentence's best candidates over its live hypotheses x tokens
+            slot_logp = row_top.new_zeros(N * k, c)  # dead slots: sums = -inf masks them
+            slot_logp[live_slots] = row_top - lse
+            slot_tok = row_tok.new_zeros(N * k, c)
+            slot_tok[live_slots] = row_tok
+            cand = sums.to(slot_logp.dtype)[:, :, None] + slot_logp.view(N, k, c)  # (N, k, c)
+            top_scores, top_idx = cand.view(N, k * c).topk(k, dim=1)  # (N, k), sorted
+            top_slot = torch.arange(N, device=device)[:, None] * k + top_idx // c  # (N, k)
+            top_tok = slot_tok.view(N, k * c).gather(1, top_idx)  # (N, k)
+            taken = slot_rank < room[:, None]  # (N, k) the room best candidates ...
+            taken &= top_scores.isfinite()  # ... that exist
+            is_eos = top_tok.eq(eos_id)
+            row_of = torch.full((N * k,), -1, dtype=torch.long, device=device)
+            row_of[live_slots] = torch.arange(live_slots.numel(), device=device)  # slot -> row
+
+            # 2. candidates ending in EOS are finished
+            fin = taken & is_eos  # (N, k)
             if fin.any():
                 n_idx, j_idx = fin.nonzero(as_tuple=True)
-                src_rows = n_idx * k + top_beam[n_idx, j_idx]
-                hyps = tokens[src_rows, 1:].tolist()
+                hyps = tokens[row_of[top_slot[n_idx, j_idx]], 1:].tolist()
                 for n, toks, s in zip(n_idx.tolist(), hyps, top_scores[n_idx, j_idx].tolist()):
                     finished[sent_ids[n]].append((toks, s / (len(toks) + 1) ** len_penalty))
+                room = room - fin.sum(dim=1)
 
-            # 2. the k best non-EOS candidates stay alive
-            alive_scores, pos = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
-            alive_beam = top_beam.gather(1, pos)  # (N, k)
-            alive_tok = top_tok.gather(1, pos)  # (N, k)
-            rows = torch.arange(N, device=device)[:, None] * k + alive_beam  # (N, k) old rows
-
-            # 3. sentences that are done leave the batch
-            n_finished = torch.tensor([len(finished[s]) for s in sent_ids], device=device)
-            done = n_finished.ge(k) | force_eos | ~alive_scores[:, 0].isfinite()  # (N,)
-            same_sentences = not done.any()
-            if not same_sentences:
+            # 3. the others stay alive; sentences with no room or no live hypothesis leave
+            alive = taken & ~is_eos  # (N, k)
+            done = room.le(0) | force_eos | ~alive.any(dim=1)  # (N,)
+            keep = None
+            if done.any():
                 keep = (~done).nonzero().flatten()  # (N',)
                 sent_ids = [sent_ids[n] for n in keep.tolist()]
-                sent_max = sent_max.index_select(0, keep)
-                rows, alive_scores, alive_tok = rows[keep], alive_scores[keep], alive_tok[keep]
+                sent_max, room = sent_max[keep], room[keep]
+                alive, top_scores, top_slot, top_tok = (
+                    alive[keep], top_scores[keep], top_slot[keep], top_tok[keep])
             if sent_ids:
-                flat = rows.reshape(-1)  # (N' * k,)
-                tokens = torch.cat([tokens.index_select(0, flat), alive_tok.reshape(-1, 1)], 1)
-                sums = alive_scores
-                stepper.reorder(flat, same_sentences=same_sentences)
+                rows = row_of[top_slot[alive]]  # (R',) old rows of the new live slots
+                tokens = torch.cat([tokens.index_select(0, rows), top_tok[alive][:, None]], 1)
+                sums = top_scores.masked_fill(~alive, float("-inf"))  # (N', k)
+                slots = alive.view(-1).nonzero().flatten()  # (R',) in row order
+                stepper.set_beams(rows, slots, k, sentences=keep)
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]

@@ -145,7 +145,10 @@ class DecoderLayer(nn.Module):
         cross_gate: Tensor | None = None,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
+        beam_slots: tuple[Tensor, int] | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``beam_slots=(slots, beam)``: rows of ``x`` are beam slots over sentence rows of
+        ``memory``/``cross_cache`` (see :class:`tinymt.attention.DecoderCache`)."""
         def self_block(y):
             return self.self_attn(
                 y, key_padding_mask=tgt_pad_mask, causal=True, need_weights=need_weights,
@@ -153,10 +156,28 @@ class DecoderLayer(nn.Module):
             )
 
         def cross_block(y):
-            return self.cross_attn(
-                y, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
+            if beam_slots is None:
+                return self.cross_attn(
+                    y, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
+                    cache=cross_cache, head_gate=cross_gate,
+                )
+            # The beams of one sentence become the query positions of that sentence's
+            # row, so each sentence's encoder keys/values are used once, not copied.
+            slots, beam = beam_slots
+            R, T, d = y.shape  # T == 1: one new token per hypothesis
+            N = cross_cache.k.size(0)  # sentences
+            grid = y.new_zeros(N * beam, T * d)  # empty slots stay zero (outputs unused)
+            grid[slots] = y.reshape(R, T * d)
+            grid = grid.view(N, beam * T, d)  # (N, beam * T, d)
+            out, w = self.cross_attn(
+                grid, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
                 cache=cross_cache, head_gate=cross_gate,
-            )
+            )  # (N, beam * T, d), (N, h, beam * T, S)
+            out = out.reshape(N * beam, T, d)[slots]  # (R, T, d)
+            if w is not None:
+                h, S = w.size(1), w.size(3)
+                w = w.view(N, h, beam, T, S).transpose(1, 2).reshape(N * beam, h, T, S)[slots]
+            return out, w  # (R, T, d), (R, h, T, S) or None
 
         if self.norm_first:
             h, self_w = self_block(self.norm1(x))
@@ -438,6 +459,7 @@ class Transformer(nn.Module):
                 cross_gate=None if cross_g is None else cross_g[i],
                 self_cache=cache.self_attn[i],
                 cross_cache=cache.cross_attn[i],
+                beam_slots=None if cache.slots is None else (cache.slots, cache.beam),
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)

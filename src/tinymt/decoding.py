@@ -2,8 +2,9 @@
 
 Both run on the KV cache (``use_cache=True``: one new token per sentence per step) or,
 as a baseline, recompute the whole decoder prefix every step (``use_cache=False``).
-Sentences that finish leave the batch (their rows are dropped with ``reorder``), so a
-batch costs as much as its longest translation, not ``batch x longest``.
+Sentences that finish leave the batch (their rows are dropped from the decoder state), so
+a batch costs as much as its longest translation, not ``batch x longest``; in beam search
+finished hypotheses leave too (the beam shrinks).
 
 Conventions:
 

@@ -14,10 +14,10 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from tinymt.checkpoint import average_checkpoints, save_checkpoint, step_checkpoints
+from tinymt.checkpoint import average_checkpoints, save_checkpoint
 from tinymt.cli import one_line_errors
 from tinymt.errors import TinyMTError
-from tinymt.translate import find_run
+from tinymt.rundir import find_run, step_checkpoints
 
 
 @dataclass
@@ -35,7 +35,7 @@ ConfigStore.instance().store(name="average_config", node=AverageConfig)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     run_dir = find_run(cfg.run, cfg.outputs_root)
-    steps = step_checkpoints(run_dir / "checkpoints")[-cfg.last:]
+    steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")

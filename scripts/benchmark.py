@@ -501,10 +501,10 @@ def decode_once(method, search, ours, peer, batches, max_len_a, max_len_b) -> in
 
 
 def bench_decoding(torch, args, device, data, data_info, meter) -> dict:
-    from tinymt.batching import collate
+    from tinymt.batching import collate, length_batches
     from tinymt.data import normalize
     from tinymt.peer import PeerTransformer
-    from tinymt.translate import length_batches, load_run
+    from tinymt.rundir import load_run
 
     cuda = device.type == "cuda"
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else \

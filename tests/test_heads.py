@@ -19,7 +19,7 @@ import tinymt.config  # noqa: F401
 from conftest import compose_train
 from tinymt.batching import collate
 from tinymt.config import ModelConfig
-from tinymt.decoding import greedy_decode
+from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.heads import (
     _CHOICE_ROW_STATS,
@@ -42,7 +42,7 @@ from tinymt.heads import (
     prune_order,
 )
 from tinymt.model import Transformer
-from tinymt.translate import load_run, translate_ids
+from tinymt.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "analyze_heads.py")

@@ -13,8 +13,9 @@ from hydra import compose, initialize_config_dir
 import tinymt.config  # noqa: F401
 from conftest import compose_train
 from tinymt.errors import TinyMTError
+from tinymt.rundir import find_run
 from tinymt.trainer import train
-from tinymt.translate import find_run, translate
+from tinymt.translate import translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "translate.py")
@@ -169,7 +170,7 @@ def test_bad_decode_options(tiny_run):
 
 
 def test_input_file_errors(tiny_run, tmp_path):
-    with pytest.raises(TinyMTError, match="does not exist"):
+    with pytest.raises(TinyMTError, match="file not found: .*missing.txt"):
         translate(cfg_for(tiny_run, f"input={tmp_path / 'missing.txt'}"))
     bad = tmp_path / "bad.txt"
     bad.write_bytes("他喜欢猫吗？\n".encode() + b"\xff\xfe broken\n")

@@ -209,6 +209,13 @@ def collate(
     return Batch(src, tgt_in, tgt_out, pad_id)
 
 
+def length_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices sorted by length (ties in index order), cut into batches whose padded size
+    ``len * (longest + 1)`` stays within ``max_tokens``: for translating sources alone."""
+    return TokenBatchSampler(lengths, [0] * len(lengths), max_tokens=max_tokens,
+                             shuffle=False).batches()
+
+
 def eval_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]],
                  max_tokens: int) -> list[tuple[list[int], Batch]]:
     """Evaluation batches: length-sorted, unshuffled, ``[(indices, Batch), ...]``."""

@@ -1,19 +1,29 @@
-"""Checkpoints: written atomically, loaded with clear errors, averaged.
+"""Checkpoints: published atomically, loaded without running code, averaged.
 
-A checkpoint is one ``torch.save`` dict:
+A checkpoint is one ``torch.save`` dict of tensors and plain containers only
+(dicts, lists, tuples, strings, numbers, None):
 
-    {"format": 1, "model": state_dict, "model_config": {...}, "vocab": {...},
+    {"format": 2, "model": state_dict, "model_config": {...}, "vocab": {...},
      "step": int, "config": {...full resolved config...}, ...training state...}
 
-Saving writes ``<name>.tmp-<pid>``, flushes it to disk, then renames it over the old
-file (``os.replace`` is atomic on POSIX), so a run killed mid-save leaves the previous
-checkpoint intact and loadable. Leftover ``*.tmp-*`` files are never loaded.
+**Publishing** (:func:`save_checkpoint`, the one way every ``.pt`` of a run is written):
+the bytes go to ``<name>.tmp-<pid>`` in the same folder, are flushed and fsynced, and
+the temp file is renamed over the old file (``os.replace`` is atomic on POSIX), then the
+folder is fsynced. A run killed mid-save leaves the previous checkpoint intact; a failed
+write (disk full) removes its temp file and says so in one line. Leftover ``*.tmp-*``
+files of dead processes are removed by :func:`clean_stale_temp_files`.
+
+**Loading** (:func:`load_checkpoint`) uses ``torch.load(weights_only=True)``: a file that
+carries any other pickled object (which could run code when unpickled) is refused with
+a one-line error, before anything in it runs.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import re
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,19 +33,31 @@ import torch
 
 from tinymt.errors import TinyMTError
 
-FORMAT = 1
+FORMAT = 2
+_TMP = re.compile(r".+\.tmp-(\d+)")
 
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write ``state`` to ``path`` atomically (temp file + fsync + rename)."""
+    """Publish ``state`` at ``path``: temp file in the same folder, fsync, rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TinyMTError(f"cannot create {path.parent}: {e.strerror}") from None
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save({"format": FORMAT, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({**state, "format": FORMAT}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        if _no_space(e):
+            raise TinyMTError(f"no space left on device while writing {path}; the previous "
+                              "checkpoint is intact") from None
+        raise TinyMTError(f"cannot write {path} ({_first_line(e)}); the previous checkpoint "
+                          "is intact") from None
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # make the rename itself durable
@@ -43,22 +65,75 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
         os.close(dir_fd)
 
 
+def _no_space(e: BaseException) -> bool:
+    """True when ``e`` (or an exception it was raised from) is ENOSPC; torch reports a
+    full disk as a RuntimeError from its zip writer."""
+    while e is not None:
+        if getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """Load a checkpoint written by :func:`save_checkpoint`, or raise a one-line error."""
+    """Load a checkpoint written by :func:`save_checkpoint`, or raise a one-line error.
+
+    Only tensors and plain containers are unpickled (``weights_only=True``); anything
+    else in the file is refused, never executed.
+    """
     path = Path(path)
     if not path.is_file():
         raise TinyMTError(f"checkpoint {path} does not exist")
     try:
-        # our own files hold RNG states and config dicts, not just tensors
-        state = torch.load(path, map_location=map_location, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError) as e:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights_only" in str(e) or "Unsupported" in str(e):
+            raise TinyMTError(
+                f"{path} holds objects other than tensors and plain containers; it was not "
+                "loaded (loading it could run code). Use a checkpoint written by tinymt"
+            ) from None
+        raise TinyMTError(f"checkpoint {path} is damaged or truncated (UnpicklingError); "
+                          "use another checkpoint of the run (last.pt / best.pt)") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         raise TinyMTError(
             f"checkpoint {path} is damaged or truncated ({type(e).__name__}); "
             "use another checkpoint of the run (last.pt / best.pt)"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
+    if not isinstance(state, dict) or "model" not in state:
         raise TinyMTError(f"{path} is not a tinymt checkpoint")
+    if state.get("format") != FORMAT:
+        raise TinyMTError(f"{path} has checkpoint format {state.get('format')!r}, this tinymt "
+                          f"reads format {FORMAT}: retrain, or translate with the tinymt "
+                          "version that wrote it")
     return state
+
+
+def clean_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Remove ``*.tmp-<pid>`` files in ``folder`` whose writer process is gone (left by a
+    SIGKILL mid-save); returns what was removed."""
+    removed = []
+    for p in Path(folder).glob("*.tmp-*"):
+        m = _TMP.fullmatch(p.name)
+        if m and not _pid_alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
@@ -82,12 +157,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
             averaged[k] = sum(s["model"][k].double() for s in states).div(len(states)).to(last.dtype)
         else:
             averaged[k] = last
-    out = {k: v for k, v in states[-1].items() if k not in ("optimizer", "scheduler", "rng")}
+    out = {k: v for k, v in states[-1].items()
+           if k not in ("optimizer", "scheduler", "rng", "sampler")}
     out["model"] = averaged
     out["averaged_from"] = [str(p) for p in paths]
     return out
-
-
-def step_checkpoints(ckpt_dir: str | os.PathLike) -> list[Path]:
-    """A run's ``ckpt_<step>.pt`` files, oldest step first."""
-    return sorted(Path(ckpt_dir).glob("ckpt_*.pt"), key=lambda p: int(p.stem.split("_")[1]))

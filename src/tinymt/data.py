@@ -166,6 +166,15 @@ def _lines(text: str) -> list[str]:
     return lines
 
 
+def read_lines(path: str | Path) -> list[str]:
+    """A UTF-8 text file (gzip by suffix) as its lines, without line ends: one-line errors
+    for a missing file, a folder, or bytes that are not UTF-8 (file and line named)."""
+    path = Path(path)
+    if path.is_dir():
+        raise TinyMTError(f"{path} is a folder, not a text file")
+    return _lines(_read_text(path))
+
+
 def _find_text_file(folder: Path, split: str, lang: str) -> Path:
     candidates = [folder / f"{split}.{lang}{suffix}" for suffix in TEXT_SUFFIXES]
     for c in candidates:
@@ -211,7 +220,7 @@ def _tsv_file(cfg) -> Path:
 def _load_text(cfg, log: Log) -> dict[str, Columns]:
     out = {}
     for split, (src_path, tgt_path) in _text_files(cfg).items():
-        src, tgt = _lines(_read_text(src_path)), _lines(_read_text(tgt_path))
+        src, tgt = read_lines(src_path), read_lines(tgt_path)
         if len(src) != len(tgt):
             raise TinyMTError(
                 f"{split} files are not line-aligned: {src_path} has {len(src)} lines, "
@@ -227,7 +236,7 @@ def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
     if min(cfg.src_column, cfg.tgt_column) < 0:
         raise TinyMTError("data.src_column and data.tgt_column must be >= 0")
     src, tgt = [], []
-    for lineno, line in enumerate(_lines(_read_text(path)), start=1):
+    for lineno, line in enumerate(read_lines(path), start=1):
         line = line.rstrip("\r")
         if not line.strip():
             continue

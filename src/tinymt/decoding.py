@@ -21,13 +21,17 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
+from tinymt.batching import collate, length_batches
 from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
+from tinymt.tokenizer import BOS_ID, EOS_ID
 
 
 @contextlib.contextmanager
@@ -145,8 +149,8 @@ def greedy_decode(
     src_pad_mask: Tensor | None = None,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
-    bos_id: int = 2,
-    eos_id: int = 3,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
     use_cache: bool = True,
     head_gates: HeadGates = None,
 ) -> list[list[int]]:
@@ -203,8 +207,8 @@ def beam_search(
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     nbest: int = 1,
-    bos_id: int = 2,
-    eos_id: int = 3,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
     use_cache: bool = True,
     head_gates: HeadGates = None,
 ) -> list[list[tuple[list[int], float]]]:
@@ -309,3 +313,38 @@ def beam_search(
                 stepper.set_beams(rows, slots, k, sentences=keep)
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]
+
+
+# ----------------------------------------------------------------------------- id lists
+def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
+                  len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
+                  nbest: int = 1, batch_tokens: int = 4096, device="cpu", use_cache: bool = True,
+                  progress: bool = False, head_gates: HeadGates = None
+                  ) -> list[list[tuple[list[int], float]]]:
+    """Translate id lists (no eos) -> per sentence, ``nbest`` (ids, score) best first.
+
+    Sentences go through the model in length-sorted batches of at most ``batch_tokens``
+    padded source tokens; results come back in input order. Greedy (``beam=1``) reports
+    a score of ``nan``: it does not rank hypotheses. ``head_gates``
+    (``{kind: (n_layers, n_heads)}``) scales heads, e.g. to prune them.
+    """
+    results: list = [None] * len(src_ids)
+    batches = length_batches([len(s) for s in src_ids], batch_tokens)
+    it: Iterable = batches
+    if progress:
+        it = tqdm(batches, desc="translate", unit="batch", file=sys.stderr, mininterval=1.0)
+    for idx in it:
+        batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
+        if beam == 1:
+            outs = greedy_decode(model, batch.src, batch.src_pad_mask, max_len_a=max_len_a,
+                                 max_len_b=max_len_b, use_cache=use_cache,
+                                 head_gates=head_gates)
+            hyps = [[(o, float("nan"))] for o in outs]
+        else:
+            hyps = beam_search(model, batch.src, batch.src_pad_mask, beam=beam,
+                               len_penalty=len_penalty, max_len_a=max_len_a,
+                               max_len_b=max_len_b, nbest=nbest, use_cache=use_cache,
+                               head_gates=head_gates)
+        for i, h in zip(idx, hyps):
+            results[i] = [(list(t), float(s)) for t, s in h]
+    return results

@@ -52,17 +52,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib.image
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
-import torch.nn.functional as F
+from omegaconf import OmegaConf
+from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from tinymt.batching import eval_batches
-from tinymt.data import target_language
+from tinymt.checkpoint import save_checkpoint
+from tinymt.config import DataConfig
+from tinymt.data import prepare, target_language
+from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
-from tinymt.model import Transformer
+from tinymt.metrics import attention_entropy, score, token_nll
+from tinymt.model import KINDS, Transformer
+from tinymt.plotting import heatmap, save_figure
+from tinymt.rundir import checkpoint_path, load_run
+from tinymt.runtime import pick_device
 
-KINDS = ("encoder_self", "decoder_self", "cross")
 SELF_KINDS = ("encoder_self", "decoder_self")
 CURVES = ("all", *KINDS)
 BLEU_DROP = 1.0  # "prunable" = BLEU within this many points of the unpruned model
@@ -125,9 +134,7 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
                      for k, (n_layers, n_heads) in shapes.items()}  # one gate per sentence
             with torch.enable_grad():
                 logits, _ = model(batch.src, batch.tgt_in, head_gates=gates)
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
-                                       batch.tgt_out.reshape(-1), ignore_index=model.pad_id,
-                                       reduction="sum")
+                loss = token_nll(logits, batch.tgt_out, model.pad_id)
                 grads = torch.autograd.grad(loss, [gates[k] for k in KINDS], allow_unused=True)
             for k, g in zip(KINDS, grads):
                 if g is not None:
@@ -162,8 +169,6 @@ def translate_gated(model: Transformer, src_ids: Sequence[Sequence[int]],
                     device="cpu", max_len_a: float = 1.5, max_len_b: int = 10
                     ) -> list[list[int]]:
     """Greedy translations of ``src_ids`` (input order) with ``head_gates=gates``."""
-    from tinymt.translate import translate_ids
-
     outs = translate_ids(model, src_ids, max_len_a=max_len_a, max_len_b=max_len_b,
                          batch_tokens=batch_tokens, device=device, head_gates=gates)
     return [o[0][0] for o in outs]
@@ -196,8 +201,6 @@ def pruning_curves(model: Transformer, src_ids, refs: Sequence[str], tgt_tokeniz
     Returns ``{"base": bleu, "curves": {curve: [(n_masked, n_total, bleu), ...]},
     "prunable": {curve: n_heads}}`` for the curves ``all`` and each kind.
     """
-    from tinymt.trainer import score
-
     cache: dict[frozenset, float] = {}
 
     def bleu_without(heads) -> float:
@@ -398,7 +401,7 @@ def _row_stats(kind: str, w: torch.Tensor, q_len: torch.Tensor, k_len: torch.Ten
     ql, kl = q_len.float()[:, None, None], k_len.float()[:, None, None]  # (B, 1, 1)
     centre = (i[None] + 0.5) * kl / ql - 0.5  # (B, T_q, 1): the diagonal
     dist = (j[None] - centre).abs() / kl  # (B, T_q, T_k)
-    ent = -(w * w.clamp_min(1e-12).log()).sum(-1)  # (B, h, T_q)
+    ent = attention_entropy(w)  # (B, h, T_q)
     n_keys = (i[None, :, 0] + 1).expand(B, T_q) if causal else k_len[:, None].expand(B, T_q)
     n_keys = n_keys.float()
     multi = q_real & (n_keys > 1)  # rows where the uniform distribution has entropy > 0
@@ -510,11 +513,6 @@ def load_sentences(run, split: str, max_sentences: int, log) -> tuple[Sentences,
     truncated (and left out of the alignment). Returns ``(sentences, target language,
     data source)``.
     """
-    from omegaconf import OmegaConf
-
-    from tinymt.config import DataConfig
-    from tinymt.data import prepare
-
     data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
     if not data_cfg:
         raise TinyMTError(f"{run.checkpoint} holds no data config: cannot rebuild its "
@@ -559,10 +557,6 @@ def load_sentences(run, split: str, max_sentences: int, log) -> tuple[Sentences,
 # ----------------------------------------------------------------------------- output
 def _save_png(fig, path: Path) -> np.ndarray:
     """Save ``fig`` to ``path`` and return the image as ``(H, W, 3)`` uint8 (TensorBoard)."""
-    import matplotlib.image
-
-    from tinymt.plotting import save_figure
-
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path)
     img = matplotlib.image.imread(path)
@@ -574,8 +568,6 @@ def _save_png(fig, path: Path) -> np.ndarray:
 def _heatmap(values: np.ndarray, title: str):
     """:func:`tinymt.plotting.heatmap` with its colour scale starting at 0 (so the cell
     text, dark on light cells, stays readable whatever the smallest value is)."""
-    from tinymt.plotting import heatmap
-
     fig = heatmap(np.nan_to_num(values, nan=0.0), title)
     top = float(np.nanmax(values)) if np.isfinite(values).any() else 0.0
     fig.axes[0].images[0].set_clim(0.0, top if top > 0 else 1.0)
@@ -583,8 +575,6 @@ def _heatmap(values: np.ndarray, title: str):
 
 
 def _pruning_figure(curves: dict, base: float):
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6, 4))
     for curve, pts in curves.items():
         x = [100.0 * n / total if total else 0.0 for n, total, _ in pts]
@@ -602,8 +592,6 @@ def _pruning_figure(curves: dict, base: float):
 
 
 def _scatter_figure(means: dict):
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for kind, marker in zip(KINDS, "osD"):
         m = means[kind]
@@ -657,19 +645,12 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     ``<run>/heads/*.png``, TensorBoard events in ``<run>`` and, with ``cfg.prune``, a
     pruned checkpoint.
     """
-    from torch.utils.tensorboard import SummaryWriter
-
-    from tinymt.checkpoint import load_checkpoint, save_checkpoint
-    from tinymt.runtime import pick_device
-    from tinymt.trainer import score
-    from tinymt.translate import load_run
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     _check(cfg)
     device = pick_device(cfg.device)
     run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
     model = run.model
-    saved = load_checkpoint(run.checkpoint, map_location="cpu")
+    saved = run.state
     if not model._masks_all_ones():
         log(f"note: {run.checkpoint} already has masked heads; they stay masked "
             "(importance 0, masked first)")
@@ -712,7 +693,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
             state["model"][f"head_mask_{kind}"] = mask
         state["pruned"] = {"fraction": cfg.prune, "heads": [list(h) for h in order[:k]],
                            "from": str(run.checkpoint)}
-        out_path = Path(cfg.prune_output or run.run_dir / "checkpoints" / "pruned.pt")
+        out_path = Path(cfg.prune_output or checkpoint_path(run.run_dir, "pruned"))
         save_checkpoint(state, out_path)
         outs = translate_gated(model, data.src_ids, gates_without(model, order[:k], device),
                                cfg.batch_tokens, device)

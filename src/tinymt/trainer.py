@@ -19,38 +19,34 @@ Run dir layout::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
 from tqdm import tqdm
 
 from tinymt import runtime
+from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import TokenBatchSampler, collate, eval_batches
-from tinymt.checkpoint import (
-    average_checkpoints,
-    load_checkpoint,
-    save_checkpoint,
-    step_checkpoints,
-)
+from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from tinymt.config import TrainConfig, check_choices
-from tinymt.data import PreparedData, prepare, target_language
+from tinymt.corpus import SHOWCASE
+from tinymt.data import PreparedData, normalize, prepare, target_language
+from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
-from tinymt.model import Transformer, count_parameters
+from tinymt.metrics import attention_entropy, score, token_nll
+from tinymt.model import KINDS, Transformer, count_parameters
 from tinymt.plotting import figure_to_array
+from tinymt.rundir import step_checkpoints
 from tinymt.tokenizer import save_tokenizers
-from tinymt.translate import attention_figures, collect_attention, translate_ids
-
-SHOWCASE_ZH = ["我请李雷帮我订了去北京的机票。", "那只小猫昨天在公园里追了一只蝴蝶。"]
 
 
 # ----------------------------------------------------------------------------- config
@@ -104,18 +100,6 @@ def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
             f"{cfg.model.max_positions - 1} or raise model.max_positions")
     return Transformer(cfg.model, data.src_tokenizer.vocab_size, data.tgt_tokenizer.vocab_size,
                        shared_vocab=shared)
-
-
-def bleu_tokenizer(lang: str) -> str:
-    return "zh" if lang.startswith("zh") else "13a"
-
-
-def score(hyps: list[str], refs: list[str], tgt_lang: str) -> tuple[float, float, str]:
-    """sacreBLEU and chrF (corpus level) and the BLEU signature."""
-    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
-    b = bleu.corpus_score(hyps, [refs])
-    c = sacrebleu.metrics.CHRF().corpus_score(hyps, [refs])
-    return b.score, c.score, str(bleu.get_signature())
 
 
 # ----------------------------------------------------------------------------- train
@@ -244,9 +228,7 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
             ctx = train_model.no_sync() if (rt.distributed and not sync) else contextlib.nullcontext()
             with ctx, rt.autocast():
                 logits, _ = train_model(batch.src, batch.tgt_in)
-                loss_sum = F.cross_entropy(
-                    logits.float().reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
-                    ignore_index=pad, label_smoothing=oc.label_smoothing, reduction="sum")
+                loss_sum = token_nll(logits, batch.tgt_out, pad, oc.label_smoothing)
                 # DDP averages gradients over ranks; scale so the result is sum / n_tokens
                 loss = loss_sum * (weight * rt.world_size / n_tokens)
             loss.backward()
@@ -316,12 +298,10 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
                 ckpt = _checkpoint_state(model, optimizer, scheduler, sampler, state, cfg, data)
                 save_checkpoint(ckpt, ckpt_dir / "last.pt")
                 if improved:
-                    shutil.copyfile(ckpt_dir / "last.pt", ckpt_dir / "best.pt.tmp")
-                    Path(ckpt_dir / "best.pt.tmp").replace(ckpt_dir / "best.pt")
+                    save_checkpoint(ckpt, ckpt_dir / "best.pt")
                 if tc.keep_last > 1:
-                    shutil.copyfile(ckpt_dir / "last.pt", ckpt_dir / f"ckpt_{step}.pt.tmp")
-                    Path(ckpt_dir / f"ckpt_{step}.pt.tmp").replace(ckpt_dir / f"ckpt_{step}.pt")
-                    for old in step_checkpoints(ckpt_dir)[:-tc.keep_last]:
+                    save_checkpoint(ckpt, ckpt_dir / f"ckpt_{step}.pt")
+                    for old in step_checkpoints(run_dir)[:-tc.keep_last]:
                         old.unlink()
                 writer.flush()
             runtime.barrier(rt)
@@ -338,11 +318,11 @@ def _train(cfg: DictConfig, rt: runtime.Runtime) -> dict:
         if rt.is_main:
             ckpt = _checkpoint_state(model, optimizer, scheduler, sampler, state, cfg, data)
             save_checkpoint(ckpt, ckpt_dir / "last.pt")
-            shutil.copyfile(ckpt_dir / "last.pt", ckpt_dir / "best.pt")
+            save_checkpoint(ckpt, ckpt_dir / "best.pt")
         runtime.barrier(rt)
     final_ckpt = ckpt_dir / "best.pt"
     if tc.average_last > 1:
-        steps = step_checkpoints(ckpt_dir)[-tc.average_last:]
+        steps = step_checkpoints(run_dir)[-tc.average_last:]
         if len(steps) > 1 and rt.is_main:
             save_checkpoint(average_checkpoints(steps), ckpt_dir / "avg.pt")
         runtime.barrier(rt)
@@ -402,10 +382,7 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
             batch = batch.to(rt.device)
             with rt.autocast():
                 logits, _ = model(batch.src, batch.tgt_in)
-            loss_sum += F.cross_entropy(logits.float().reshape(-1, logits.size(-1)),
-                                        batch.tgt_out.reshape(-1),
-                                        ignore_index=data.tgt_tokenizer.pad_id,
-                                        reduction="sum").item()
+            loss_sum += token_nll(logits, batch.tgt_out, data.tgt_tokenizer.pad_id).item()
             tok += batch.n_tgt_tokens
         loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])
     keep = list(range(n if not limit else min(limit, n)))
@@ -428,8 +405,6 @@ def validate(model, cfg, data: PreparedData, split: str, rt: runtime.Runtime, li
 
 def _check_same_config(cfg, rt) -> None:
     """torchrun ranks must agree on everything but where they were told to write."""
-    import hashlib
-
     mine = OmegaConf.to_container(cfg)
     mine.pop("run_dir", None)
     digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
@@ -444,7 +419,7 @@ def _probe_sentences(cfg, data: PreparedData) -> list[str]:
     """Sentences whose attention maps are drawn at every validation."""
     probes = list(cfg.trainer.probe_sentences)
     if cfg.data.source == "builtin" and not cfg.data.reverse:
-        probes += SHOWCASE_ZH
+        probes += [pair.zh for pair in SHOWCASE]
     probes += list(data.splits["valid"]["src"][: cfg.trainer.n_probes])
     return probes
 
@@ -464,19 +439,19 @@ def _log_validation(writer, model, cfg, data, metrics, probes, rt, step):
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
     entropy: dict[tuple[str, int], list[np.ndarray]] = {}
     for p, sentence in enumerate(probes):
-        ids = src_tok.encode(sentence)[: cfg.model.max_positions - 1]
+        ids = src_tok.encode(normalize(sentence))[: cfg.model.max_positions - 1]
         out = translate_ids(model, [ids], beam=1, device=rt.device,
                             max_len_b=cfg.trainer.valid_max_len_b)[0][0][0]
         attn = collect_attention(model, ids, out, rt.device)
         for tag, fig in attention_figures(attn, src_tok, tgt_tok, ids, out,
-                                          kinds=("encoder_self", "decoder_self", "cross"),
+                                          kinds=KINDS,
                                           title=sentence):
             kind, layer = tag.split("/")
             writer.add_image(f"attention/{kind}/{layer}/probe_{p}", figure_to_array(fig), step,
                              dataformats="HWC")
         for kind, layers in attn.items():
             for layer, w in enumerate(layers):  # w: (h, Tq, Tk)
-                ent = -(w * np.log(np.clip(w, 1e-12, 1.0))).sum(-1).mean(-1)  # (h,)
+                ent = attention_entropy(w).mean(-1)  # (h,)
                 entropy.setdefault((kind, layer), []).append(ent)
         writer.add_text(f"attention/probe_{p}",
                         f"{sentence}  \n→ {tgt_tok.decode(out)}", step)
@@ -486,8 +461,6 @@ def _log_validation(writer, model, cfg, data, metrics, probes, rt, step):
 
 
 def _log_hparams(writer, cfg, metrics):
-    from torch.utils.tensorboard.summary import hparams
-
     hp = {}
     for group in ("data", "model", "optim", "trainer"):
         for k, v in OmegaConf.to_container(cfg[group]).items():
@@ -518,7 +491,7 @@ def _checkpoint_state(model, optimizer, scheduler, sampler, state, cfg, data) ->
         "trainer_state": dict(state),
         "rng": {
             "python": random.getstate(),
-            "numpy": np.random.get_state(),
+            "numpy": _numpy_rng_state(),
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         },
@@ -526,9 +499,18 @@ def _checkpoint_state(model, optimizer, scheduler, sampler, state, cfg, data) ->
     }
 
 
+def _numpy_rng_state() -> tuple:
+    """numpy's global RNG state with its key array as a tensor (checkpoints hold tensors
+    and plain containers only)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+            float(gauss))
+
+
 def _set_rng_state(rng: dict, rt) -> None:
     random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    name, keys, pos, has_gauss, gauss = rng["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(rng["torch"].cpu())
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])

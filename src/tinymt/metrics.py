@@ -1,0 +1,50 @@
+"""The numbers we report, each computed in one place.
+
+- :func:`token_nll`: the summed token cross-entropy of a teacher-forced batch (training
+  loss with label smoothing, validation loss, head importance, the benchmark).
+- :func:`score`: corpus sacreBLEU and chrF of detokenized hypotheses.
+- :func:`attention_entropy`: the entropy (nats) of attention rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor, pad_id: int,
+              label_smoothing: float = 0.0) -> torch.Tensor:
+    """Summed cross-entropy of ``logits`` ``(B, T, V)`` against ``targets`` ``(B, T)``.
+
+    Padding positions (``targets == pad_id``) count for nothing. Computed in float32 even
+    when the logits come out of bf16 autocast. Divide by the number of target tokens
+    for a mean.
+    """
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
+                           ignore_index=pad_id, label_smoothing=label_smoothing,
+                           reduction="sum")
+
+
+def bleu_tokenizer(lang: str) -> str:
+    """sacreBLEU's tokenizer for a target language: ``zh`` for Chinese, else ``13a``."""
+    return "zh" if lang.startswith("zh") else "13a"
+
+
+def score(hyps: list[str], refs: list[str], tgt_lang: str) -> tuple[float, float, str]:
+    """Corpus sacreBLEU and chrF of ``hyps`` against ``refs``, and the BLEU signature."""
+    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
+    b = bleu.corpus_score(hyps, [refs])
+    c = sacrebleu.metrics.CHRF().corpus_score(hyps, [refs])
+    return b.score, c.score, str(bleu.get_signature())
+
+
+def attention_entropy(weights):
+    """Entropy (nats) of each attention row: ``(..., T_key) -> (...)``.
+
+    Takes a numpy array or a tensor and returns the same kind; zero weights add nothing.
+    """
+    if isinstance(weights, torch.Tensor):
+        return -(weights * weights.clamp_min(1e-12).log()).sum(-1)
+    return -(weights * np.log(np.clip(weights, 1e-12, 1.0))).sum(-1)

@@ -1,0 +1,118 @@
+"""The run directory: its layout, finding a run, and loading one to translate with.
+
+One place says where everything of a run lives; the trainer writes it, and translate,
+the head analysis and ``scripts/average_checkpoints.py`` read it::
+
+    <run_dir>/config.yaml                 the resolved training config
+    <run_dir>/tokenizer/                  sentencepiece model(s)
+    <run_dir>/checkpoints/last.pt         newest state (model, optimizer, data order, RNG)
+    <run_dir>/checkpoints/best.pt         best validation BLEU so far
+    <run_dir>/checkpoints/ckpt_<step>.pt  step checkpoints kept for averaging
+    <run_dir>/checkpoints/avg.pt          their average (trainer.average_last)
+    <run_dir>/checkpoints/pruned.pt       heads masked by scripts/analyze_heads.py prune=...
+    <run_dir>/events.out.tfevents.*       TensorBoard
+    <run_dir>/metrics.json                final numbers
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from tinymt.checkpoint import load_checkpoint
+from tinymt.errors import TinyMTError
+from tinymt.model import Transformer
+from tinymt.tokenizer import Tokenizer, load_tokenizers
+
+CONFIG = "config.yaml"
+TOKENIZER = "tokenizer"
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.json"
+NAMED = ("best", "last", "avg")  # checkpoint=<name> picks checkpoints/<name>.pt
+_STEP = re.compile(r"ckpt_(\d+)\.pt")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def checkpoint_path(run_dir: str | Path, name: str) -> Path:
+    """``<run_dir>/checkpoints/<name>.pt`` (``name``: last, best, avg, pruned)."""
+    return checkpoint_dir(run_dir) / f"{name}.pt"
+
+
+def step_checkpoint(run_dir: str | Path, step: int) -> Path:
+    return checkpoint_dir(run_dir) / f"ckpt_{step}.pt"
+
+
+def step_checkpoints(run_dir: str | Path) -> list[Path]:
+    """A run's ``ckpt_<step>.pt`` files, oldest step first (other files are ignored)."""
+    found = [(int(m.group(1)), p) for p in checkpoint_dir(run_dir).glob("ckpt_*.pt")
+             if (m := _STEP.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def find_run(run: str, outputs_root: str = "outputs") -> Path:
+    """``latest`` -> the newest run dir (one holding checkpoints/last.pt) under outputs/."""
+    if run == "latest":
+        root = Path(outputs_root)
+        runs = [p.parent.parent for p in root.glob(f"**/{CHECKPOINTS}/last.pt")]
+        if not runs:
+            raise TinyMTError(f"run=latest: no trained run (…/{CHECKPOINTS}/last.pt) under "
+                              f"{root}/; train one with scripts/train.py or pass run=<run dir>")
+        return max(runs, key=lambda p: checkpoint_path(p, "last").stat().st_mtime)
+    path = Path(run)
+    if not path.is_dir():
+        raise TinyMTError(f"run dir {path} does not exist")
+    return path
+
+
+def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
+    """``best`` / ``last`` / ``avg`` -> that file of the run; anything else is a path."""
+    if checkpoint in NAMED:
+        path = checkpoint_path(run_dir, checkpoint)
+        if not path.is_file():
+            raise TinyMTError(f"checkpoint={checkpoint}: expected {path}, which does not "
+                              "exist (checkpoint=best|last|avg|<path>)")
+        return path
+    return Path(checkpoint)
+
+
+@dataclass
+class LoadedRun:
+    model: Transformer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    config: dict  # the run's resolved training config
+    run_dir: Path
+    checkpoint: Path
+    state: dict  # the checkpoint as loaded (on the CPU)
+
+
+def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "cpu",
+             outputs_root: str = "outputs") -> LoadedRun:
+    """A run's tokenizer(s) and the model of one of its checkpoints, in eval mode."""
+    run_dir = find_run(run, outputs_root)
+    ckpt_path = resolve_checkpoint(run_dir, checkpoint)
+    state = load_checkpoint(ckpt_path, map_location="cpu")
+    tok_dir = run_dir / TOKENIZER
+    src_tok, tgt_tok = load_tokenizers(tok_dir)
+    vocab = state["vocab"]
+    if (vocab["src_size"], vocab["tgt_size"]) != (src_tok.vocab_size, tgt_tok.vocab_size):
+        raise TinyMTError(
+            f"{ckpt_path} was trained with vocab sizes {vocab['src_size']}/{vocab['tgt_size']} but "
+            f"the tokenizer in {tok_dir} has {src_tok.vocab_size}/{tgt_tok.vocab_size}: the "
+            "checkpoint belongs to another run")
+    model = Transformer(OmegaConf.create(state["model_config"]), vocab["src_size"],
+                        vocab["tgt_size"], shared_vocab=vocab["shared"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0][:200]
+        raise TinyMTError(f"{ckpt_path} does not fit its own model config ({first})") from None
+    model.to(device).eval()
+    return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)

@@ -16,6 +16,7 @@ the head analysis and ``scripts/average_checkpoints.py`` read it::
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,13 @@ from omegaconf import OmegaConf
 from tinymt.checkpoint import load_checkpoint
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
-from tinymt.tokenizer import Tokenizer, load_tokenizers
+from tinymt.tokenizer import Tokenizer, load_tokenizers, tokenizer_digest
 
 CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.json"
+RUN_MARKER = ".tinymt-run"  # created atomically by the run that owns the folder
 NAMED = ("best", "last", "avg")  # checkpoint=<name> picks checkpoints/<name>.pt
 _STEP = re.compile(r"ckpt_(\d+)\.pt")
 
@@ -54,6 +56,40 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     found = [(int(m.group(1)), p) for p in checkpoint_dir(run_dir).glob("ckpt_*.pt")
              if (m := _STEP.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
+
+
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether a run already lives in ``run_dir`` (its marker, config or checkpoints)."""
+    return any((Path(run_dir) / name).exists() for name in (RUN_MARKER, CONFIG, CHECKPOINTS))
+
+
+def claim_run_dir(path: str | Path, unique: bool) -> Path:
+    """Make a folder this run's own, atomically, and return it.
+
+    The claim is the exclusive creation of ``<folder>/.tinymt-run``: of two runs started
+    at once, exactly one gets a folder. ``unique=True`` (a folder named by the clock, as
+    Hydra's ``outputs/<date>/<time>``): when ``path`` already holds a run, the run goes
+    to ``<path>_1``, ``<path>_2``, ... ``unique=False`` (a folder the user named): one
+    that already holds a run is an error; nothing in it is touched.
+    """
+    path = Path(path)
+    for n in range(1000):
+        folder = path if n == 0 else path.with_name(f"{path.name}_{n}")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not holds_run(folder):
+                fd = os.open(folder / RUN_MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                os.close(fd)
+                return folder
+        except FileExistsError:
+            pass  # another run claimed it between our check and our create
+        except OSError as e:
+            raise TinyMTError(f"cannot create the run dir {folder}: {e.strerror}") from None
+        if not unique:
+            raise TinyMTError(f"{folder} already holds a run: continue it with "
+                              f"trainer.resume={folder}, or train into another folder")
+    raise TinyMTError(f"{path}: 1000 runs started at once? no free folder found")
 
 
 def find_run(run: str, outputs_root: str = "outputs") -> Path:
@@ -107,6 +143,9 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
             f"{ckpt_path} was trained with vocab sizes {vocab['src_size']}/{vocab['tgt_size']} but "
             f"the tokenizer in {tok_dir} has {src_tok.vocab_size}/{tgt_tok.vocab_size}: the "
             "checkpoint belongs to another run")
+    if state.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
+        raise TinyMTError(f"{ckpt_path} was trained with another tokenizer than the one in "
+                          f"{tok_dir}: the checkpoint belongs to another run")
     model = Transformer(OmegaConf.create(state["model_config"]), vocab["src_size"],
                         vocab["tgt_size"], shared_vocab=vocab["shared"])
     try:

@@ -9,6 +9,7 @@ adds them where the model wants them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -174,6 +175,15 @@ def _explain_training_error(message: str, vocab_size: int, model_type: str) -> s
             "data.character_coverage"
         )
     return f"sentencepiece training failed (data.vocab_size={vocab_size}): {message.strip()}"
+
+
+def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
+    """sha256 of the source and target sentencepiece models: binds a checkpoint to the
+    exact tokenizer it was trained with (the same vocabulary size is not enough)."""
+    h = hashlib.sha256(src.sp.serialized_model_proto())
+    if tgt is not src:
+        h.update(tgt.sp.serialized_model_proto())
+    return h.hexdigest()
 
 
 def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:

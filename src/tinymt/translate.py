@@ -9,8 +9,10 @@ input line. ``ref=`` scores the result, ``attention=`` draws every head's map
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import matplotlib.image
@@ -32,47 +34,34 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
 
     Output has exactly one line per input line (empty in -> empty out). With ``nbest >
     1`` each input gives ``nbest`` lines ``score<TAB>translation`` and a blank line.
-    Returns ``{"translations": [...], "bleu": ..., "chrf": ...}``.
+    ``output=<file>`` is written to a temp file beside it and renamed when complete, so a
+    failure leaves an existing file as it was. Returns ``{"translations": [...],
+    "bleu": ..., "chrf": ...}``.
     """
-    stdout = stdout or sys.stdout
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     d = cfg.decode
     if d.beam < 1 or d.nbest < 1 or d.nbest > d.beam:
         raise TinyMTError(f"decode.beam={d.beam}, decode.nbest={d.nbest}: need 1 <= nbest <= beam")
     device = pick_device(cfg.device)
     run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
-    max_src = run.model.config.max_positions - 1  # room for eos
-
-    interactive = False
-    if sentences:
-        lines = list(sentences)
-    elif cfg.input:
-        lines = read_lines(cfg.input)
-    else:
-        stdin = stdin or sys.stdin
-        interactive = stdin.isatty() and not cfg.output
-        lines = None
-
-    out_f = open(cfg.output, "w", encoding="utf-8") if cfg.output else stdout
-    translations: list[str] = []
-    try:
-        if lines is None and interactive:  # one sentence at a time, answered at once
+    refs = read_lines(cfg.ref) if cfg.ref else None
+    stdin = stdin or sys.stdin
+    interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
+    with _output(cfg.output, stdout or sys.stdout) as out_f:
+        if interactive:  # one sentence at a time, answered at once
             print("type a sentence, Ctrl-D to end", file=sys.stderr)
-            for n, line in enumerate(stdin, 1):
-                translations += _translate_lines(run, [line.rstrip("\n")], cfg, max_src, warn,
-                                                 out_f, device, first_line=n)
+            translations = []
+            for n, line in enumerate(_stdin_lines(stdin), 1):
+                translations += _translate_lines(run, [line], cfg, warn, out_f, device,
+                                                 first_line=n)
                 out_f.flush()
         else:
-            if lines is None:
-                lines = [ln.rstrip("\n") for ln in stdin]
-            translations = _translate_lines(run, lines, cfg, max_src, warn, out_f, device)
-    finally:
-        if cfg.output:
-            out_f.close()
+            lines = _arguments(sentences) if sentences else \
+                read_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
+            translations = _translate_lines(run, lines, cfg, warn, out_f, device)
     result = {"translations": translations, "run_dir": str(run.run_dir),
               "checkpoint": str(run.checkpoint)}
-    if cfg.ref:
-        refs = read_lines(cfg.ref)
+    if refs is not None:
         if len(refs) != len(translations):
             raise TinyMTError(f"ref={cfg.ref} has {len(refs)} lines but the input has "
                               f"{len(translations)}")
@@ -83,9 +72,52 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     return result
 
 
-def _translate_lines(run: LoadedRun, lines, cfg, max_src, warn, out_f, device,
+def _arguments(sentences: Sequence[str]) -> list[str]:
+    """Command-line sentences; an argument that is not valid UTF-8 (Python keeps its bytes
+    as surrogates) is a one-line error."""
+    for n, s in enumerate(sentences, 1):
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TinyMTError(f"argument {n} is not valid UTF-8") from None
+    return list(sentences)
+
+
+def _stdin_lines(stdin) -> Iterator[str]:
+    """Lines of stdin without line ends, decoded as UTF-8 line by line (a bad line is a
+    one-line error naming it)."""
+    raw = getattr(stdin, "buffer", None)
+    for n, line in enumerate(raw if raw is not None else stdin, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TinyMTError(f"stdin: line {n} is not valid UTF-8") from None
+        yield line.rstrip("\n").rstrip("\r")
+
+
+@contextlib.contextmanager
+def _output(path: str | None, stdout) -> Iterator:
+    """``stdout``, or a temp file beside ``path`` that replaces it only when complete."""
+    if not path:
+        yield stdout
+        return
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, target)
+    except OSError as e:
+        raise TinyMTError(f"cannot write output={path}: {e.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _translate_lines(run: LoadedRun, lines, cfg, warn, out_f, device,
                      first_line: int = 1) -> list[str]:
     d = cfg.decode
+    max_src = run.model.max_positions - 1  # room for eos
     ids: list[list[int]] = []
     for n, line in enumerate(lines, first_line):
         toks = run.src_tokenizer.encode(normalize(line))

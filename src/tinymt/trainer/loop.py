@@ -1,0 +1,436 @@
+"""The training loop: ``train(cfg) -> metrics``, readable top to bottom.
+
+1. :func:`setup`: devices and ranks, the run dir, the data (tokenizer, batches), the
+   model, optimizer and schedule; on resume everything is restored and checked before
+   anything is written
+2. :func:`run_loop`: token-budget batches -> :func:`train_step` (loss, backward) ->
+   :func:`optimizer_step` (clip, step, schedule) -> :func:`log_train`
+3. every ``valid_every`` steps :func:`validate_and_checkpoint`: loss / ppl / BLEU / chrF,
+   attention maps and entropy to TensorBoard, ``last.pt`` (+ ``best.pt`` on a BLEU gain,
+   + ``ckpt_<step>.pt``), early stopping
+4. :func:`finish`: test BLEU with the best (or averaged) checkpoint, ``metrics.json``,
+   hparams
+
+The run dir's layout is :mod:`tinymt.rundir`'s; checkpoints are published by
+:func:`tinymt.checkpoint.save_checkpoint`, the one atomic way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from tinymt import runtime
+from tinymt.batching import TokenBatchSampler, collate
+from tinymt.checkpoint import (
+    average_checkpoints,
+    clean_stale_temp_files,
+    load_checkpoint,
+    save_checkpoint,
+)
+from tinymt.data import PreparedData, prepare
+from tinymt.errors import TinyMTError
+from tinymt.metrics import token_nll
+from tinymt.model import Transformer, count_parameters
+from tinymt.rundir import (
+    CONFIG,
+    METRICS,
+    TOKENIZER,
+    checkpoint_dir,
+    checkpoint_path,
+    claim_run_dir,
+    step_checkpoint,
+    step_checkpoints,
+)
+from tinymt.tokenizer import save_tokenizers, tokenizer_digest
+from tinymt.trainer.optim import build_optimizer
+from tinymt.trainer.state import as_train_config, checkpoint_state, set_rng_state
+from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
+
+MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row
+
+
+@dataclass
+class Training:
+    """Everything the loop reads and updates, built once by :func:`setup`."""
+
+    cfg: DictConfig
+    rt: runtime.Runtime
+    run_dir: Path
+    data: PreparedData
+    model: Transformer  # the bare model: what checkpoints hold
+    train_model: torch.nn.Module  # the same, compiled and/or wrapped in DDP
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    sampler: TokenBatchSampler
+    writer: SummaryWriter | None  # rank 0 only
+    probes: list[str]
+    state: dict = field(default_factory=lambda: {
+        "step": 0, "epoch": 0, "best_bleu": -1.0, "bad_validations": 0,
+        "train_seconds": 0.0, "skipped_steps": 0})
+    t_start: float = field(default_factory=time.time)
+
+    def log(self, *args, **kwargs) -> None:
+        if self.rt.is_main:
+            print(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- entry
+def train(cfg, unique_run_dir: bool = False) -> dict:
+    """Train as ``cfg`` says and return the final metrics.
+
+    ``unique_run_dir``: ``cfg.run_dir`` was named by the clock (Hydra's default), so a
+    folder already holding a run is replaced by a fresh ``<run_dir>_<n>``; otherwise
+    such a folder is an error (continue a run with ``trainer.resume``).
+    """
+    cfg = as_train_config(cfg)
+    rt = runtime.setup(cfg.trainer.device, cfg.trainer.precision, cfg.trainer.num_threads)
+    try:
+        t = setup(cfg, rt, unique_run_dir)
+        stop_reason = run_loop(t)
+        return finish(t, stop_reason)
+    finally:
+        runtime.teardown(rt)
+
+
+# ----------------------------------------------------------------------------- 1. setup
+def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
+    shared = data.src_tokenizer is data.tgt_tokenizer
+    longest = max((n for side in data.lengths("train") for n in side), default=0)
+    if longest + 1 > cfg.model.max_positions:
+        raise TinyMTError(
+            f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "
+            f"model.max_positions={cfg.model.max_positions}: lower data.max_len to "
+            f"{cfg.model.max_positions - 1} or raise model.max_positions")
+    return Transformer(cfg.model, data.src_tokenizer.vocab_size, data.tgt_tokenizer.vocab_size,
+                       shared_vocab=shared)
+
+
+def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool) -> Training:
+    """Steps 1–2 of the module docstring. Nothing is written into the run dir until
+    every check (data, model size, the checkpoint and tokenizer of a resumed run) passed."""
+    tc, oc = cfg.trainer, cfg.optim
+    run_dir = _run_dir(cfg, rt, unique_run_dir)
+    if rt.distributed:
+        _check_same_config(cfg, rt)
+    resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
+    runtime.seed_everything(tc.seed)
+
+    log = print if rt.is_main else (lambda *a, **k: None)
+    if rt.is_main:  # rank 0 builds the data cache, the others then read it
+        data = prepare(cfg.data, log=log)
+    runtime.barrier(rt)
+    if not rt.is_main:
+        data = prepare(cfg.data, log=log)
+
+    model = build_model(cfg, data).to(rt.device)
+    log(f"model: {cfg.model.name}, {count_parameters(model):,} parameters "
+        f"(d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
+        f"layers={cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers}); device {rt.device}"
+        + (f", {rt.world_size} processes" if rt.distributed else ""))
+    optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
+    sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
+                                shuffle=True)
+    t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, None,
+                 probe_sentences(cfg, data))
+    if resume is not None:
+        _restore(t, resume)
+    else:
+        sampler.set_epoch(0)
+    if tc.compile:
+        t.train_model = torch.compile(model)
+    if rt.distributed:
+        t.train_model = torch.nn.parallel.DistributedDataParallel(
+            t.train_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+    if rt.is_main:
+        _write_run_files(t, resuming=resume is not None)
+    return t
+
+
+def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool) -> Path:
+    """Rank 0 claims the run dir (or checks the resumed one); every rank uses its path."""
+    if cfg.trainer.resume:
+        run_dir = Path(cfg.trainer.resume)
+        if not checkpoint_path(run_dir, "last").is_file():
+            raise TinyMTError(f"cannot resume: {checkpoint_path(run_dir, 'last')} not found")
+    elif rt.is_main:
+        if cfg.run_dir is None:
+            cfg.run_dir, unique = f"outputs/{time.strftime('%Y-%m-%d/%H-%M-%S')}", True
+        run_dir = claim_run_dir(cfg.run_dir, unique)
+    else:
+        run_dir = None
+    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
+    cfg.run_dir = str(run_dir)
+    return run_dir
+
+
+def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
+    if rt.is_main:
+        clean_stale_temp_files(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
+    return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
+
+
+def _restore(t: Training, ckpt: dict) -> None:
+    """Continue exactly where ``last.pt`` left off, after checking it fits this data."""
+    data = t.data
+    if ckpt.get("tokenizer_sha256") != tokenizer_digest(data.src_tokenizer, data.tgt_tokenizer):
+        raise TinyMTError(f"cannot resume {t.run_dir}: its checkpoint was trained with another "
+                          "tokenizer than this data config builds")
+    t.model.load_state_dict(ckpt["model"])
+    t.optimizer.load_state_dict(ckpt["optimizer"])
+    t.scheduler.load_state_dict(ckpt["scheduler"])
+    t.sampler.load_state_dict(ckpt["sampler"])
+    t.state.update(ckpt["trainer_state"])
+    set_rng_state(ckpt["rng"])
+    t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
+
+
+def _write_run_files(t: Training, resuming: bool) -> None:
+    """config.yaml, the tokenizer (new runs) and the TensorBoard writer."""
+    OmegaConf.save(t.cfg, t.run_dir / CONFIG)
+    if not resuming:
+        save_tokenizers(t.run_dir / TOKENIZER, t.data.src_tokenizer, t.data.tgt_tokenizer)
+    # purge_step drops events a killed run wrote after its last checkpoint
+    t.writer = SummaryWriter(str(t.run_dir),
+                             purge_step=t.state["step"] + 1 if resuming else None)
+    t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])
+
+
+def _check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
+    """torchrun ranks must agree on everything but where they were told to write."""
+    mine = OmegaConf.to_container(cfg)
+    mine.pop("run_dir", None)
+    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
+    digests = runtime.all_gather_objects(rt, digest)
+    if len(set(digests)) > 1:
+        bad = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
+                          "give every process the same overrides")
+
+
+# ----------------------------------------------------------------------------- 2. loop
+def global_batches(t: Training):
+    """Global batches forever, epoch after epoch; the sampler remembers where it is."""
+    while True:
+        yield from t.sampler
+        t.state["epoch"] += 1
+        t.sampler.set_epoch(t.state["epoch"])
+
+
+def run_loop(t: Training) -> str:
+    """Train until a budget runs out; returns why it stopped."""
+    tc, state = t.cfg.trainer, t.state
+    budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
+    batches = global_batches(t)
+    window = _Window()
+    skips = 0  # non-finite losses in a row
+    t.model.train()
+    with tqdm(total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
+              desc="train", dynamic_ncols=True, mininterval=1.0) as bar:
+        while state["step"] < tc.max_steps:
+            if state["epoch"] >= tc.max_epochs:
+                return "max_epochs"
+            if state["train_seconds"] >= budget_s:
+                return "max_minutes"
+            t0 = time.time()
+            loss, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
+            if not math.isfinite(loss):
+                skips = skip_or_stop(t, loss, skips)
+                continue
+            skips = 0
+            grad_norm = optimizer_step(t)
+            dt = time.time() - t0
+            state["train_seconds"] += dt
+            window.add(loss, n_tokens, dt)
+            bar.update(1)
+            step = state["step"]
+            if step % tc.log_every == 0 or step == tc.max_steps:
+                log_train(t, bar, window, grad_norm)
+                window = _Window()
+            if step % tc.valid_every == 0 or step == tc.max_steps or \
+                    state["train_seconds"] >= budget_s:
+                if validate_and_checkpoint(t, bar):
+                    return f"no BLEU gain in {tc.patience} validations"
+                t.model.train()
+    return "max_steps"
+
+
+def train_step(t: Training, micro: list[list[int]]) -> tuple[float, int]:
+    """Forward and backward over the micro-batches of one optimizer step.
+
+    Every rank knows the whole global batch, so the token count needs no collective; each
+    rank takes every ``world_size``-th sentence. Returns the mean token loss (label
+    smoothing included) over all ranks and the number of target tokens.
+    """
+    rt, pad = t.rt, t.data.tgt_tokenizer.pad_id
+    train_src, train_tgt = t.data.ids("train")
+    n_tokens = sum(len(train_tgt[i]) + 1 for idx in micro for i in idx)
+    step_loss = 0.0
+    t.optimizer.zero_grad(set_to_none=True)
+    for k, indices in enumerate(micro):
+        mine = indices[rt.rank::rt.world_size]  # this rank's share of the global batch
+        weight = 1.0
+        if not mine:
+            mine, weight = indices[:1], 0.0  # too few sentences to split: stay in step
+        batch = collate([train_src[i] for i in mine], [train_tgt[i] for i in mine]).to(rt.device)
+        sync = k == len(micro) - 1 or not rt.distributed
+        accumulate = t.train_model.no_sync() if rt.distributed and not sync \
+            else contextlib.nullcontext()
+        with accumulate, rt.autocast():
+            logits, _ = t.train_model(batch.src, batch.tgt_in)
+            loss_sum = token_nll(logits, batch.tgt_out, pad, t.cfg.optim.label_smoothing)
+            # DDP averages gradients over ranks; scale so the result is sum / n_tokens
+            loss = loss_sum * (weight * rt.world_size / n_tokens)
+        loss.backward()
+        step_loss += loss_sum.item() * weight
+    return runtime.all_reduce_sum(rt, [step_loss])[0] / n_tokens, n_tokens
+
+
+def skip_or_stop(t: Training, loss: float, skips: int) -> int:
+    """A non-finite loss: drop the step (``nan_policy=skip``, at most ``MAX_SKIPS`` in a
+    row) or stop with the step named. Returns the new count of skips in a row."""
+    step = t.state["step"] + 1
+    if t.cfg.trainer.nan_policy != "skip":
+        raise TinyMTError(f"loss became {loss} at step {step}; the last checkpoint is intact. "
+                          "Lower optim.lr or set trainer.nan_policy=skip")
+    if skips >= MAX_SKIPS:
+        raise TinyMTError(f"loss non-finite for {MAX_SKIPS} batches in a row at step {step}; "
+                          "lower optim.lr")
+    t.state["skipped_steps"] += 1
+    t.log(f"\nwarning: non-finite loss ({loss}) at step {step}: step skipped")
+    t.optimizer.zero_grad(set_to_none=True)
+    return skips + 1
+
+
+def optimizer_step(t: Training) -> torch.Tensor:
+    """Clip (``optim.clip_grad_norm``; 0 = measure only), step, advance the schedule."""
+    max_norm = t.cfg.optim.clip_grad_norm if t.cfg.optim.clip_grad_norm > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), max_norm)
+    t.optimizer.step()
+    t.scheduler.step()
+    t.state["step"] += 1
+    return grad_norm  # a tensor: read (a device sync) only when logged
+
+
+@dataclass
+class _Window:
+    """Sums over the steps since the last scalar log."""
+
+    loss: float = 0.0
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, loss: float, tokens: int, seconds: float) -> None:
+        self.loss += loss
+        self.tokens += tokens
+        self.seconds += seconds
+        self.steps += 1
+
+
+def log_train(t: Training, bar, window: _Window, grad_norm: torch.Tensor) -> None:
+    step, lr = t.state["step"], t.scheduler.get_last_lr()[0]
+    tok_s = window.tokens / max(window.seconds, 1e-9)
+    avg = window.loss / window.steps
+    bar.set_postfix(loss=f"{avg:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
+    if t.writer:
+        for tag, value in (("loss", avg), ("lr", lr), ("grad_norm", float(grad_norm)),
+                           ("tokens_per_s", tok_s), ("epoch", t.state["epoch"])):
+            t.writer.add_scalar(f"train/{tag}", value, step)
+
+
+# ----------------------------------------------------------------------------- 3. validation
+def validate_and_checkpoint(t: Training, bar) -> bool:
+    """Validate, log, publish ``last.pt`` (+ ``best.pt``, ``ckpt_<step>.pt``); returns
+    True when early stopping says to stop."""
+    tc, state, step = t.cfg.trainer, t.state, t.state["step"]
+    metrics = validate(t.model, t.cfg, t.data, "valid", t.rt, limit=tc.valid_sentences)
+    improved = metrics["bleu"] > state["best_bleu"]
+    if improved:
+        state["best_bleu"] = metrics["bleu"]
+        state["bad_validations"] = 0
+    else:
+        state["bad_validations"] += 1
+    if t.rt.is_main:
+        bar.write(f"step {step:>6} | epoch {state['epoch']} | valid loss {metrics['loss']:.3f} "
+                  f"ppl {metrics['ppl']:.2f} | BLEU {metrics['bleu']:.2f} chrF "
+                  f"{metrics['chrf']:.2f}" + (" *" if improved else ""))
+        log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step)
+        save_checkpoints(t, best=improved)
+        t.writer.flush()
+    runtime.barrier(t.rt)
+    return bool(tc.patience) and state["bad_validations"] >= tc.patience
+
+
+def save_checkpoints(t: Training, best: bool) -> None:
+    """``last.pt``, ``best.pt`` (when ``best``) and the kept step checkpoints."""
+    ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state, t.cfg, t.data)
+    save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
+    if best:
+        save_checkpoint(ckpt, checkpoint_path(t.run_dir, "best"))
+    if t.cfg.trainer.keep_last > 1:
+        save_checkpoint(ckpt, step_checkpoint(t.run_dir, t.state["step"]))
+        for old in step_checkpoints(t.run_dir)[:-t.cfg.trainer.keep_last]:
+            old.unlink()
+
+
+# ----------------------------------------------------------------------------- 4. finish
+def finish(t: Training, stop_reason: str) -> dict:
+    """Test BLEU with ``best.pt`` (or ``avg.pt``), ``metrics.json``, hparams, summary."""
+    tc, state, rt = t.cfg.trainer, t.state, t.rt
+    if not checkpoint_path(t.run_dir, "best").is_file():  # stopped before any validation
+        state["best_bleu"] = validate(t.model, t.cfg, t.data, "valid", rt,
+                                      limit=tc.valid_sentences)["bleu"]
+        if rt.is_main:
+            save_checkpoints(t, best=True)
+        runtime.barrier(rt)
+    final_ckpt = _average(t) or checkpoint_path(t.run_dir, "best")
+    t.model.load_state_dict(load_checkpoint(final_ckpt, map_location=rt.device)["model"])
+    test = validate(t.model, t.cfg, t.data, "test", rt, beam=tc.test_beam, with_loss=True)
+    wall = time.time() - t.t_start
+    metrics = {
+        "best_valid_bleu": state["best_bleu"], "test_bleu": test["bleu"],
+        "test_chrf": test["chrf"], "test_loss": test["loss"],
+        "bleu_signature": test["signature"], "test_beam": tc.test_beam,
+        "test_checkpoint": final_ckpt.name, "steps": state["step"], "epochs": state["epoch"],
+        "train_seconds": round(state["train_seconds"], 1), "wall_seconds": round(wall, 1),
+        "stop_reason": stop_reason, "parameters": count_parameters(t.model),
+        "run_dir": str(t.run_dir),
+    }
+    if rt.is_main:
+        (t.run_dir / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+        t.writer.add_scalar("test/bleu", test["bleu"], state["step"])
+        t.writer.add_scalar("test/chrf", test["chrf"], state["step"])
+        log_hparams(t.writer, t.cfg, metrics)
+        t.writer.close()
+        print(f"\ndone in {wall / 60:.1f} min ({stop_reason}): best valid BLEU "
+              f"{state['best_bleu']:.2f}, test BLEU {test['bleu']:.2f} chrF {test['chrf']:.2f} "
+              f"(beam {tc.test_beam}, {final_ckpt.name})\n"
+              f"  {test['signature']}\n"
+              f"  run dir: {t.run_dir}\n"
+              f"  translate: python scripts/translate.py run={t.run_dir} \"<sentence>\"\n"
+              f"  watch:     tensorboard --logdir {t.run_dir}")
+    return metrics
+
+
+def _average(t: Training) -> Path | None:
+    """``avg.pt`` from the last ``average_last`` step checkpoints, when there are two+."""
+    n = t.cfg.trainer.average_last
+    steps = step_checkpoints(t.run_dir)[-n:] if n > 1 else []
+    if len(steps) < 2:
+        return None
+    avg = checkpoint_path(t.run_dir, "avg")
+    if t.rt.is_main:
+        save_checkpoint(average_checkpoints(steps), avg)
+    runtime.barrier(t.rt)
+    return avg

@@ -1,0 +1,128 @@
+"""Validation and what the trainer writes to TensorBoard about it.
+
+:func:`validate` gives teacher-forced loss / perplexity on a whole split and sacreBLEU /
+chrF of greedy (or beam) translations of its first ``limit`` sentences; under torchrun
+each rank does a share and the results are gathered. :func:`log_validation` writes the
+numbers, source/reference/hypothesis samples, every head's attention map of the probe
+sentences and each head's mean attention entropy; :func:`log_hparams` the final numbers
+for TensorBoard's HPARAMS tab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+
+from tinymt import runtime
+from tinymt.attention_maps import attention_figures, collect_attention
+from tinymt.batching import eval_batches
+from tinymt.corpus import SHOWCASE
+from tinymt.data import PreparedData, normalize, target_language
+from tinymt.decoding import translate_ids
+from tinymt.metrics import attention_entropy, score, token_nll
+from tinymt.model import KINDS
+from tinymt.plotting import figure_to_array
+
+
+@torch.inference_mode()
+def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime.Runtime,
+             limit: int = 0, beam: int = 1, with_loss: bool = True) -> dict:
+    """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``
+    sentences (0 = all)."""
+    model.eval()
+    ds = data.splits[split]
+    limit_len = cfg.model.max_positions - 1  # valid/test are never length-filtered: clip
+    src_ids, tgt_ids = ([x[:limit_len] for x in side] for side in data.ids(split))
+    n = len(src_ids)
+    loss_sum = tok = 0.0
+    if with_loss:
+        batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
+        for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
+            batch = batch.to(rt.device)
+            with rt.autocast():
+                logits, _ = model(batch.src, batch.tgt_in)
+            loss_sum += token_nll(logits, batch.tgt_out, data.tgt_tokenizer.pad_id).item()
+            tok += batch.n_tgt_tokens
+        loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])
+    keep = list(range(n if not limit else min(limit, n)))
+    mine = keep[rt.rank::rt.world_size]
+    with rt.autocast():
+        outs = translate_ids(model, [src_ids[i] for i in mine], beam=beam,
+                             max_len_a=1.5, max_len_b=cfg.trainer.valid_max_len_b,
+                             device=rt.device, batch_tokens=cfg.trainer.max_tokens)
+    hyps_mine = [data.tgt_tokenizer.decode(o[0][0]) for o in outs]
+    gathered = runtime.all_gather_objects(rt, list(zip(mine, hyps_mine)))
+    by_index = dict(pair for part in gathered for pair in part)
+    hyps = [by_index[i] for i in keep]
+    tgt_text, src_text = ds["tgt"][:], ds["src"][:]
+    refs = [tgt_text[i] for i in keep]
+    bleu, chrf, sig = score(hyps, refs, target_language(cfg.data))
+    loss = loss_sum / max(tok, 1) if with_loss else float("nan")
+    return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
+            "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
+
+
+def probe_sentences(cfg: DictConfig, data: PreparedData) -> list[str]:
+    """Sentences whose attention maps are drawn at every validation: the configured ones,
+    the built-in corpus's showcase sentences (zh→en) and the first ``n_probes`` of valid."""
+    probes = list(cfg.trainer.probe_sentences)
+    if cfg.data.source == "builtin" and not cfg.data.reverse:
+        probes += [pair.zh for pair in SHOWCASE]
+    probes += list(data.splits["valid"]["src"][: cfg.trainer.n_probes])
+    return probes
+
+
+def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: PreparedData,
+                   metrics: dict, probes: list[str], rt: runtime.Runtime, step: int) -> None:
+    for name in ("loss", "ppl", "bleu", "chrf"):
+        writer.add_scalar(f"valid/{name}", metrics[name], step)
+    k = cfg.trainer.n_text_samples
+    rows = ["| source | reference | hypothesis |", "| --- | --- | --- |"]
+    rows += [f"| {s} | {r} | {h} |" for s, r, h in
+             zip(metrics["srcs"][:k], metrics["refs"][:k], metrics["hyps"][:k])]
+    writer.add_text("samples", "\n".join(rows), step)
+    _log_probes(writer, model, cfg, data, probes, rt, step)
+
+
+def _log_probes(writer, model, cfg, data, probes, rt, step) -> None:
+    """Every head's attention maps of the probes, and each head's mean entropy over them."""
+    src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+    entropy: dict[tuple[str, int], list[np.ndarray]] = {}
+    for p, sentence in enumerate(probes):
+        ids = src_tok.encode(normalize(sentence))[: cfg.model.max_positions - 1]
+        out = translate_ids(model, [ids], beam=1, device=rt.device,
+                            max_len_b=cfg.trainer.valid_max_len_b)[0][0][0]
+        attn = collect_attention(model, ids, out, rt.device)
+        for tag, fig in attention_figures(attn, src_tok, tgt_tok, ids, out, kinds=KINDS,
+                                          title=sentence):
+            kind, layer = tag.split("/")
+            writer.add_image(f"attention/{kind}/{layer}/probe_{p}", figure_to_array(fig), step,
+                             dataformats="HWC")
+        for kind, layers in attn.items():
+            for layer, w in enumerate(layers):  # w: (h, Tq, Tk)
+                entropy.setdefault((kind, layer), []).append(attention_entropy(w).mean(-1))
+        writer.add_text(f"attention/probe_{p}", f"{sentence}  \n→ {tgt_tok.decode(out)}", step)
+    for (kind, layer), ents in entropy.items():
+        for h, e in enumerate(np.mean(ents, axis=0)):  # (h,)
+            writer.add_scalar(f"attention_entropy/{kind}/layer_{layer}/head_{h}", float(e), step)
+
+
+def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
+    hp = {}
+    for group in ("data", "model", "optim", "trainer"):
+        for k, v in OmegaConf.to_container(cfg[group]).items():
+            if isinstance(v, (int, float, str, bool)):
+                hp[f"{group}.{k}"] = v
+    m = {"hparam/test_bleu": metrics["test_bleu"], "hparam/best_valid_bleu":
+         metrics["best_valid_bleu"], "hparam/test_chrf": metrics["test_chrf"]}
+    exp, ssi, sei = hparams(hp, m)
+    fw = writer._get_file_writer()
+    for s in (exp, ssi, sei):
+        fw.add_summary(s)
+    for k, v in m.items():
+        writer.add_scalar(k, v, metrics["steps"])

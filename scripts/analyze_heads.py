@@ -12,16 +12,18 @@ in the run dir. Options: configs/analyze_heads.yaml.
 import hydra
 from omegaconf import DictConfig
 
-import tinymt.config  # noqa: F401  (registers the schemas)
 from tinymt.cli import one_line_errors
-from tinymt.heads import analyze
+from tinymt.config import check_analyze, run_hydra
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="analyze_heads")
 @one_line_errors
 def main(cfg: DictConfig) -> dict:
+    check_analyze(cfg)
+    from tinymt.heads import analyze  # after the check: a bad value fails at once
+
     return analyze(cfg)
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main)

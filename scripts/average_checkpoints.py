@@ -4,36 +4,28 @@
     python scripts/translate.py run=outputs/2026-11-22/10-00-00 checkpoint=avg ...
 
 The run must have kept step checkpoints (trainer.keep_last=N); the trainer can also do
-this itself at the end of training (trainer.average_last=N).
+this itself at the end of training (trainer.average_last=N). Options:
+configs/average_checkpoints.yaml (schema: tinymt.config.AverageConfig).
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from tinymt.checkpoint import average_checkpoints, save_checkpoint
 from tinymt.cli import one_line_errors
+from tinymt.config import check_average, run_hydra
 from tinymt.errors import TinyMTError
-from tinymt.rundir import find_run, step_checkpoints
 
 
-@dataclass
-class AverageConfig:
-    run: str = "latest"  # run dir, or latest
-    last: int = 5  # how many of the newest ckpt_<step>.pt to average
-    output: str | None = None  # default: <run>/checkpoints/avg.pt
-    outputs_root: str = "outputs"  # where run=latest looks
-
-
-ConfigStore.instance().store(name="average_config", node=AverageConfig)
-
-
-@hydra.main(version_base="1.3", config_path=None, config_name="average_config")
+@hydra.main(version_base="1.3", config_path="../configs", config_name="average_checkpoints")
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    check_average(cfg)
+    # after the check: a bad value fails at once, before torch is imported
+    from tinymt.checkpoint import average_checkpoints, save_checkpoint
+    from tinymt.rundir import find_run, step_checkpoints
+
     run_dir = find_run(cfg.run, cfg.outputs_root)
     steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
@@ -45,4 +37,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main)

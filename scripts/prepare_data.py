@@ -10,24 +10,20 @@ A second run with the same config is a cache hit (see tinymt.data). User errors 
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 
-import tinymt.config  # noqa: F401  (registers prepare_schema)
-from tinymt.data import prepare, summary_table
-from tinymt.errors import TinyMTError
+from tinymt.cli import one_line_errors
+from tinymt.config import check_data, run_hydra
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="prepare_data")
+@one_line_errors
 def main(cfg) -> None:
-    try:
-        data = prepare(cfg.data)
-    except TinyMTError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    print(summary_table(data.stats))
+    check_data(cfg.data)
+    from tinymt.data import prepare, summary_table  # after the check: a bad value fails at once
+
+    print(summary_table(prepare(cfg.data).stats))
 
 
 if __name__ == "__main__":
-    main()
+    run_hydra(main)

@@ -4,9 +4,12 @@
     echo "那只小猫昨天在公园里追了一只蝴蝶。" | python scripts/translate.py run=latest
     python scripts/translate.py run=<run dir> input=test.zh output=test.hyp ref=test.en decode.beam=5
     python scripts/translate.py run=latest attention=showcase.png "我请李雷帮我订了去北京的机票。"
+    python scripts/translate.py run=latest -- "x=1" "-5 degrees"   # any text after --
 
 Arguments of the form key=value are config overrides (configs/translate.yaml); every other
-argument is a sentence to translate. With no sentences and no input=, stdin is read.
+argument is a sentence to translate. Everything after a ``--`` argument is a sentence, so
+a sentence that looks like an override (``x=1``) or a flag (``-5 degrees``) goes after it.
+With no sentences and no input=, stdin is read.
 """
 
 import re
@@ -15,21 +18,32 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-import tinymt.config  # noqa: F401  (registers the schemas)
 from tinymt.cli import one_line_errors
-from tinymt.translate import translate
+from tinymt.config import check_translate, run_hydra
 
 # a Hydra override or flag: key=value, +key=value, ++key=value, ~key, --flag, -m
 _OVERRIDE = re.compile(r"^(\+{0,2}[A-Za-z_][A-Za-z0-9_.\-/@]*=|~[A-Za-z_][A-Za-z0-9_.]*|-)")
-SENTENCES = [a for a in sys.argv[1:] if not _OVERRIDE.match(a)]
-sys.argv = [sys.argv[0]] + [a for a in sys.argv[1:] if _OVERRIDE.match(a)]
+SENTENCES: list[str] = []
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """``(overrides and flags, sentences)``: before a ``--`` by their form, after it all
+    sentences (the first ``--`` itself is dropped)."""
+    cut = args.index("--") if "--" in args else len(args)
+    before, after = args[:cut], args[cut + 1:]
+    overrides = [a for a in before if _OVERRIDE.match(a)]
+    return overrides, [a for a in before if not _OVERRIDE.match(a)] + after
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="translate")
 @one_line_errors
 def main(cfg: DictConfig) -> None:
+    check_translate(cfg)
+    from tinymt.translate import translate  # after the check: a bad value fails at once
+
     translate(cfg, SENTENCES)
 
 
 if __name__ == "__main__":
-    main()
+    sys.argv[1:], SENTENCES[:] = split_args(sys.argv[1:])
+    run_hydra(main)

@@ -1,6 +1,8 @@
-"""Hydra composition: every shipped config composes; typos and wrong types are errors."""
+"""Hydra composition: every shipped config composes; typos and wrong types are errors;
+the schemas' defaults are the YAML's; every value is checked in tinymt.config."""
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,24 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 import tinymt.config  # noqa: F401  (registers schemas)
-from tinymt.config import TrainConfig
+from tinymt.config import (
+    ATTENTION_KINDS,
+    AnalyzeConfig,
+    AverageConfig,
+    DataConfig,
+    ModelConfig,
+    OptimConfig,
+    PrepareConfig,
+    TrainConfig,
+    TrainerConfig,
+    TranslateConfig,
+    as_train_config,
+    check_analyze,
+    check_average,
+    check_data,
+    check_translate,
+)
+from tinymt.errors import TinyMTError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
@@ -91,3 +110,115 @@ def test_translate_config_composes():
     assert cfg.decode.beam == 5 and cfg.run == "latest"
     with pytest.raises(ConfigCompositionException):
         _compose(["decode.beams=5"], name="translate")
+
+
+# ----------------------------------------------------------------------------- defaults
+SCHEMAS = {"train": TrainConfig, "prepare_data": PrepareConfig, "translate": TranslateConfig,
+           "analyze_heads": AnalyzeConfig, "average_checkpoints": AverageConfig}
+GROUP_SCHEMAS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig,
+                 "trainer": TrainerConfig}
+
+
+def _yaml(path: Path) -> dict:
+    """A YAML file's own keys and values (no defaults list, no hydra settings)."""
+    values = OmegaConf.to_container(OmegaConf.load(path))
+    return {k: v for k, v in values.items() if k not in ("defaults", "hydra")}
+
+
+def _default_options(name: str) -> dict[str, str]:
+    """``{group: option}`` of a script YAML's defaults list (``data: builtin_zh_en``...)."""
+    entries = OmegaConf.to_container(OmegaConf.load(CONFIGS / f"{name}.yaml"))["defaults"]
+    return {k: v for e in entries if isinstance(e, dict) for k, v in e.items()
+            if k in GROUP_SCHEMAS and v is not None}
+
+
+@pytest.mark.parametrize("group", GROUP_SCHEMAS)
+def test_group_defaults_are_the_default_yaml(group):
+    """Each group's schema defaults = its file in the default composition, key for key."""
+    option = _default_options("train")[group]
+    schema = OmegaConf.to_container(OmegaConf.structured(GROUP_SCHEMAS[group]))
+    assert _yaml(CONFIGS / group / f"{option}.yaml") == schema, f"{group}/{option}.yaml"
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_script_defaults_are_their_yaml(name):
+    """A script YAML's own keys = its schema's (the groups it composes: the test above)."""
+    groups = _default_options(name)
+    schema = OmegaConf.to_container(OmegaConf.structured(SCHEMAS[name]))
+    assert _yaml(CONFIGS / f"{name}.yaml") == {k: v for k, v in schema.items() if k not in groups}
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_default_composition_is_the_schema(name):
+    assert OmegaConf.to_container(_compose(name=name)) == OmegaConf.to_container(
+        OmegaConf.structured(SCHEMAS[name]))
+
+
+def test_a_drift_on_either_side_is_seen(tmp_path):
+    @dataclass
+    class Wider(ModelConfig):
+        d_model: int = 256
+
+    def schema(cls):
+        return OmegaConf.to_container(OmegaConf.structured(cls))
+
+    tiny = CONFIGS / "model" / "tiny.yaml"
+    assert _yaml(tiny) == schema(ModelConfig) and _yaml(tiny) != schema(Wider)
+    edited = tmp_path / "tiny.yaml"
+    edited.write_text(tiny.read_text().replace("d_model: 128 ", "d_model: 256 "))
+    assert _yaml(edited) != schema(ModelConfig)
+
+
+# ----------------------------------------------------------------------------- checks
+def test_every_shipped_config_passes_the_checks():
+    for experiment in EXPERIMENTS:
+        as_train_config(_compose([f"experiment={experiment}"]))
+    for group, options in GROUPS.items():
+        for option in options:
+            extra = ["data.path=corpus"] if option == "text_files" else []
+            as_train_config(_compose([f"{group}={option}", *extra]))
+    check_translate(_compose(name="translate"))
+    check_analyze(_compose(name="analyze_heads"))
+    check_average(_compose(name="average_checkpoints"))
+    check_data(_compose(name="prepare_data").data)
+
+
+def test_attention_kinds_are_the_models():
+    from tinymt.model import KINDS
+
+    assert ATTENTION_KINDS == KINDS
+
+
+@pytest.mark.parametrize("cfg,words", [
+    ({"model": {"n_head": 4}}, "bad config: model.n_head: Key 'n_head' not in 'ModelConfig'"),
+    ({"model": {"d_model": "wide"}}, "bad config: model.d_model: Value 'wide'"),
+    ({"optim": {"min_lr": 0.1, "lr": 0.01}}, "optim.min_lr=0.1 is above optim.lr=0.01"),
+    ({"trainer": {"keep_last": 2, "average_last": 3}}, "trainer.average_last=3 needs"),
+    ({"model": {"d_model": 10, "n_heads": 4}}, "model.d_model=10 is not divisible by"),
+    ({"data": {"source": "text"}}, "data.source=text needs data.path"),
+    ({"data": {"src_lang": "de"}}, "zh and en"),
+    ({"trainer": {"max_minutes": float("inf")}}, "trainer.max_minutes=inf: must be a finite"),
+])
+def test_train_config_errors_are_one_line(cfg, words):
+    with pytest.raises(TinyMTError) as e:
+        as_train_config(cfg)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_data_checks_take_a_dataclass(tmp_path):
+    check_data(DataConfig(source="text", path="corpus", src_lang="de", tgt_lang="en"))
+    (tmp_path / "file").write_text("x")
+    for bad, words in ((dict(vocab_size=4), "data.vocab_size=4: must be an integer >= 8"),
+                       (dict(cache_dir=str(tmp_path / "file")), "data.cache_dir="),
+                       (dict(source="tsv", path="x.tsv", src_column=0, tgt_column=0),
+                        "data.src_column and data.tgt_column are both 0"),
+                       (dict(source="ftp"), "data.source='ftp': choose one of")):
+        with pytest.raises(TinyMTError, match=re.escape(words)):
+            check_data(DataConfig(**bad))
+
+
+def test_translate_checks_between_keys():
+    with pytest.raises(TinyMTError, match="no room"):
+        check_translate(_compose(["decode.max_len_a=0", "decode.max_len_b=0"], name="translate"))
+    check_translate(_compose(["decode.beam=4", "decode.nbest=4", "output=/dev/null",
+                              "attention_kinds=[cross,encoder_self]"], name="translate"))

@@ -1,6 +1,7 @@
 """Head analysis on real (tiny) runs: importance, gating = removing a layer's heads,
-alignment error rates from constructed attention, pruned checkpoints that translate, the
-script end to end (report, PNGs, TensorBoard) and its one-line errors."""
+statistics and alignment error rates of constructed attention worked out by hand, pruned
+checkpoints that differ from their run's in the masked heads only, the script end to end
+(report, PNGs, TensorBoard) and its one-line errors."""
 
 import math
 import shutil
@@ -18,31 +19,31 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import tinymt.config  # noqa: F401
 from conftest import compose_train
 from tinymt.batching import collate
+from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.heads import (
-    _CHOICE_ROW_STATS,
-    KINDS,
     AlignmentCounts,
-    _row_stats,
     aer,
+    alignment_summary,
     all_heads,
     analyze,
     attention_links,
-    gates_without,
+    attention_pass,
     head_importance,
     head_labels,
     load_sentences,
     normalize_importance,
     one_hot,
+    piece_word_weights,
     pieces_to_words,
     prunable,
     prune_counts,
     prune_order,
 )
-from tinymt.model import Transformer
-from tinymt.rundir import load_run
+from tinymt.model import KINDS, Transformer
+from tinymt.rundir import checkpoint_path, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "analyze_heads.py")
@@ -323,8 +324,6 @@ def test_aer_is_zero_on_gold_attention_and_one_on_wrong(loaded):
 
 
 def test_piece_word_weights_split_spanning_pieces():
-    from tinymt.heads import piece_word_weights
-
     w = piece_word_weights(["▁一个", "人", "。"], ["一", "个", "人", "。"])
     np.testing.assert_allclose(w, [[0.5, 0.5, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
     np.testing.assert_allclose(one_hot([1, -1, 0], 2), [[0, 1], [0, 0], [1, 0]])
@@ -335,77 +334,190 @@ def test_piece_word_weights_split_spanning_pieces():
     assert links[:, 0].tolist() == [True, True, False, False]
 
 
-# ----------------------------------------------------------------------------- statistics
-def _stats_of(w: torch.Tensor, kind: str, causal: bool):
-    sums: dict = {}
-    T = w.shape[-1]
-    rows, multi = _row_stats(kind, w[None, None], torch.tensor([T]), torch.tensor([T]),
-                             causal, sums)
-    means = {k: (v[0] / (multi if k in _CHOICE_ROW_STATS else rows)).numpy()[None]
-             for k, v in sums.items()}
-    return means
+# ----------------------------------------------------------------------------- constructed
+class FixedAttention(torch.nn.Module):
+    """Stands in for a Transformer with 1 layer of 2 heads of each kind whose attention
+    weights are given: ``{kind: [head 0 rows, head 1 rows]}``, for one sentence."""
+
+    def __init__(self, weights: dict[str, list]):
+        super().__init__()
+        self.weights = {k: torch.tensor(w, dtype=torch.float64) for k, w in weights.items()}
+
+    def head_mask(self, kind: str) -> torch.Tensor:
+        return torch.ones(1, 2)
+
+    def forward(self, src, tgt_in, need_weights=False):
+        S, T = src.shape[1], tgt_in.shape[1]
+        assert need_weights and src.shape[0] == 1
+        for kind, shape in (("encoder_self", (S, S)), ("decoder_self", (T, T)),
+                            ("cross", (T, S))):
+            assert tuple(self.weights[kind].shape) == (2, *shape), kind
+        return None, {k: [w[None]] for k, w in self.weights.items()}  # (B=1, h, T_q, T_k)
 
 
-def test_entropy_distance_separate_positional_from_broad_heads():
-    T = 6
-    diag = _stats_of(torch.eye(T, dtype=torch.float64), "encoder_self", False)
-    assert diag["distance"][0, 0] == 0 and diag["entropy"][0, 0] == 0
-    assert head_labels(diag, "encoder_self") == [["same token"]]
-    prev = torch.zeros(T, T, dtype=torch.float64)
-    prev[0, 0] = 1.0
-    prev[torch.arange(1, T), torch.arange(T - 1)] = 1.0
-    p = _stats_of(prev, "decoder_self", True)
-    assert p["offset"][0, 0] == -1.0 and p["prev"][0, 0] == 1.0  # the BOS row: no choice
-    assert p["distance"][0, 0] == pytest.approx((T - 1) / T / T)
-    assert head_labels(p, "decoder_self") == [["previous token"]]
-    uniform = _stats_of(torch.full((T, T), 1.0 / T, dtype=torch.float64), "cross", False)
-    assert uniform["entropy"][0, 0] == pytest.approx(math.log(T))
-    assert uniform["distance"][0, 0] > 0.2
-    assert head_labels(uniform, "cross") == [["broad"]]
+def _uniform(n_q: int, n_k: int) -> list:
+    return [[[1.0 / n_k] * n_k] * n_q] * 2
+
+
+T3 = 1 / 3
+# One sentence: 2 source pieces + EOS (3 keys), 3 target pieces after BOS (4 decoder rows).
+STATS_ATTENTION = {
+    "encoder_self": [[[1, 0, 0], [0, 1, 0], [0, 0, 1]],            # head 0: itself
+                     [[0, 1, 0], [0, 0, 1], [0, .5, .5]]],         # head 1: mostly next
+    "decoder_self": [[[1, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]],  # previous
+                     [[1, 0, 0, 0], [.5, .5, 0, 0], [T3, T3, T3, 0], [0, 0, .5, .5]]],
+    "cross": [[[T3, T3, T3]] * 4,                                  # head 0: uniform
+              [[1, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]],       # head 1: one key a row
+}
+L2, L3 = math.log(2), math.log(3)
+# Means worked out by hand, [head 0, head 1]. Entropy and distance are means over every
+# query row; norm_entropy (entropy / log(number of keys)), offset and the masses at -1 / 0 /
+# +1 over the rows with more than one key (all but the decoder's BOS row 0).
+STATS_EXPECTED = {
+    # 3 x 3, diagonal j* = i, distance |j - i| / 3. Head 1 rows: offsets +1, +1, (-1 + 0)/2
+    "encoder_self": {
+        "entropy": [0, (0 + 0 + L2) / 3],                       # 0.2310
+        "norm_entropy": [0, (L2 / L3) / 3],                     # 0.2103
+        "distance": [0, (1 / 3 + 1 / 3 + .5 * 1 / 3) / 3],      # 5/18
+        "offset": [0, (1 + 1 - .5) / 3],                        # 0.5
+        "prev": [0, (0 + 0 + .5) / 3], "same": [1, (0 + 0 + .5) / 3],
+        "next": [0, (1 + 1 + 0) / 3]},                          # 2/3 >= 0.5: next token
+    # 4 x 4 causal, j* = i, distance |j - i| / 4; row i has i + 1 keys
+    "decoder_self": {
+        "entropy": [0, (0 + L2 + L3 + L2) / 4],                 # ln 12 / 4 = 0.6212
+        "norm_entropy": [0, (L2 / L2 + L3 / L3 + L2 / math.log(4)) / 3],  # 5/6 >= 0.8
+        # head 0: rows 1-3 one step back; head 1: row 1 .5 * 1/4, row 2 1/3 * (2/4 + 1/4),
+        # row 3 .5 * 1/4
+        "distance": [(0 + 3 * 1 / 4) / 4, (.5 / 4 + (3 / 4) / 3 + .5 / 4) / 4],  # 3/16, 1/8
+        "offset": [-1, (-.5 + (-2 - 1) / 3 - .5) / 3],          # -1, -2/3
+        "prev": [1, (.5 + T3 + .5) / 3], "same": [0, (.5 + T3 + .5) / 3],  # 4/9 < 0.5
+        "next": [0, 0]},
+    # 4 rows x 3 keys: j*_i = (i + 1/2) * 3/4 - 1/2 = -1/8, 5/8, 11/8, 17/8; distance
+    # |j - j*_i| / 3. Uniform: rows (1/8 + 9/8 + 17/8) / 9, (5/8 + 3/8 + 11/8) / 9, ...;
+    # head 1: |0 + 1/8|, |0 - 5/8|, |1 - 11/8|, |2 - 17/8|, each / 3
+    "cross": {
+        "entropy": [L3, 0],
+        "norm_entropy": [1, 0],
+        "distance": [(27 + 19 + 19 + 27) / 72 / 4,              # 23/72 = 0.3194
+                     (1 / 8 + 5 / 8 + 3 / 8 + 1 / 8) / 3 / 4]}, # 5/48
+}
+STATS_LABELS = {"encoder_self": [["same token", "next token"]],
+                "decoder_self": [["previous token", "broad"]],
+                "cross": [["broad", "content"]]}
+
+
+def test_attention_statistics_of_constructed_attention():
+    """attention_pass + AttentionStats.means on one sentence whose attention is written
+    out above, against means worked out by hand; and the labels they give."""
+    model = FixedAttention(STATS_ATTENTION)
+    stats, counts = attention_pass(model, [[5, 6]], [[7, 8, 9]])
+    assert counts is None
+    means = stats.means()
+    assert set(means) == set(KINDS)
+    for kind, expected in STATS_EXPECTED.items():
+        assert set(means[kind]) == set(expected), kind
+        for name, heads in expected.items():
+            assert means[kind][name].shape == (1, 2)
+            np.testing.assert_allclose(means[kind][name][0], heads, rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{kind} {name}")
+        assert head_labels(means[kind], kind) == STATS_LABELS[kind]
+
+
+# 3 source words + EOS, 3 target words (+ the EOS row); one piece per word; gold: i <-> i.
+# Head 0 links t0-s0, t1-s1, t2-s0: 2 of 3 right, AER = 1 - 2*2 / (3 + 3) = 1/3.
+# Head 1 links t0-s0, t2-s2 (t1: EOS = NULL wins, no link): AER = 1 - 2*2 / (2 + 3) = 1/5.
+# Their mean (the layer's, and with one layer every head's, average) links all three:
+# rows (.65 .15 .1 .1), (.1 .45 .1 .35), (.35 .1 .4 .15) -> AER 0.
+ALIGN_CROSS = [[[.7, .1, .1, .1], [.1, .6, .1, .2], [.6, .1, .2, .1], [0, 0, 0, 1]],
+               [[.6, .2, .1, .1], [.1, .3, .1, .5], [.1, .1, .6, .2], [0, 0, 0, 1]]]
+
+
+def test_alignment_error_rates_of_constructed_attention():
+    model = FixedAttention({"encoder_self": _uniform(4, 4), "decoder_self": _uniform(4, 4),
+                            "cross": ALIGN_CROSS})
+    words = one_hot([0, 1, 2, -1], 3)  # piece -> word, EOS: none (both sides)
+    _, counts = attention_pass(model, [[5, 6, 7]], [[8, 9, 10]],
+                               words={"src_weights": [words], "tgt_weights": [words],
+                                      "alignment": [[(0, 0), (1, 1), (2, 2)]]})
+    assert counts.heads.tolist() == [[[2, 3], [2, 2]]]  # (hits, links) per head
+    a = alignment_summary(counts)
+    np.testing.assert_allclose(a["aer"], [[1 / 3, 1 / 5]])
+    assert a["best_head"] == (0, 1) and a["best_aer"] == pytest.approx(1 / 5)
+    assert a["layer_average_aer"].tolist() == [0.0] and a["average_aer"] == 0.0
+    assert a["gold_links"] == 3 and a["oracle_aer"] == 0.0
 
 
 # ----------------------------------------------------------------------------- pruning
-def test_pruned_checkpoint_masks_heads_and_translates(analysis):
+def test_pruned_checkpoint_differs_in_the_masked_heads_only(analysis):
+    """The pruned checkpoint against its run's: head masks 0 exactly at the heads it lists
+    (the least important half) and 1 elsewhere, every other tensor identical; its model
+    computes what the unpruned one does with those heads' gates at 0."""
     run_dir, r = analysis
     p = r["pruned"]
-    assert p["n_masked"] == round(0.5 * r["n_heads"]) == 4
-    assert Path(p["path"]) == run_dir / "checkpoints" / "pruned.pt"
+    assert Path(p["path"]) == checkpoint_path(run_dir, "pruned")
+    pruned_ckpt = load_checkpoint(p["path"])
+    plain_ckpt = load_checkpoint(checkpoint_path(run_dir, "best"))
+    masked = {tuple(h) for h in pruned_ckpt["pruned"]["heads"]}
+    assert masked == set(p["heads"]) and len(masked) == p["n_masked"] == 4  # 0.5 of 8
+    importance = {(k, layer, h): v for k in KINDS
+                  for (layer, h), v in np.ndenumerate(r["importance"][k])}
+    assert max(importance[h] for h in masked) <= \
+        min(v for h, v in importance.items() if h not in masked)
+    state, plain_state = pruned_ckpt["model"], plain_ckpt["model"]
+    assert state.keys() == plain_state.keys()
+    for name, tensor in plain_state.items():
+        kind = name.removeprefix("head_mask_")
+        if kind not in KINDS:
+            assert torch.equal(state[name], tensor), name
+            continue
+        assert torch.equal(tensor, torch.ones_like(tensor))
+        assert state[name].shape == tensor.shape
+        for (layer, h), v in np.ndenumerate(state[name].numpy()):
+            assert v == (0.0 if (kind, layer, h) in masked else 1.0), (kind, layer, h)
+    assert pruned_ckpt["model_config"] == plain_ckpt["model_config"]
+    assert "optimizer" in plain_ckpt and "optimizer" not in pruned_ckpt
+
     pruned = load_run(str(run_dir), p["path"], "cpu")
     plain = load_run(str(run_dir), "best", "cpu")
-    expected = gates_without(plain.model, p["heads"])
-    for k in KINDS:  # the masks are the gates of the least important heads
-        torch.testing.assert_close(pruned.model.head_mask(k), expected[k])
-        for layer, h in zip(*np.nonzero(expected[k].numpy() == 0)):
-            assert (k, layer, h) in p["heads"]
+    gates = {k: torch.ones(plain.model.head_mask(k).shape) for k in KINDS}
+    for kind, layer, h in masked:
+        gates[kind][layer, h] = 0.0
     sents, _, _ = load_sentences(plain, "valid", 30, QUIET)
     b = collate(sents.src_ids[:8], sents.tgt_ids[:8])
     masked_logits, _ = pruned.model(b.src, b.tgt_in)
-    gated_logits, _ = plain.model(b.src, b.tgt_in, head_gates=expected)
+    gated_logits, _ = plain.model(b.src, b.tgt_in, head_gates=gates)
     torch.testing.assert_close(masked_logits, gated_logits, atol=1e-5, rtol=0)
     assert not torch.allclose(masked_logits, plain.model(b.src, b.tgt_in)[0], atol=1e-3)
     # translations: the pruned checkpoint = the unpruned model with the same gates
     outs = translate_ids(pruned.model, sents.src_ids)
     for i, o in enumerate(outs):
         ref = greedy_decode(plain.model, collate([sents.src_ids[i]], [[]]).src,
-                            head_gates=expected)[0]
+                            head_gates=gates)[0]
         assert o[0][0] == ref
     # pruning BLEU: the "all" curve at 4 masked heads is the pruned model's BLEU
     assert dict((n, b) for n, _, b in r["pruning"]["curves"]["all"])[4] == \
         pytest.approx(p["bleu"])
 
 
-def test_translate_script_loads_the_pruned_checkpoint(analysis):
+SENTENCES = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "这个男孩认识西安。"]
+
+
+def test_translate_script_translates_with_the_pruned_checkpoint(analysis):
+    """scripts/translate.py with checkpoint=<pruned> prints the pruned model's
+    translations (greedy, the default)."""
     run_dir, r = analysis
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "translate.py"), f"run={run_dir}",
-         f"checkpoint={r['pruned']['path']}", "device=cpu", "我请李雷帮我订了去北京的机票。"],
+         f"checkpoint={r['pruned']['path']}", "device=cpu", *SENTENCES],
         capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ,
                                                       "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
-    assert len(out.stdout.splitlines()) == 1
+    pruned = load_run(str(run_dir), r["pruned"]["path"], "cpu")
+    outs = translate_ids(pruned.model, pruned.src_tokenizer.encode_batch(SENTENCES))
+    assert out.stdout.splitlines() == [pruned.tgt_tokenizer.decode(o[0][0]) for o in outs]
 
 
-def test_analysis_results(analysis):
+def test_analysis_results(analysis, loaded):
     run_dir, r = analysis
     assert r["sentences"] == 30 and r["n_heads"] == 8
     assert r["shapes"] == {"encoder_self": (2, 2), "decoder_self": (1, 2), "cross": (1, 2)}
@@ -416,10 +528,16 @@ def test_analysis_results(analysis):
     assert set(curves) == {"all", *KINDS}
     assert [n for n, _, _ in curves["all"]] == list(range(9))
     assert all(pts[0][2] == r["pruning"]["base"] for pts in curves.values())
+    # the alignment counts every gold link of the 30 sentences (none is too long here);
+    # one link per target word with a gold link is the oracle
+    gold = loaded[1].words["alignment"][:30]
+    assert all(g is not None for g in gold)
+    n_gold = sum(len(g) for g in gold)
+    n_linked = sum(len({t for _, t in g}) for g in gold)
     a = r["alignment"]
-    assert a["aer"].shape == (1, 2) and ((a["aer"] >= 0) & (a["aer"] <= 1)).all()
-    assert a["best_aer"] == a["aer"].min()
-    assert a["layer_average_aer"].shape == (1,) and 0 <= a["average_aer"] <= 1
+    assert a["aer"].shape == (1, 2) and a["layer_average_aer"].shape == (1,)
+    assert a["gold_links"] == n_gold
+    assert a["oracle_aer"] == pytest.approx(1 - 2 * n_linked / (n_linked + n_gold))
 
 
 # ----------------------------------------------------------------------------- the script

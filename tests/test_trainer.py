@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train
+from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
 from tinymt.trainer import lr_factor, train
 
@@ -78,11 +80,24 @@ def test_tensorboard_holds_scalars_images_text_hparams(finished_run):
             assert len(heads) == 2  # the model's head count
         assert not any(t.startswith(f"attention/{kind}/layer_{n_layers[kind]}/")
                        for t in tags["images"])
-    # showcase sentences of the built-in corpus are probes
-    assert any(t.endswith("probe_0") for t in tags["images"])
-    assert "samples/text_summary" in tags["tensors"]
-    assert any("hparams" in k for k in acc.PluginTagToContent("hparams")) or \
-        acc.PluginTagToContent("hparams")
+    # probes: the two showcase sentences of the built-in corpus, then n_probes=1 valid one
+    for p, sentence in enumerate([pair.zh for pair in SHOWCASE]):
+        text = acc.Tensors(f"attention/probe_{p}/text_summary")[-1].tensor_proto
+        assert text.string_val[0].decode().startswith(sentence + "  \n→ "), p
+        assert any(t.startswith("attention/cross/") and t.endswith(f"/probe_{p}")
+                   for t in tags["images"])
+    assert any(t.endswith("/probe_2") for t in tags["images"])
+    assert not any(t.endswith("/probe_3") for t in tags["images"])
+    samples = acc.Tensors("samples/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert samples.count("\n") == 2 + 3 - 1  # header, rule, n_text_samples=3 rows
+    # HPARAMS: the session's hyperparameters and the final metrics, as the plugin reads them
+    content = acc.PluginTagToContent("hparams")
+    start = HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    assert start.session_start_info.hparams["model.d_model"].number_value == 32
+    assert start.session_start_info.hparams["data.source"].string_value == "builtin"
+    exp = HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    assert {m.name.tag for m in exp.metric_infos} == {
+        "hparam/test_bleu", "hparam/best_valid_bleu", "hparam/test_chrf"}
 
 
 def _free_port() -> int:

@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 import tinymt.config  # noqa: F401
 from conftest import compose_train
 from tinymt.errors import TinyMTError
-from tinymt.rundir import find_run
+from tinymt.rundir import find_run, load_run
+from tinymt.tokenizer import UNK_ID
 from tinymt.trainer import train
 from tinymt.translate import translate
 
@@ -33,9 +34,53 @@ def cli(*args, stdin=None):
 
 
 def test_sentences_as_arguments(tiny_run):
-    r = cli(f"run={tiny_run}", "我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "Hello")
+    sentences = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "Hello"]
+    r = cli(f"run={tiny_run}", *sentences)
     assert r.returncode == 0, r.stderr
-    assert len(r.stdout.splitlines()) == 3
+    # the CLI prints what the library translates, in order, one line each
+    assert r.stdout.splitlines() == translate(cfg_for(tiny_run), sentences)["translations"]
+
+
+def test_any_sentence_after_double_dash(tiny_run):
+    """`x=1` after `--` is a sentence, not an override."""
+    r = cli(f"run={tiny_run}", "--", "x=1", "他喜欢猫吗？")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == translate(cfg_for(tiny_run), ["x=1", "他喜欢猫吗？"])[
+        "translations"]
+
+
+def test_input_is_normalised_like_the_training_text(tiny_run):
+    """Full-width punctuation and extra spaces: NFKC and collapsed spaces, as data.normalize."""
+    plain = translate(cfg_for(tiny_run), ["他喜欢猫吗?"])["translations"]
+    assert translate(cfg_for(tiny_run), ["  他喜欢猫吗？ "])["translations"] == plain
+
+
+def test_bad_utf8_on_stdin_or_as_argument(tiny_run):
+    r = subprocess.run([sys.executable, SCRIPT, f"run={tiny_run}"],
+                       input="他喜欢猫吗？\n".encode() + b"\xff\xfe\x00garbage\n",
+                       capture_output=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.decode().strip().splitlines() == ["error: stdin: line 2 is not valid UTF-8"]
+    r = subprocess.run([sys.executable.encode(), SCRIPT.encode(), f"run={tiny_run}".encode(),
+                        b"\xff\xfe"], capture_output=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.decode().strip().splitlines() == ["error: argument 1 is not valid UTF-8"]
+
+
+def test_failed_translation_leaves_an_existing_output_file(tiny_run, tmp_path):
+    out = tmp_path / "out.en"
+    out.write_text("precious\n", encoding="utf-8")
+    bad = tmp_path / "bad.zh"
+    bad.write_bytes("他喜欢猫吗？\n".encode())
+    ref = tmp_path / "missing.en"
+    with pytest.raises(TinyMTError):
+        translate(cfg_for(tiny_run, f"input={bad}", f"output={out}", f"ref={ref}"))
+    with pytest.raises(TinyMTError):  # fails while translating: attention= one file, 2 lines
+        bad.write_bytes("他喜欢猫吗？\n我们每天去学校。\n".encode())
+        translate(cfg_for(tiny_run, f"input={bad}", f"output={out}",
+                          f"attention={tmp_path / 'one.png'}"))
+    assert out.read_text(encoding="utf-8") == "precious\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.zh", "out.en"]
 
 
 def test_stdin_pipe_keeps_line_count_with_empty_lines(tiny_run):
@@ -66,9 +111,14 @@ def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
 
 
 def test_characters_outside_the_vocabulary_do_not_crash(tiny_run):
+    run = load_run(str(tiny_run))
+    assert UNK_ID in run.src_tokenizer.encode("龘靐齉爩 🙂")  # really unknown to the model
     warnings = []
-    res = translate(cfg_for(tiny_run), ["龘靐齉爩 🙂 ǅ"], warn=warnings.append)
-    assert len(res["translations"]) == 1
+    res = translate(cfg_for(tiny_run), ["龘靐齉爩 🙂 ǅ", "他喜欢猫吗？"], warn=warnings.append)
+    assert warnings == []  # unknown characters are no reason to warn, only to map to <unk>
+    assert len(res["translations"]) == 2
+    assert res["translations"][1] == translate(cfg_for(tiny_run), ["他喜欢猫吗？"])[
+        "translations"][0]  # the batch neighbour is unaffected
 
 
 def test_nbest_output(tiny_run, capsys):

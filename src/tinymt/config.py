@@ -1,48 +1,154 @@
-"""Typed config schemas, registered in Hydra's ConfigStore.
+"""Typed config schemas (registered in Hydra's ConfigStore) and the one place values are checked.
 
-Every YAML under ``configs/`` is merged into one of these dataclasses, so a typo'd key
-or a value of the wrong type is an error at composition time, not a silent default.
-The YAML files carry the per-key comments users read; the docstrings here say what
-each group is for.
+**Defaults** are those of the commented YAML in ``configs/`` (what users read and what runs),
+repeated here because code and tests build partial configs (``ModelConfig(d_model=16)``) and
+need the shipped values for the rest: simpler than ``MISSING`` fields that every such caller
+would first fill from the YAML. ``tests/test_config.py`` proves both equal, key for key.
+
+**Rules**: each field names the values it allows (``_r(default, rule)``); ``*_RULES`` are those
+tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line. Scripts
+call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
+or ``check_train|data|translate|analyze|average(cfg)``; ``run_hydra(main)`` makes Hydra's own
+composition errors (unknown key, wrong type, missing option) one line too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from tinymt.errors import TinyMTError
+
+Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
+Rule = tuple[Check, str]  # (check, what to tell the user)
+ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")  # = tinymt.model.KINDS (tested)
 
 
+# ----------------------------------------------------------------------------- rule makers
+def _r(default, rule: Rule):
+    """A schema field: its default (= the YAML's, tested) and the values it allows."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"rule": rule})
+    return field(default=default, metadata={"rule": rule})
+
+
+def _is_num(v, types=(int, float)) -> bool:  # ints are finite (and may not fit a float)
+    return isinstance(v, types) and not isinstance(v, bool) and (
+        isinstance(v, int) or math.isfinite(v))
+
+
+def _int(lo: int, hi: int | None = None, note: str = "") -> Rule:  # an integer in [lo, hi]
+    text = ("a positive integer" if lo == 1 and hi is None else
+            f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]")
+    return (lambda v: _is_num(v, int) and lo <= v and (hi is None or v <= hi),
+            f"must be {text}" + (f" ({note})" if note else ""))
+
+
+def _num(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False,
+         hi_open: bool = False, note: str = "") -> Rule:
+    """A finite number in the interval; ``lo_open`` / ``hi_open`` leave that end out."""
+    ok = lambda v: _is_num(v) and (lo < v if lo_open else lo <= v) and (  # noqa: E731
+        v < hi if hi_open else v <= hi)
+    if hi == math.inf:
+        text = "" if lo == -math.inf else f" {'>' if lo_open else '>='} {lo:g}"
+    else:
+        text = f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return ok, f"must be a finite number{text}" + (f" ({note})" if note else "")
+
+
+def _one_of(*words: str) -> Rule:
+    return (lambda v: v in words), "choose one of " + ", ".join(words)
+
+
+def _writable_file(value, make_parents: bool) -> bool | str:
+    """A file we may (over)write: not a folder, in a folder that exists (or can be made)."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return f"{path} is a folder"
+    if path.exists():
+        try:
+            open(path, "a").close()  # appends nothing; fails where writing would
+        except OSError as e:
+            return f"cannot write {path}: {e.strerror}"
+        return True
+    if not make_parents and not path.parent.exists():
+        return f"folder {path.parent} does not exist"
+    return _creatable_folder(path.parent, write=True)
+
+
+def _creatable_folder(value, write: bool = False) -> bool | str:
+    """A folder that exists (and where we may ``write``), or whose nearest existing
+    ancestor is a folder we may write in."""
+    path = Path(value).expanduser()
+    base = next(p for p in [path, *path.absolute().parents] if p.exists())
+    if not base.is_dir():
+        return f"{base} is a file"
+    if base == path and not write:
+        return True
+    try:
+        tempfile.TemporaryFile(dir=base).close()  # anonymous: leaves nothing behind
+    except OSError as e:
+        return f"cannot write in {base}: {e.strerror}"
+    return True
+
+
+def _attention(value) -> bool | str:
+    path = Path(value).expanduser()
+    if path.suffix.lower() == ".png":
+        return _writable_file(path, make_parents=True)
+    if path.exists() and not path.is_dir():
+        return f"{path} is an existing file that is not a .png"
+    return _creatable_folder(path)
+
+
+POSITIVE, COUNT = _int(1), _int(0)
+PROBABILITY = _num(0, 1, hi_open=True, note="a probability")
+DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
+                "choose one of auto, cpu, cuda, cuda:N, mps")
+FOLDER: Rule = (_creatable_folder, "must be a folder (or where one can be made), not a file")
+CKPT_FILE: Rule = (lambda v: _writable_file(v, make_parents=True),
+                   "must be a checkpoint file to write (not a folder)")
+
+
+# ----------------------------------------------------------------------------- schemas
 @dataclass
 class DataConfig:
     """Where the parallel corpus comes from, how it is cleaned and tokenized."""
 
     name: str = "builtin_zh_en"
-    source: str = "builtin"  # builtin | hub | text | tsv
-    path: str | None = None  # hub name or local folder (hub), folder (text), file (tsv)
+    source: str = _r("builtin", _one_of("builtin", "hub", "text", "tsv"))
+    path: str | None = None
     src_lang: str = "zh"
     tgt_lang: str = "en"
-    reverse: bool = False  # swap source and target after loading
+    reverse: bool = False
     train_split: str = "train"
     valid_split: str = "validation"
     test_split: str = "test"
-    # tsv: which columns hold each language (0-based)
-    src_column: int = 1
-    tgt_column: int = 0
-    # sizes: builtin generates this many pairs; tsv carves valid/test off a seeded shuffle
-    train_size: int = 200_000
-    valid_size: int = 1000
-    test_size: int = 1000
-    split_seed: int = 1234
-    # filters (after normalisation; lengths in subword tokens)
-    max_len: int = 128
-    max_len_ratio: float = 3.0
-    # tokenizer
-    vocab_size: int = 8000
-    tokenizer_type: str = "bpe"  # bpe | unigram
+    src_column: int = _r(1, _int(0, note="0-based"))
+    tgt_column: int = _r(0, _int(0, note="0-based"))
+    train_size: int = _r(200_000, COUNT)
+    valid_size: int = _r(1000, COUNT)
+    test_size: int = _r(1000, COUNT)
+    split_seed: int = _r(1234, COUNT)
+    max_len: int = _r(128, _int(0, note="0 = off"))
+    max_len_ratio: float = _r(3.0, _num(0, note="0 = off"))
+    vocab_size: int = _r(2000, _int(8))
+    tokenizer_type: str = _r("bpe", _one_of("bpe", "unigram"))
     joint_vocab: bool = True
-    character_coverage: float = 1.0
-    cache_dir: str = "outputs/.cache"
+    character_coverage: float = _r(1.0, _num(0, 1, lo_open=True))
+    cache_dir: str = _r("outputs/.cache", FOLDER)
 
 
 @dataclass
@@ -50,18 +156,18 @@ class ModelConfig:
     """Encoder-decoder Transformer sizes."""
 
     name: str = "tiny"
-    d_model: int = 256
-    n_heads: int = 4
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    d_ff: int = 1024
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation: str = "relu"  # relu | gelu
-    norm_first: bool = True  # pre-LN (True) or the paper's post-LN (False)
-    positional: str = "sinusoidal"  # sinusoidal | learned
-    max_positions: int = 512
-    tie_embeddings: bool = True  # share src/tgt/output embeddings when the vocab is joint
+    d_model: int = _r(128, POSITIVE)
+    n_heads: int = _r(4, POSITIVE)
+    n_encoder_layers: int = _r(2, POSITIVE)
+    n_decoder_layers: int = _r(2, POSITIVE)
+    d_ff: int = _r(512, POSITIVE)
+    dropout: float = _r(0.0, PROBABILITY)
+    attention_dropout: float = _r(0.0, PROBABILITY)
+    activation: str = _r("relu", _one_of("relu", "gelu"))
+    norm_first: bool = True
+    positional: str = _r("sinusoidal", _one_of("sinusoidal", "learned"))
+    max_positions: int = _r(256, _int(2, note="bos/eos and at least one token"))
+    tie_embeddings: bool = True
 
 
 @dataclass
@@ -69,16 +175,18 @@ class OptimConfig:
     """AdamW and the learning-rate schedule."""
 
     name: str = "adamw"
-    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine | constant
-    warmup_steps: int = 4000
-    min_lr: float = 0.0  # floor for cosine
-    label_smoothing: float = 0.1
-    clip_grad_norm: float = 1.0  # 0 disables clipping
-    fused: bool = True  # fused AdamW kernel where the device supports it
+    lr: float = _r(2e-3, _num(0, lo_open=True))
+    betas: list[float] = _r([0.9, 0.98], (
+        lambda v: len(v) == 2 and all(_is_num(b) and 0 <= b < 1 for b in v),
+        "must be two numbers in [0, 1), e.g. [0.9, 0.98]"))
+    eps: float = _r(1e-9, _num(0, lo_open=True))
+    weight_decay: float = _r(0.0, _num(0))
+    schedule: str = _r("inverse_sqrt", _one_of("inverse_sqrt", "cosine", "constant"))
+    warmup_steps: int = _r(100, COUNT)
+    min_lr: float = _r(0.0, _num(0))
+    label_smoothing: float = _r(0.1, _num(0, 1, hi_open=True))
+    clip_grad_norm: float = _r(1.0, _num(0, note="0 = off"))
+    fused: bool = True
 
 
 @dataclass
@@ -86,29 +194,29 @@ class TrainerConfig:
     """The loop: budget, validation, checkpoints, logging, devices."""
 
     name: str = "default"
-    device: str = "auto"  # auto (cuda -> mps -> cpu) | cpu | cuda | cuda:N | mps
-    precision: str = "auto"  # auto (bf16 autocast on cuda, fp32 elsewhere) | fp32 | bf16
+    device: str = _r("auto", DEVICE)
+    precision: str = _r("auto", _one_of("auto", "fp32", "bf16"))
     compile: bool = False
-    seed: int = 1
-    num_threads: int = 0  # torch CPU threads; 0 = torch's default
-    max_tokens: int = 4096  # tokens per batch (src or tgt, padding included)
-    accumulate: int = 1  # gradient accumulation steps per optimizer step
-    max_steps: int = 2000  # optimizer steps
-    max_epochs: int = 1000
-    max_minutes: float = 0.0  # wall-clock budget for training; 0 = none
-    log_every: int = 50  # steps between scalar logs
-    valid_every: int = 1000  # steps between validations
-    valid_sentences: int = 0  # translate this many valid sentences for BLEU; 0 = all
-    valid_max_len_b: int = 10  # greedy decode length: a*src_len + b with a = 1.5
-    patience: int = 0  # stop after this many validations without a BLEU gain; 0 = never
-    nan_policy: str = "stop"  # stop | skip
-    keep_last: int = 1  # keep this many step checkpoints for averaging (ckpt_<step>.pt)
-    average_last: int = 0  # at the end, average the last N step checkpoints into avg.pt
-    test_beam: int = 5  # beam size for the final test-set translation
-    probe_sentences: list[str] = field(default_factory=list)  # extra sentences to draw
-    n_probes: int = 2  # how many validation sentences to draw besides those
-    n_text_samples: int = 3  # source/reference/hypothesis triples logged per validation
-    resume: str | None = None  # run dir to continue exactly
+    seed: int = _r(1, COUNT)
+    num_threads: int = _r(0, _int(0, note="0 = torch's default"))
+    max_tokens: int = _r(2048, POSITIVE)
+    accumulate: int = _r(1, POSITIVE)
+    max_steps: int = _r(2000, POSITIVE)
+    max_epochs: int = _r(1000, POSITIVE)
+    max_minutes: float = _r(3.0, _num(0, note="0 = no limit"))
+    log_every: int = _r(50, POSITIVE)
+    valid_every: int = _r(400, POSITIVE)
+    valid_sentences: int = _r(300, _int(0, note="0 = all"))
+    valid_max_len_b: int = _r(10, _int(0, 10**6))
+    patience: int = _r(0, _int(0, note="0 = never stop early"))
+    nan_policy: str = _r("stop", _one_of("stop", "skip"))
+    keep_last: int = _r(1, POSITIVE)
+    average_last: int = _r(0, _int(0, note="0 = off"))
+    test_beam: int = _r(5, POSITIVE)
+    probe_sentences: list[str] = field(default_factory=list)
+    n_probes: int = _r(1, COUNT)
+    n_text_samples: int = _r(3, COUNT)
+    resume: str | None = None
 
 
 @dataclass
@@ -117,7 +225,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    run_dir: str | None = None  # set by scripts/train.py from Hydra's output dir
+    run_dir: str | None = _r(None, FOLDER)
 
 
 @dataclass
@@ -127,79 +235,194 @@ class PrepareConfig:
 
 @dataclass
 class DecodeConfig:
-    beam: int = 1  # 1 = greedy
-    len_penalty: float = 1.0  # score / length**len_penalty
-    max_len_a: float = 1.5  # max output length = a * source length + b
-    max_len_b: int = 10
-    nbest: int = 1  # print this many hypotheses per sentence (<= beam)
-    batch_tokens: int = 4096  # source tokens per batch when translating files
+    beam: int = _r(1, _int(1, note="1 = greedy"))
+    len_penalty: float = _r(1.0, _num())
+    max_len_a: float = _r(1.5, _num(0, 10_000))
+    max_len_b: int = _r(10, _int(0, 10**6))
+    nbest: int = _r(1, POSITIVE)
+    batch_tokens: int = _r(4096, POSITIVE)
 
 
 @dataclass
 class TranslateConfig:
-    run: str = "latest"  # run dir, or "latest" = newest under outputs/
-    checkpoint: str = "best"  # best | last | avg | path to a .pt file
-    input: str | None = None  # file to translate; default: arguments or stdin
-    output: str | None = None  # file to write; default: stdout
-    ref: str | None = None  # reference file: print sacreBLEU and chrF
-    attention: str | None = None  # .png file (one sentence) or folder: per-head maps
-    attention_kinds: list[str] = field(default_factory=lambda: ["cross"])
-    device: str = "auto"
+    run: str = "latest"
+    checkpoint: str = "best"
+    input: str | None = None
+    output: str | None = _r(None, (lambda v: _writable_file(v, make_parents=False),
+                                   "must be a file to write, in an existing writable folder"))
+    ref: str | None = None
+    attention: str | None = _r(None, (_attention, "must be a .png file (one sentence) or a folder"))
+    attention_kinds: list[str] = _r(["cross"], (
+        lambda v: len(v) > 0 and all(k in ATTENTION_KINDS for k in v),
+        "must be a non-empty list of " + ", ".join(ATTENTION_KINDS)))
+    device: str = _r("auto", DEVICE)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    outputs_root: str = "outputs"  # where run=latest looks
+    outputs_root: str = "outputs"
 
 
 @dataclass
 class AnalyzeConfig:
-    run: str = "latest"  # run dir, or "latest"
-    checkpoint: str = "best"  # best | last | avg | path
-    split: str = "valid"  # which split of the run's data to analyse: valid | test
-    max_sentences: int = 500  # sentences used for importance, pruning BLEU, entropy; 0 = all
-    prune_step: float = 0.1  # fraction of heads masked per step of the pruning curve
-    prune: float | None = None  # write a checkpoint with this fraction of heads masked
-    prune_output: str | None = None  # default: <run>/checkpoints/pruned.pt
-    device: str = "auto"
-    batch_tokens: int = 4096
+    run: str = "latest"
+    checkpoint: str = "best"
+    split: str = _r("valid", _one_of("valid", "test"))
+    max_sentences: int = _r(500, _int(0, note="0 = all"))
+    prune_step: float = _r(0.1, _num(0, 1, lo_open=True, note="e.g. 0.1"))
+    prune: float | None = _r(None, _num(0, 1, note="a fraction of the heads"))
+    prune_output: str | None = _r(None, CKPT_FILE)
+    device: str = _r("auto", DEVICE)
+    batch_tokens: int = _r(4096, POSITIVE)
     outputs_root: str = "outputs"
 
 
-CHOICES = {
-    "data.source": ("builtin", "hub", "text", "tsv"),
-    "data.tokenizer_type": ("bpe", "unigram"),
-    "model.activation": ("relu", "gelu"),
-    "model.positional": ("sinusoidal", "learned"),
-    "optim.schedule": ("inverse_sqrt", "cosine", "constant"),
-    "trainer.precision": ("auto", "fp32", "bf16"),
-    "trainer.nan_policy": ("stop", "skip"),
-}
+@dataclass
+class AverageConfig:
+    run: str = "latest"
+    last: int = _r(5, _int(2, note="the newest N step checkpoints"))
+    output: str | None = _r(None, CKPT_FILE)
+    outputs_root: str = "outputs"
 
 
-def check_choices(cfg) -> None:
-    """Fields that take one of a few words: say which words, instead of failing later."""
-    from omegaconf import OmegaConf
+# ----------------------------------------------------------------------------- rule tables
+def rules_of(schema, prefix: str = "") -> dict[str, Rule]:
+    """``{dotted key: (check, what to tell the user)}`` of a schema, its groups included."""
+    out: dict[str, Rule] = {}
+    for f in fields(schema):
+        if is_dataclass(f.default_factory):
+            out.update(rules_of(f.default_factory, f"{prefix}{f.name}."))
+        elif "rule" in f.metadata:
+            out[prefix + f.name] = f.metadata["rule"]
+    return out
 
-    from tinymt.errors import TinyMTError
 
-    for key, allowed in CHOICES.items():
-        value = OmegaConf.select(cfg, key)
-        if value is not None and value not in allowed:
-            raise TinyMTError(f"{key}={value!r}: choose one of {', '.join(allowed)}")
+TRAIN_RULES = rules_of(TrainConfig)
+DATA_RULES = rules_of(DataConfig, "data.")
+TRANSLATE_RULES = rules_of(TranslateConfig)
+ANALYZE_RULES = rules_of(AnalyzeConfig)
+AVERAGE_RULES = rules_of(AverageConfig)
+
+Cross = tuple[Callable[[Any], bool], str]  # (fine?, message); c: the config (DATA_CROSS: data)
+DATA_CROSS: list[Cross] = [
+    (lambda c: c.source == "builtin" or bool(c.path),
+     "data.source={c.source} needs data.path (it is not set)"),
+    (lambda c: c.source != "builtin" or {c.src_lang, c.tgt_lang} == {"zh", "en"},
+     "the built-in corpus is zh/en: data.src_lang={c.src_lang!r}, data.tgt_lang={c.tgt_lang!r}"
+     " must be zh and en (data.reverse=true swaps them)"),
+    (lambda c: c.src_lang != c.tgt_lang, "data.src_lang and data.tgt_lang are both {c.src_lang!r}"),
+    (lambda c: c.source != "tsv" or c.src_column != c.tgt_column,
+     "data.src_column and data.tgt_column are both {c.src_column}"),
+]
+TRAIN_CROSS: list[Cross] = [
+    (lambda c: c.model.d_model % c.model.n_heads == 0,  # as tinymt.model.check_model_args
+     "model.d_model={c.model.d_model} is not divisible by model.n_heads={c.model.n_heads}"),
+    (lambda c: c.optim.min_lr <= c.optim.lr,
+     "optim.min_lr={c.optim.min_lr} is above optim.lr={c.optim.lr}"),
+    (lambda c: c.trainer.average_last <= max(c.trainer.keep_last, 1),
+     "trainer.average_last={c.trainer.average_last} needs trainer.keep_last >= "
+     "{c.trainer.average_last} (only the last keep_last step checkpoints are kept)"),
+]
+TRANSLATE_CROSS: list[Cross] = [
+    (lambda c: c.decode.nbest <= c.decode.beam,
+     "decode.beam={c.decode.beam}, decode.nbest={c.decode.nbest}: need 1 <= nbest <= beam"),
+    (lambda c: c.decode.max_len_a > 0 or c.decode.max_len_b > 0,
+     "decode.max_len_a=0 and decode.max_len_b=0 leave no room for a single output token"),
+]
+
+
+# ----------------------------------------------------------------------------- checking
+def _apply(cfg, rules: Mapping[str, Rule], cross: list[Cross] = (), strip: str = "") -> None:
+    """Every key's own rule (None = unset, skipped), then the rules between keys."""
+    for key, (check, allowed) in rules.items():
+        value = cfg
+        for part in key.removeprefix(strip).split("."):
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        verdict = True if value is None else check(value)
+        if verdict is not True:
+            shown = list(value) if OmegaConf.is_list(value) else value
+            why = f" ({verdict})" if isinstance(verdict, str) else ""
+            raise TinyMTError(f"{key}={shown!r}: {allowed}{why}")
+    for ok, message in cross:
+        if not ok(cfg):
+            raise TinyMTError(message.format(c=cfg))
+
+
+def check_data(cfg) -> None:
+    """A ``data`` node alone (DictConfig or :class:`DataConfig`); messages say ``data.<key>``."""
+    _apply(cfg, DATA_RULES, DATA_CROSS, strip="data.")
+
+
+def check_train(cfg) -> None:
+    """A whole training config (typed: pass it through :func:`as_train_config`)."""
+    _apply(cfg, TRAIN_RULES)
+    _apply(cfg.data, {}, DATA_CROSS)
+    _apply(cfg, {}, TRAIN_CROSS)
+
+
+def check_translate(cfg) -> None:
+    _apply(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)
+
+
+def check_analyze(cfg) -> None:
+    _apply(cfg, ANALYZE_RULES)
+
+
+def check_average(cfg) -> None:
+    _apply(cfg, AVERAGE_RULES)
+
+
+
+
+def as_train_config(cfg) -> DictConfig:
+    """``cfg`` (dict / DictConfig / a run's saved config) merged onto :class:`TrainConfig`
+    and checked. Unknown keys and wrong types are one-line errors naming the key."""
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
+    except Exception as e:  # noqa: BLE001  (omegaconf's ValidationError / ConfigKeyError)
+        key = getattr(e, "full_key", None)
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise TinyMTError(f"bad config: {key + ': ' if key else ''}{first}") from None
+    check_train(merged)
+    return merged
+
+
+# ----------------------------------------------------------------------------- Hydra
+def _one_line(e: BaseException) -> str:
+    """Hydra's multi-line composition message (plus its omegaconf cause) as one line."""
+    out: list[str] = []
+    detail = ("full_key:", "reference_type", "object_type")  # omegaconf's extra lines
+    for part in (e, e.__cause__):
+        for raw in str(part or "").split("Config search path:")[0].splitlines():
+            line = raw.strip().rstrip(".")
+            if not line or line in out or line.startswith(detail):
+                continue
+            if raw.startswith("\t") and out:  # a listed option: onto its header line
+                out[-1] += (" " if out[-1].endswith(":") else ", ") + line
+            else:
+                out.append(line)
+    return "; ".join(out)
+
+
+def run_hydra(main: Callable[[], Any]) -> Any:
+    """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
+    ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
+    A user's own ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
+    try:
+        return main()
+    except HydraException as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 def _dirname(text: str, limit: int = 100) -> str:
     """A folder name from a sweep's overrides: no slashes, at most ``limit`` characters."""
-    import hashlib
-
     name = str(text).replace("/", "_") or "run"
     if len(name) > limit:
         name = f"{name[: limit - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     return name
-
-
-def _rank() -> int:
-    import os
-
-    return int(os.environ.get("RANK", "0"))
 
 
 def register_configs() -> None:
@@ -207,22 +430,17 @@ def register_configs() -> None:
     resolvers: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``;
     ``${dirname:text}`` makes a safe, bounded folder name;
     ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("or_else"):
-        OmegaConf.register_new_resolver("or_else", lambda a, b: b if a is None else a)
-    if not OmegaConf.has_resolver("dirname"):
-        OmegaConf.register_new_resolver("dirname", _dirname)
-    if not OmegaConf.has_resolver("on_main_rank"):
-        # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
-        # scratch folder (the trainer hands every rank rank 0's run dir)
-        OmegaConf.register_new_resolver(
-            "on_main_rank", lambda main, other: main if _rank() == 0 else other)
-    cs = ConfigStore.instance()
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(name="prepare_schema", node=PrepareConfig)
-    cs.store(name="translate_schema", node=TranslateConfig)
-    cs.store(name="analyze_schema", node=AnalyzeConfig)
+    # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
+    # scratch folder (the trainer hands every rank rank 0's run dir)
+    rank0 = lambda main, other: main if int(os.environ.get("RANK", "0")) == 0 else other  # noqa: E731
+    for name, fn in (("or_else", lambda a, b: b if a is None else a), ("dirname", _dirname),
+                     ("on_main_rank", rank0)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+    for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),
+                       ("translate", TranslateConfig), ("analyze", AnalyzeConfig),
+                       ("average", AverageConfig)):
+        ConfigStore.instance().store(name=f"{name}_schema", node=node)
 
 
 register_configs()

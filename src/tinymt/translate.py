@@ -19,6 +19,7 @@ import matplotlib.image
 import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
+from tinymt.config import check_translate
 from tinymt.data import normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -39,9 +40,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     "bleu": ..., "chrf": ...}``.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
-    d = cfg.decode
-    if d.beam < 1 or d.nbest < 1 or d.nbest > d.beam:
-        raise TinyMTError(f"decode.beam={d.beam}, decode.nbest={d.nbest}: need 1 <= nbest <= beam")
+    check_translate(cfg)
     device = pick_device(cfg.device)
     run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
     refs = read_lines(cfg.ref) if cfg.ref else None

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 
-from tinymt.corpus.lexicon import NUMERALS, Verb
+from tinymt.corpus.lexicon import NUMERALS, Verb, verb
 from tinymt.corpus.pair import Pair
 from tinymt.corpus.structures import (
     NP,
@@ -328,13 +328,7 @@ def _render_vp(vp, ctx: _Ctx, le):
     raise TypeError(vp)
 
 
-def _lexicon_verbs():
-    from tinymt.corpus.lexicon import verb
-
-    return verb("想"), verb("去")
-
-
-_WANT, _GO = _lexicon_verbs()
+_WANT, _GO = verb("想"), verb("去")
 
 
 # --------------------------------------------------------------------------- clauses

@@ -38,6 +38,7 @@ from tinymt.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from tinymt.config import as_train_config
 from tinymt.data import PreparedData, prepare
 from tinymt.errors import TinyMTError
 from tinymt.metrics import token_nll
@@ -54,7 +55,7 @@ from tinymt.rundir import (
 )
 from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 from tinymt.trainer.optim import build_optimizer
-from tinymt.trainer.state import as_train_config, checkpoint_state, set_rng_state
+from tinymt.trainer.state import checkpoint_state, set_rng_state
 from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
 
 MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tinymt.config import TrainConfig, check_choices
+from tinymt.config import as_train_config
 from tinymt.data import PreparedData
 from tinymt.errors import TinyMTError
 from tinymt.rundir import CONFIG
@@ -24,16 +24,6 @@ from tinymt.tokenizer import tokenizer_digest
 FROZEN_ON_RESUME = ("data", "model")
 # group options (``model=small``) cannot be re-chosen for a run that exists
 GROUPS = ("data", "model", "optim", "trainer", "experiment")
-
-
-def as_train_config(cfg) -> DictConfig:  # TEMP until config.as_train_config lands
-    schema = OmegaConf.structured(TrainConfig)
-    try:
-        merged = OmegaConf.merge(schema, cfg)
-    except Exception as e:  # omegaconf's ValidationError / ConfigKeyError
-        raise TinyMTError(f"bad config: {e}".splitlines()[0]) from None
-    check_choices(merged)
-    return merged
 
 
 def checkpoint_state(model, optimizer, scheduler, sampler, state: dict, cfg: DictConfig,

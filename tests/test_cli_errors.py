@@ -1,0 +1,148 @@
+"""Every bad value given to a script is one line ``error: ...`` on stderr, exit status 2, no
+traceback, and nothing written: one table, each row run through the real CLI.
+
+A row is ``row(script, *overrides, expect=..., make=...)``: ``{tmp}`` in an override is the
+row's own empty folder (also the working dir), ``make`` lists files (``name``) and folders
+(``name/``) to create there first, ``expect`` is a piece of the error line (the key it names),
+so a row cannot pass on some other error. Each script also gets ``BASE`` overrides that make
+it fail fast on a missing corpus / run, should the checked value ever be let through. To add
+a row that needs a trained run, build the run in ``make``'s place with a fixture and pass
+its path (these rows check values before any run is read).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCE = "他喜欢猫吗？"
+BASE = {  # per script: overrides every row starts from (a row's own ones replace them)
+    "train": ["hydra.run.dir={tmp}/run", "data=text_files", "data.path={tmp}/no-corpus",
+              "data.cache_dir={tmp}/cache"],
+    "prepare_data": ["data=text_files", "data.path={tmp}/no-corpus", "data.cache_dir={tmp}/cache"],
+    "translate": ["run={tmp}/no-run"],
+    "analyze_heads": ["run={tmp}/no-run"],
+    "average_checkpoints": ["run={tmp}/no-run"],
+}
+# root writes anywhere a mode allows; sysfs refuses new files even to root
+UNWRITABLE = "/sys/tinymt-test.txt" if os.geteuid() == 0 else "{tmp}/ro/out.txt"
+
+
+def row(script: str, *overrides: str, expect: str, make: tuple[str, ...] = ()):
+    return pytest.param(script, overrides, expect, make, id=f"{script} {' '.join(overrides)}")
+
+
+ROWS = [
+    # training: ranges, finiteness, choices, paths; one row per value of the issue
+    row("train", "trainer.max_tokens=0", expect="trainer.max_tokens=0"),
+    row("train", "optim.lr=-1", expect="optim.lr=-1"),
+    row("train", "optim.lr=nan", expect="optim.lr=nan"),
+    row("train", "optim.betas=[2,3]", expect="optim.betas="),
+    row("train", "optim.label_smoothing=2", expect="optim.label_smoothing=2"),
+    row("train", "model.n_heads=0", expect="model.n_heads=0"),
+    row("train", "model.d_model=0", expect="model.d_model=0"),
+    row("train", "model.dropout=1.5", expect="model.dropout=1.5"),
+    row("train", "model.attention_dropout=1.5", expect="model.attention_dropout=1.5"),
+    row("train", "model.max_positions=0", expect="model.max_positions=0"),
+    row("train", "model.d_model=100", "model.n_heads=3", expect="not divisible by model.n_heads"),
+    row("train", "trainer.valid_every=0", expect="trainer.valid_every=0"),
+    row("train", "trainer.log_every=0", expect="trainer.log_every=0"),
+    row("train", "trainer.accumulate=0", expect="trainer.accumulate=0"),
+    row("train", "trainer.seed=-1", expect="trainer.seed=-1"),
+    row("train", "trainer.device=meta", expect="trainer.device='meta'"),
+    row("train", "trainer.valid_sentences=-5", expect="trainer.valid_sentences=-5"),
+    row("train", "trainer.test_beam=0", expect="trainer.test_beam=0"),
+    row("train", "trainer.n_probes=-1", expect="trainer.n_probes=-1"),
+    row("train", "trainer.average_last=3", expect="trainer.keep_last"),
+    row("train", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
+    row("train", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
+    # Hydra's own composition errors, made one line by tinymt.config.run_hydra
+    row("train", "model.n_head=4", expect="n_head"),
+    row("train", "model.d_model=wide", expect="model.d_model=wide"),
+    row("train", "model=huge", expect="model/huge"),
+    row("prepare_data", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
+    row("prepare_data", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
+    row("prepare_data", "data.cache_dir={tmp}/a_file/sub", expect="a_file is a file",
+        make=("a_file",)),
+    # translation: checked before the run is read (run= points nowhere)
+    row("translate", "output={tmp}/a_dir", expect="output=", make=("a_dir/",)),
+    row("translate", f"output={UNWRITABLE}", expect="cannot write", make=("ro/",)),
+    row("translate", "output={tmp}/no-folder/out.txt", expect="no-folder does not exist"),
+    row("translate", "attention_kinds=[]", expect="attention_kinds=[]"),
+    row("translate", "attention={tmp}/a_file.txt", expect="attention=", make=("a_file.txt",)),
+    row("translate", "decode.max_len_a=inf", expect="decode.max_len_a=inf"),
+    row("translate", "decode.max_len_a=nan", expect="decode.max_len_a=nan"),
+    row("translate", "decode.max_len_a=1e308", expect="decode.max_len_a=1e+308"),
+    row("translate", "decode.max_len_a=-1", expect="decode.max_len_a=-1"),
+    row("translate", "decode.beam=2", "decode.nbest=3", expect="nbest <= beam"),
+    row("translate", "device=meta", expect="device='meta'"),
+    row("analyze_heads", "split=train", expect="split='train'"),
+    row("analyze_heads", "prune_output={tmp}/a_dir", expect="prune_output=", make=("a_dir/",)),
+    row("average_checkpoints", "last=0", expect="last=0"),
+    row("average_checkpoints", "last=-1", expect="last=-1"),
+    row("average_checkpoints", "output={tmp}/a_dir", expect="output=", make=("a_dir/",)),
+]
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+
+
+def run_script(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+
+
+def _merge(base: list[str], overrides: tuple[str, ...]) -> list[str]:
+    """``base`` with the row's overrides replacing those of the same key (Hydra refuses
+    a key given twice)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [b for b in base if b.split("=", 1)[0] not in keys] + list(overrides)
+
+
+@pytest.mark.parametrize("script,overrides,expect,make", ROWS)
+def test_bad_value_is_one_line_error(tmp_path, script, overrides, expect, make):
+    for name in make:
+        target = tmp_path / name
+        target.mkdir() if name.endswith("/") else target.write_text("x\n")
+    if (tmp_path / "ro").is_dir():
+        (tmp_path / "ro").chmod(0o500)
+    before = _files(tmp_path)
+    args = [a.format(tmp=tmp_path) for a in _merge(BASE[script], overrides)]
+    if script == "translate":
+        args.append(SENTENCE)  # something to translate, should the value be let through
+    r = run_script(script, args, cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert lines and lines[-1].startswith("error: "), r.stderr[-2000:]
+    assert sum(ln.startswith("error:") for ln in lines) == 1, r.stderr
+    assert expect in lines[-1], lines[-1]
+    assert _files(tmp_path) == before  # nothing written: no run dir, no cache, no outputs/
+
+
+def test_everything_after_double_dash_is_a_sentence(tmp_path):
+    """``x=1`` after ``--`` is a sentence, not an override: the run is looked up (and is
+    missing here) instead of Hydra refusing a key ``x``."""
+    r = run_script("translate", [f"run={tmp_path}/no-run", "--", "x=1", "a=b c", "-5"],
+                   cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "no-run" in lines[0] and "x=1" not in lines[0]
+
+
+def test_split_args():
+    spec = importlib.util.spec_from_file_location("translate_script", ROOT / "scripts" / "translate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    split = module.split_args
+    assert split(["run=r", "他", "decode.beam=5", "-m"]) == (["run=r", "decode.beam=5", "-m"], ["他"])
+    assert split(["run=r", "--", "x=1", "-5 a", "--"]) == (["run=r"], ["x=1", "-5 a", "--"])
+    assert split(["--", "a"]) == ([], ["a"]) and split([]) == ([], [])

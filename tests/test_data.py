@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import tinymt.data as data_mod
+import tinymt.data.summary
 from conftest import REPO_ROOT, make_pairs, write_text_corpus
 from tinymt.data import COMPLETE, cache_path, load_source, prepare, summary_table
 from tinymt.errors import TinyMTError
@@ -209,7 +209,7 @@ def test_interrupted_build_is_not_trusted(text_corpus, data_cfg, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash after tokenizer training")
 
-    monkeypatch.setattr(data_mod, "_side_stats", crash)
+    monkeypatch.setattr(tinymt.data.summary, "_side_stats", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         prepare(cfg, log=_quiet)
     final = cache_path(cfg)
@@ -385,18 +385,10 @@ def test_hub_local_looking_path_that_does_not_exist(tmp_path, data_cfg):
 
 
 # ----------------------------------------------------------------------------------------
-# builtin source (skips until tinymt.corpus exists)
+# builtin source
 
 
-@pytest.fixture
-def corpus():
-    try:
-        from tinymt.corpus import build_dataset_dict  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"tinymt.corpus not available yet: {e}")
-
-
-def test_builtin_source_with_alignments(corpus, data_cfg):
+def test_builtin_source_with_alignments(data_cfg):
     cfg = data_cfg(
         source="builtin",
         src_lang="zh",
@@ -419,21 +411,17 @@ def test_builtin_source_with_alignments(corpus, data_cfg):
     assert rev["valid"][0]["alignment"] == [[t, s] for s, t in fwd["valid"][0]["alignment"]]
 
 
-def test_builtin_fast_path_matches_build_dataset_dict(corpus, data_cfg, monkeypatch):
-    import tinymt.corpus
-
-    cfg = data_cfg(
-        source="builtin", src_lang="en", tgt_lang="zh", train_size=300, valid_size=20, test_size=20
-    )
-    fast = load_source(cfg)
-    monkeypatch.delattr(tinymt.corpus, "generate_splits")
-    slow = load_source(cfg)
+def test_builtin_en_to_zh_alignment_pairs_are_en_zh(data_cfg):
+    sizes = {"source": "builtin", "train_size": 300, "valid_size": 20, "test_size": 20}
+    en_zh = load_source(data_cfg(src_lang="en", tgt_lang="zh", **sizes))
+    zh_en = load_source(data_cfg(src_lang="zh", tgt_lang="en", **sizes))
     for split in ("train", "valid", "test"):
-        assert fast[split].to_dict() == slow[split].to_dict()
-    row = fast["valid"][0]  # en -> zh: alignment pairs are (en_i, zh_i)
+        a, b = en_zh[split].to_dict(), zh_en[split].to_dict()
+        assert a["src"] == b["tgt"] and a["src_words"] == b["tgt_words"]
+        assert a["alignment"] == [[[t, s] for s, t in sent] for sent in b["alignment"]]
+    row = en_zh["valid"][0]  # en -> zh: alignment pairs are (en_i, zh_i)
     assert "".join(row["tgt_words"]) == row["tgt"]
-    for s, t in row["alignment"]:
-        assert s < len(row["src_words"]) and t < len(row["tgt_words"])
+    assert " " in row["src"] and " " not in row["tgt"]
 
 
 def test_builtin_rejects_other_languages(data_cfg):

@@ -1,0 +1,49 @@
+"""Every corpus source -> one ``DatasetDict`` -> normalised, tokenized, filtered, cached.
+
+``prepare(cfg)`` is the one entry point. ``cfg.source`` picks the loader
+(:mod:`tinymt.data.sources`):
+
+- ``hub``: ``datasets.load_dataset(cfg.path)``, a Hugging Face dataset name or a local
+  folder in the same layout; ``src_lang`` / ``tgt_lang`` name the columns (a
+  ``translation`` column of ``{lang: text}`` dicts works too).
+- ``text``: line-aligned plain-text files ``<path>/<split>.<lang>[.txt][.gz]``.
+- ``tsv``: one TSV file (optionally .gz); ``src_column`` / ``tgt_column`` pick the columns;
+  valid/test are carved off a seeded shuffle (``split_seed``, ``valid_size``, ``test_size``).
+- ``builtin``: the pairs of :func:`tinymt.corpus.generate_splits` (zh/en with word
+  alignments).
+
+Every loader returns splits ``train`` / ``valid`` / ``test`` with columns ``src``, ``tgt``
+(builtin adds ``src_words``, ``tgt_words`` and ``alignment`` as ``[src_i, tgt_i]`` pairs).
+Then (:mod:`tinymt.data.pipeline`): NFKC + whitespace normalisation, empty pairs dropped,
+sentencepiece trained on the train split, everything tokenized, and the length filters
+(``max_len``, ``max_len_ratio``) applied **to train only** -- valid/test pairs are never
+dropped for length.
+
+The result is cached under ``<cache_dir>/<hash>/`` (:mod:`tinymt.data.cache`: hash of the
+data config, the source files' size+mtime, the corpus / pipeline versions). A cache is
+built in a temporary folder, marked ``COMPLETE`` and renamed into place, so an interrupted
+run is never trusted later. :mod:`tinymt.data.prepared` holds :class:`PreparedData` and the
+folder layout; :mod:`tinymt.data.summary` the stats and their table.
+"""
+
+from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
+from tinymt.data.pipeline import normalize, prepare, target_language
+from tinymt.data.prepared import PreparedData
+from tinymt.data.sources import SOURCES, SPLITS, load_source, read_lines
+from tinymt.data.summary import summary_table
+
+__all__ = [
+    "COMPLETE",
+    "PIPELINE_VERSION",
+    "SOURCES",
+    "SPLITS",
+    "PreparedData",
+    "cache_key",
+    "cache_path",
+    "load_source",
+    "normalize",
+    "prepare",
+    "read_lines",
+    "summary_table",
+    "target_language",
+]

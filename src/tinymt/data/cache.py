@@ -1,0 +1,164 @@
+"""Where prepared data is cached, and how a cache entry is built safely.
+
+An entry is ``<cache_dir>/<hash>/``: the hash covers the data config (not ``name`` /
+``cache_dir``), the source files' size+mtime (or the built-in corpus' code), and the
+pipeline / sentencepiece versions. It is built in a temporary folder beside it, marked
+``COMPLETE`` and renamed into place, so an interrupted run is never trusted later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+from omegaconf import OmegaConf
+
+import tinymt.corpus as corpus
+from tinymt.config import check_data
+from tinymt.data.prepared import PreparedData, load_prepared
+from tinymt.data.sources import Log, _text_files, _tsv_file
+
+# Bump when the processing changes in a way that changes cached results.
+PIPELINE_VERSION = 1
+COMPLETE = "COMPLETE"
+_STALE_TMP_S = 3600
+
+
+def config_dict(cfg) -> dict[str, Any]:
+    """A ``DataConfig`` or its ``DictConfig`` (what Hydra hands over) as a plain dict."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+# ----------------------------------------------------------------------------------------
+# cache key
+
+
+def _stat(path: Path) -> list:
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def _corpus_fingerprint() -> dict:
+    folder = Path(corpus.__file__).parent
+    digest = hashlib.sha256()
+    for f in sorted(folder.rglob("*.py")):
+        digest.update(f.relative_to(folder).as_posix().encode())
+        digest.update(f.read_bytes())
+    return {"corpus_version": corpus.CORPUS_VERSION, "corpus_source": digest.hexdigest()}
+
+
+def _source_fingerprint(cfg) -> Any:
+    if cfg.source == "builtin":
+        return _corpus_fingerprint()
+    if cfg.source == "text":
+        return {split: [_stat(a), _stat(b)] for split, (a, b) in _text_files(cfg).items()}
+    if cfg.source == "tsv":
+        return _stat(_tsv_file(cfg))
+    local = Path(cfg.path).expanduser()
+    if local.exists():  # hub layout in a local folder (or a single file)
+        files = (
+            [local]
+            if local.is_file()
+            else sorted(
+                f
+                for f in local.rglob("*")
+                if f.is_file() and not any(p.startswith(".") for p in f.relative_to(local).parts)
+            )
+        )
+        return {"local": [_stat(f) for f in files]}
+    return {"hub": cfg.path}
+
+
+def cache_key(cfg) -> str:
+    """Hash of everything that determines the prepared data (not ``name``/``cache_dir``)."""
+    check_data(cfg)
+    fields = {k: v for k, v in config_dict(cfg).items() if k not in ("name", "cache_dir")}
+    payload = {
+        "pipeline": PIPELINE_VERSION,
+        "sentencepiece": spm.__version__,
+        "config": fields,
+        "source": _source_fingerprint(cfg),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def cache_path(cfg) -> Path:
+    """``<cache_dir>/<cache_key(cfg)>``: where ``prepare(cfg)`` keeps its results."""
+    return Path(cfg.cache_dir) / cache_key(cfg)
+
+
+# ----------------------------------------------------------------------------------------
+# reading an entry; building one in a temporary folder
+
+
+def load_complete(final: Path, log: Log) -> PreparedData | None:
+    """The entry at ``final`` if it is marked complete and readable; else None (a damaged
+    entry is removed, an unmarked one is left for :func:`publish` to replace)."""
+    if (final / COMPLETE).is_file():
+        try:
+            data = load_prepared(final, cache_hit=True)
+        except Exception as e:  # noqa: BLE001  (a damaged cache is rebuilt, not trusted)
+            log(f"data: cache {final} is unreadable ({type(e).__name__}: {e}); rebuilding")
+            shutil.rmtree(final, ignore_errors=True)
+        else:
+            log(f"data: cache hit {final}")
+            return data
+    elif final.exists():
+        log(f"data: ignoring incomplete cache {final} (no {COMPLETE} marker); rebuilding")
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _clean_stale_tmp(root: Path) -> None:
+    """Remove temp folders of interrupted runs (dead process, untouched for an hour)."""
+    now = time.time()
+    for d in root.glob(".tmp-*"):
+        try:
+            pid = int(d.name.split("-")[1])
+            if not _pid_alive(pid) and now - d.stat().st_mtime > _STALE_TMP_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except (IndexError, ValueError, OSError):
+            continue
+
+
+def new_temp_dir(final: Path) -> Path:
+    """A fresh ``.tmp-<pid>-<random>-<key>`` folder beside ``final`` (stale ones removed)."""
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_stale_tmp(root)
+    tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{final.name}"
+    tmp.mkdir()
+    return tmp
+
+
+def publish(tmp: Path, final: Path) -> bool:
+    """Mark ``tmp`` complete and rename it to ``final``. False when another process
+    finished ``final`` first: ``tmp`` is dropped and theirs is used."""
+    (tmp / COMPLETE).write_text("ok\n")
+    if final.exists():
+        if (final / COMPLETE).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return True

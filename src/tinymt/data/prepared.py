@@ -1,0 +1,71 @@
+"""What ``prepare`` returns, and the folder it is kept in.
+
+A prepared folder holds ``tokenizer/`` (``spm.model`` joint, or ``src.model`` +
+``tgt.model``), ``splits/`` (a saved ``DatasetDict``), ``stats.json`` and ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import pyarrow.compute as pc
+
+from tinymt.data.sources import SPLITS
+from tinymt.tokenizer import Tokenizer, load_tokenizers
+
+TOKENIZER_DIR = "tokenizer"
+SPLITS_DIR = "splits"
+
+
+@dataclass
+class PreparedData:
+    """Tokenized splits, their tokenizers and the numbers that describe them."""
+
+    splits: dict[str, datasets.Dataset]  # train/valid/test: src, tgt, src_ids, tgt_ids (+ builtin)
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer  # the same object when the vocabulary is joint
+    tokenizer_dir: Path  # holds spm.model (joint) or src.model + tgt.model
+    stats: dict
+    cache_hit: bool
+
+    def ids(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
+        """``(src_ids, tgt_ids)`` of a split as plain lists: index these in a training loop
+        (``splits[s]["src_ids"]`` is a lazy datasets Column; indexing it row by row is slow)."""
+        ds = self.splits[split]
+        return ds["src_ids"][:], ds["tgt_ids"][:]
+
+    def lengths(self, split: str) -> tuple[list[int], list[int]]:
+        """Token counts (no bos/eos) per pair, straight from Arrow: TokenBatchSampler's input."""
+        table = self.splits[split].with_format("arrow")
+        return (
+            pc.list_value_length(table["src_ids"]).to_pylist(),
+            pc.list_value_length(table["tgt_ids"]).to_pylist(),
+        )
+
+
+def save_splits(folder: Path, dd: datasets.DatasetDict) -> None:
+    dd.save_to_disk(str(folder / SPLITS_DIR))
+
+
+def save_stats(folder: Path, stats: dict, config: dict) -> None:
+    (folder / "stats.json").write_text(json.dumps(stats, indent=2))
+    (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+
+
+def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
+    stats = json.loads((folder / "stats.json").read_text())
+    dd = datasets.load_from_disk(str(folder / SPLITS_DIR))
+    src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
+    stats["cache_hit"] = cache_hit
+    stats["cache_dir"] = str(folder)
+    return PreparedData(
+        splits={s: dd[s] for s in SPLITS},
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        tokenizer_dir=folder / TOKENIZER_DIR,
+        stats=stats,
+        cache_hit=cache_hit,
+    )

@@ -1,0 +1,360 @@
+"""Reading a corpus: each source (builtin, hub, text, tsv) -> plain columns per split.
+
+Every loader returns ``{split: {"src": [...], "tgt": [...]}}`` for splits train / valid /
+test (builtin adds ``src_words``, ``tgt_words`` and ``alignment`` as ``[src_i, tgt_i]``
+pairs). :func:`read_lines` is the project's one UTF-8 line reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import datasets
+import huggingface_hub.constants as hub_constants
+import numpy as np
+import pyarrow as pa
+
+import tinymt.corpus as corpus
+from tinymt.config import check_data
+from tinymt.errors import TinyMTError
+
+SPLITS = ("train", "valid", "test")
+SOURCES = ("builtin", "hub", "text", "tsv")
+TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
+HUB_PROBE_TIMEOUT_S = 3.0
+
+Log = Callable[[str], None]
+Columns = dict[str, list]  # column name -> values, one split
+
+
+# ----------------------------------------------------------------------------------------
+# reading files
+
+
+def _read_text(path: Path) -> str:
+    """The whole file decoded as UTF-8 (gzip by suffix), BOM dropped, errors with line no."""
+    try:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+    except FileNotFoundError:
+        raise TinyMTError(f"file not found: {path}") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise TinyMTError(f"cannot read {path}: {e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise TinyMTError(
+            f"{path}: line {line} is not valid UTF-8 ({e.reason} at byte {e.start}); "
+            "convert the file to UTF-8"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")  # only \n: str.splitlines would also split on U+2028 etc.
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """A UTF-8 text file (gzip by suffix) as its lines, without line ends: one-line errors
+    for a missing file, a folder, or bytes that are not UTF-8 (file and line named)."""
+    path = Path(path)
+    if path.is_dir():
+        raise TinyMTError(f"{path} is a folder, not a text file")
+    return _lines(_read_text(path))
+
+
+def _find_text_file(folder: Path, split: str, lang: str) -> Path:
+    candidates = [folder / f"{split}.{lang}{suffix}" for suffix in TEXT_SUFFIXES]
+    for c in candidates:
+        if c.is_file():
+            return c
+    names = ", ".join(c.name for c in candidates)
+    raise TinyMTError(f"no {split} file for language {lang!r} in {folder} (looked for {names})")
+
+
+def _text_folder(cfg) -> Path:
+    folder = Path(cfg.path).expanduser()
+    if not folder.is_dir():
+        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=text)")
+    return folder
+
+
+def _split_names(cfg) -> dict[str, str]:
+    return {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
+
+
+def _text_files(cfg) -> dict[str, tuple[Path, Path]]:
+    folder = _text_folder(cfg)
+    return {
+        ours: (
+            _find_text_file(folder, theirs, cfg.src_lang),
+            _find_text_file(folder, theirs, cfg.tgt_lang),
+        )
+        for ours, theirs in _split_names(cfg).items()
+    }
+
+
+def _tsv_file(cfg) -> Path:
+    path = Path(cfg.path).expanduser()
+    if not path.is_file():
+        raise TinyMTError(f"data.path={cfg.path}: file not found (data.source=tsv)")
+    return path
+
+
+def _looks_local(path: str) -> bool:
+    p = path.replace("\\", "/")
+    return p.startswith(("/", "./", "../", "~")) or p.count("/") > 1 or os.path.isabs(path)
+
+
+# ----------------------------------------------------------------------------------------
+# loaders: each returns {split: {"src": [...], "tgt": [...], ...}}
+
+
+def _load_text(cfg, log: Log) -> dict[str, Columns]:
+    out = {}
+    for split, (src_path, tgt_path) in _text_files(cfg).items():
+        src, tgt = read_lines(src_path), read_lines(tgt_path)
+        if len(src) != len(tgt):
+            raise TinyMTError(
+                f"{split} files are not line-aligned: {src_path} has {len(src)} lines, "
+                f"{tgt_path} has {len(tgt)} lines"
+            )
+        out[split] = {"src": src, "tgt": tgt}
+    return out
+
+
+def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
+    path = _tsv_file(cfg)
+    need = max(cfg.src_column, cfg.tgt_column) + 1
+    src, tgt = [], []
+    for lineno, line in enumerate(read_lines(path), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) < need:
+            raise TinyMTError(
+                f"{path}: line {lineno} has {len(cols)} tab-separated column(s), but "
+                f"data.src_column={cfg.src_column} and data.tgt_column={cfg.tgt_column} need "
+                f"at least {need}"
+            )
+        src.append(cols[cfg.src_column])
+        tgt.append(cols[cfg.tgt_column])
+    n, n_held = len(src), cfg.valid_size + cfg.test_size
+    if n_held >= n:
+        raise TinyMTError(
+            f"{path} has {n} pairs, not enough for data.valid_size={cfg.valid_size} + "
+            f"data.test_size={cfg.test_size} and a train split: lower them"
+        )
+    perm = np.random.default_rng(cfg.split_seed).permutation(n)
+    parts = {
+        "test": np.sort(perm[: cfg.test_size]),
+        "valid": np.sort(perm[cfg.test_size : n_held]),
+        "train": np.sort(perm[n_held:]),
+    }
+    return {
+        split: {"src": [src[i] for i in idx.tolist()], "tgt": [tgt[i] for i in idx.tolist()]}
+        for split, idx in ((s, parts[s]) for s in SPLITS)
+    }
+
+
+@contextlib.contextmanager
+def _offline_mode():
+    """Force datasets / huggingface_hub offline (use the local HF cache, no retries)."""
+    saved = (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
+
+
+def _hub_reachable() -> bool:
+    request = urllib.request.Request(datasets.config.HF_ENDPOINT, method="HEAD")
+    try:
+        urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _hub_error(cfg, why: str) -> TinyMTError:
+    return TinyMTError(
+        f"cannot load the Hugging Face dataset {cfg.path!r} ({why}). Download it once with "
+        "network access, or point data.path at a local copy: a folder in the same layout "
+        "(one file per split, e.g. train.jsonl / validation.jsonl / test.jsonl, with columns "
+        f"{cfg.src_lang!r} and {cfg.tgt_lang!r}), e.g. data.path=/path/to/local/folder"
+    )
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
+    local = Path(cfg.path).expanduser()
+    if local.exists():
+        try:
+            return datasets.load_dataset(
+                str(local), cache_dir=str(Path(cfg.cache_dir) / "hf-datasets")
+            )
+        except Exception as e:  # noqa: BLE001  (datasets raises many types for bad folders)
+            raise TinyMTError(
+                f"data.path={cfg.path}: cannot load it as a dataset ({_first_line(e)})"
+            ) from None
+    if _looks_local(cfg.path):
+        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
+    offline = bool(datasets.config.HF_HUB_OFFLINE)
+    why = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
+    if not offline and not _hub_reachable():
+        log(f"data: {datasets.config.HF_ENDPOINT} is unreachable; trying the local HF cache")
+        offline = True
+        why = f"{datasets.config.HF_ENDPOINT} is unreachable and it is not in the local cache"
+    try:
+        with _offline_mode() if offline else contextlib.nullcontext():
+            return datasets.load_dataset(cfg.path)
+    except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")
+        raise _hub_error(cfg, why if offline else _first_line(e)) from None
+
+
+def _hub_side(cfg, ds: datasets.Dataset, split: str, side: str, lang: str) -> list[str]:
+    """One language of a hub split: its own column, or its key in a ``translation`` column."""
+    if lang in ds.column_names:
+        values = ds[lang][:]  # [:] = a plain list (a datasets Column is lazy)
+    elif "translation" in ds.column_names:
+        values = [row.get(lang) if row else None for row in ds["translation"][:]]
+        if all(v is None for v in values[:100]):
+            raise TinyMTError(
+                f"{cfg.path} split {split!r}: its translation column has no {lang!r} "
+                f"(data.{side}_lang)"
+            )
+    else:
+        raise TinyMTError(
+            f"{cfg.path} split {split!r} has no column {lang!r} (data.{side}_lang); "
+            f"columns: {', '.join(ds.column_names)}"
+        )
+    return ["" if v is None else str(v) for v in values]
+
+
+def _load_hub(cfg, log: Log) -> dict[str, Columns]:
+    dd = _load_hub_dataset(cfg, log)
+    out = {}
+    for ours, theirs in _split_names(cfg).items():
+        if theirs not in dd:
+            raise TinyMTError(
+                f"{cfg.path} has no split {theirs!r} (data.{ours}_split); it has: {', '.join(dd)}"
+            )
+        out[ours] = {
+            side: _hub_side(cfg, dd[theirs], theirs, side, lang)
+            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
+        }
+    return out
+
+
+def _builtin_columns(cfg) -> dict[str, dict[str, list]]:
+    """{corpus split: {zh, en, zh_words, en_words, alignment}} as plain lists."""
+    try:
+        splits = corpus.generate_splits(
+            seed=cfg.split_seed,
+            train_size=cfg.train_size,
+            valid_size=cfg.valid_size,
+            test_size=cfg.test_size,
+        )
+    except (ValueError, RuntimeError) as e:
+        raise TinyMTError(
+            f"the built-in corpus cannot make {cfg.train_size}/{cfg.valid_size}/{cfg.test_size} "
+            f"pairs (data.train_size/valid_size/test_size): {e}"
+        ) from None
+    return {
+        name: {
+            "zh": [p.zh for p in pairs],
+            "en": [p.en for p in pairs],
+            "zh_words": [list(p.zh_words) for p in pairs],
+            "en_words": [list(p.en_words) for p in pairs],
+            "alignment": [[list(a) for a in p.alignment] for p in pairs],
+        }
+        for name, pairs in splits.items()
+    }
+
+
+def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
+    splits = _builtin_columns(cfg)
+    names = {"train": "train", "valid": "validation", "test": "test"}
+    out = {}
+    for ours, theirs in names.items():
+        cols = splits[theirs]
+        alignment = cols["alignment"]  # [zh_i, en_i] pairs
+        if cfg.src_lang == "en":
+            alignment = [[[b, a] for a, b in sent] for sent in alignment]
+        out[ours] = {
+            "src": cols[cfg.src_lang],
+            "tgt": cols[cfg.tgt_lang],
+            "src_words": cols[f"{cfg.src_lang}_words"],
+            "tgt_words": cols[f"{cfg.tgt_lang}_words"],
+            "alignment": alignment,
+        }
+    return out
+
+
+_LOADERS = {"builtin": _load_builtin, "hub": _load_hub, "text": _load_text, "tsv": _load_tsv}
+
+
+def _reverse(cols: Columns) -> Columns:
+    swapped = {"src": cols["tgt"], "tgt": cols["src"]}
+    if "src_words" in cols:
+        swapped["src_words"], swapped["tgt_words"] = cols["tgt_words"], cols["src_words"]
+    if "alignment" in cols:
+        swapped["alignment"] = [[[b, a] for a, b in sent] for sent in cols["alignment"]]
+    return swapped
+
+
+def load_columns(cfg, log: Log) -> dict[str, Columns]:
+    """The raw corpus of ``cfg`` as plain columns per split, ``data.reverse`` applied."""
+    check_data(cfg)
+    splits = _LOADERS[cfg.source](cfg, log)
+    if cfg.reverse:
+        splits = {name: _reverse(cols) for name, cols in splits.items()}
+    return splits
+
+
+_ARROW_TYPES = {
+    "src": pa.string(),
+    "tgt": pa.string(),
+    "src_ids": pa.list_(pa.int32()),
+    "tgt_ids": pa.list_(pa.int32()),
+    "src_words": pa.list_(pa.string()),
+    "tgt_words": pa.list_(pa.string()),
+    "alignment": pa.list_(pa.list_(pa.int32())),
+}
+
+
+def to_dataset(cols: Columns) -> datasets.Dataset:
+    """Columns -> Dataset through one Arrow table (much faster than Dataset.from_dict)."""
+    table = pa.table(
+        {name: pa.array(values, type=_ARROW_TYPES[name]) for name, values in cols.items()}
+    )
+    return datasets.Dataset(table)
+
+
+def load_source(cfg) -> datasets.DatasetDict:
+    """The raw corpus of ``cfg`` as splits train/valid/test, columns src/tgt (+ builtin's).
+
+    No normalisation, no tokenization: what the source holds, in our split/column names,
+    direction already swapped when ``data.reverse`` is set.
+    """
+    splits = load_columns(cfg, lambda _: None)
+    return datasets.DatasetDict({name: to_dataset(cols) for name, cols in splits.items()})

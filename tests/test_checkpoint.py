@@ -9,8 +9,14 @@ import textwrap
 import pytest
 import torch
 
-from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from tinymt.checkpoint import (
+    average_checkpoints,
+    clean_stale_temp_files,
+    load_checkpoint,
+    save_checkpoint,
+)
 from tinymt.errors import TinyMTError
+from tinymt.rundir import step_checkpoints
 
 
 def _state(value: float, step: int) -> dict:
@@ -93,3 +99,26 @@ def test_average_refuses_different_models(tmp_path):
     save_checkpoint(other, tmp_path / "b.pt")
     with pytest.raises(TinyMTError, match="different model"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_stale_temp_files_of_dead_writers_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(dead.stdout)  # that process has exited
+    (tmp_path / f"last.pt.tmp-{dead_pid}").write_bytes(b"half a checkpoint")
+    (tmp_path / f"best.pt.tmp-{os.getpid()}").write_bytes(b"being written right now")
+    (tmp_path / "last.pt").write_bytes(b"keep")
+    removed = clean_stale_temp_files(tmp_path)
+    assert [p.name for p in removed] == [f"last.pt.tmp-{dead_pid}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"best.pt.tmp-{os.getpid()}",
+                                                          "last.pt"]
+
+
+def test_step_checkpoints_ignore_other_files(tmp_path):
+    """A user's ckpt_best.pt, temp files and folders are not step checkpoints."""
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    for name in ("ckpt_100.pt", "ckpt_20.pt", "ckpt_best.pt", "ckpt_3.pt.tmp-1", "ckpt_x7.pt",
+                 "best.pt"):
+        (ckpts / name).write_bytes(b"")
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["ckpt_20.pt", "ckpt_100.pt"]

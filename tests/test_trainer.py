@@ -177,6 +177,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed" in done.stdout
+    assert not list((cut_dir / "checkpoints").glob("*.tmp-*"))  # the killed run's leftovers
 
     ref = scalars(ref_dir, "train/loss")
     cut = scalars(cut_dir, "train/loss")

@@ -12,8 +12,12 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
+from tinymt.batching import collate
+from tinymt.bench.decoding import decode_once
+from tinymt.bench.report import render_markdown
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode
+from tinymt.errors import TinyMTError
 from tinymt.model import Transformer, count_parameters
 from tinymt.peer import PeerTransformer
 
@@ -144,23 +148,88 @@ def test_peer_has_our_parameters_and_computes_our_function(options):
     torch.testing.assert_close(step_logits, expected, atol=1e-9, rtol=0)
 
 
-def test_peer_greedy_loop_and_beam_search_match_ours():
-    ours, peer = pair()
-    peer.load_from_ours(ours)
+def varied_pair(seed):
+    """``pair`` with our weights scrambled (freshly initialised tiny models emit one token
+    over and over) and copied into the peer: varied outputs, some ending early at EOS."""
+    ours, peer = pair(seed=seed)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in ours.parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            p.mul_(1 + 2 * noise).add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    unloaded = greedy_decode(peer, batch()[0], max_len_a=0.0, max_len_b=8, use_cache=False)
+    return ours, peer.load_from_ours(ours), unloaded
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_peer_driven_by_greedy_decode_matches_ours(seed):
+    """The benchmark's peer row: ``greedy_decode(peer, use_cache=False)`` -- recompute the
+    prefix, project the last position -- gives our tokens when the weights are ours."""
+    ours, peer, unloaded = varied_pair(seed)
     src, _ = batch()
-    outs = peer.greedy_decode(src, max_len_a=0.0, max_len_b=6)
-    assert len(outs) == 3 and all(isinstance(o, list) and len(o) <= 6 for o in outs)
+    kw = {"max_len_a": 0.0, "max_len_b": 8}
+    outs = greedy_decode(peer, src, use_cache=False, **kw)
+    assert len(outs) == 3 and all(isinstance(o, list) and len(o) <= 8 for o in outs)
     assert all(t not in (0, 2) for o in outs for t in o)  # never pad or bos
-    assert outs == greedy_decode(ours, src, max_len_a=0.0, max_len_b=6)
-    assert outs == greedy_decode(peer, src, max_len_a=0.0, max_len_b=6, use_cache=False)
-    hyps = beam_search(peer, src, beam=3, max_len_a=0.0, max_len_b=6, use_cache=False)
-    ref = beam_search(ours, src, beam=3, max_len_a=0.0, max_len_b=6)
-    assert [h[0][0] for h in hyps] == [h[0][0] for h in ref]
+    assert len({tuple(o) for o in outs}) >= 2  # not the same output throughout
+    assert outs == greedy_decode(ours, src, **kw)
+    assert outs == greedy_decode(ours, src, use_cache=False, **kw)
+    assert unloaded != outs  # other weights, other tokens: the comparison can fail
+    assert not hasattr(peer, "greedy_decode")  # one greedy loop, tinymt.decoding's
     assert not peer.training  # greedy_decode restores the mode; it was eval
 
 
+def test_peer_beam_search_matches_ours():
+    ours, peer, _ = varied_pair(1)
+    src, _ = batch()
+    hyps = beam_search(peer, src, beam=3, max_len_a=0.0, max_len_b=6, use_cache=False)
+    ref = beam_search(ours, src, beam=3, max_len_a=0.0, max_len_b=6)
+    assert [h[0][0] for h in hyps] == [h[0][0] for h in ref]
+    for h, r in zip(hyps, ref):
+        assert h[0][1] == pytest.approx(r[0][1], abs=1e-9)
+
+
+def test_peer_last_only_needs_no_target_mask():
+    """With ``last_only`` the peer passes no target padding mask (nn.MultiheadAttention's
+    causal fast path); padding only trails, so unpadded rows' last logits are unchanged."""
+    ours, peer = pair()
+    peer.load_from_ours(ours)
+    src, tgt = batch()
+    memory, _ = peer.encode(src)
+    last, _ = peer.decode(tgt, memory, src.eq(0), last_only=True)
+    full, _ = ours.decode(tgt, memory, src.eq(0))
+    assert last.shape == (3, 40)
+    unpadded = tgt[:, -1].ne(0)
+    assert unpadded.tolist() == [True, True, False]
+    torch.testing.assert_close(last[unpadded], full[unpadded, -1], atol=1e-9, rtol=0)
+
+
+def test_bench_decode_once_counts_the_same_tokens_for_every_method():
+    ours, peer, _ = varied_pair(0)
+    src, _ = batch()
+    rows = [[t for t in r if t] for r in src.tolist()]
+    batches = [collate(rows, [[] for _ in rows])]
+    for beam in (1, 3):
+        counts = {decode_once(m, cache, beam, batches, 0.0, 5)
+                  for m, cache in ((ours, True), (ours, False), (peer, False))}
+        assert len(counts) == 1 and counts.pop() > 0
+
+
+def test_report_renders_the_tables_of_the_committed_json():
+    """docs/benchmarks.md is generated from docs/benchmarks.json: the renderer still
+    produces every table row and heading of it."""
+    docs = REPO_ROOT / "docs"
+    md = render_markdown(json.loads((docs / "benchmarks.json").read_text()))
+    committed = (docs / "benchmarks.md").read_text().splitlines()
+    lines = set(md.splitlines())
+    tables = [ln for ln in committed if ln.startswith(("|", "#"))]
+    assert len(tables) > 30
+    assert [ln for ln in tables if ln not in lines] == []
+    assert md.count("\n|") == sum(ln.startswith("|") for ln in committed)
+
+
 def test_peer_learns_to_translate():
-    """A few hundred steps on four toy pairs: the peer's greedy loop reproduces them."""
+    """A few hundred steps on four toy pairs: greedy decoding the peer reproduces them."""
     torch.manual_seed(0)
     peer = PeerTransformer(cfg(), 20, 20, True)
     src = torch.tensor([[4, 5, 6, 3], [7, 8, 3, 0], [9, 10, 11, 3], [12, 3, 0, 0]])
@@ -180,13 +249,12 @@ def test_peer_learns_to_translate():
         loss.backward()
         opt.step()
     assert loss.item() < 0.05
-    assert peer.greedy_decode(src, max_len_a=0.0, max_len_b=8) == targets
+    assert greedy_decode(peer, src, max_len_a=0.0, max_len_b=8,
+                         use_cache=False) == targets
     assert peer.training  # mode restored
 
 
 def test_peer_refuses_what_it_cannot_do():
-    from tinymt.errors import TinyMTError
-
     _, peer = pair()
     src, tgt = batch()
     with pytest.raises(TinyMTError, match="attention weights"):

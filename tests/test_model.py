@@ -6,7 +6,8 @@ from torch import nn
 
 from tinymt.config import ModelConfig
 from tinymt.errors import TinyMTError
-from tinymt.model import DecoderLayer, EncoderLayer, LearnedPositions, Transformer, count_parameters
+from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions
+from tinymt.model import Transformer, count_parameters
 
 DT = torch.float64
 D, H, FF = 16, 2, 32

@@ -27,11 +27,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinymt.attention import DecoderCache, KVCache, MultiHeadAttention
+from tinymt.attention import DecoderCache, KVCache
 from tinymt.errors import TinyMTError
+from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions, SinusoidalPositions
 
 Attn = dict[str, list[Tensor]] | None  # attention weights by kind, one tensor per layer
 HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads) (or (n_layers, B, n_heads))
@@ -39,162 +39,8 @@ KINDS = ("encoder_self", "decoder_self", "cross")
 
 
 # --------------------------------------------------------------------------- positions
-class SinusoidalPositions(nn.Module):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
-
-    def __init__(self, max_positions: int, d_model: int):
-        super().__init__()
-        pos = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
-        inv_freq = torch.exp(
-            torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-        )  # (ceil(d/2),)
-        angles = pos * inv_freq  # (P, ceil(d/2))
-        pe = torch.zeros(max_positions, d_model)  # (P, d)
-        pe[:, 0::2] = torch.sin(angles)
-        pe[:, 1::2] = torch.cos(angles)[:, : d_model // 2]
-        self.register_buffer("pe", pe, persistent=False)  # rebuilt on load, not saved
-
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        return self.pe[offset : offset + length]  # (T, d)
 
 
-class LearnedPositions(nn.Module):
-    """One trained vector per position."""
-
-    def __init__(self, max_positions: int, d_model: int):
-        super().__init__()
-        self.embedding = nn.Embedding(max_positions, d_model)
-
-    def forward(self, length: int, offset: int = 0) -> Tensor:
-        return self.embedding.weight[offset : offset + length]  # (T, d)
-
-
-# --------------------------------------------------------------------------- sub-layers
-class FeedForward(nn.Module):
-    """FFN(x) = W_2 dropout(act(W_1 x + b_1)) + b_2."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = activation
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = self.linear1(x)  # (B, T, d_ff)
-        h = F.relu(h) if self.activation == "relu" else F.gelu(h)
-        return self.linear2(self.dropout(h))  # (B, T, d)
-
-
-class EncoderLayer(nn.Module):
-    """Self-attention + FFN, each in a residual block (pre-LN or post-LN)."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        pad_mask: Tensor | None,
-        need_weights: bool = False,
-        gate: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        kw = {"key_padding_mask": pad_mask, "need_weights": need_weights, "head_gate": gate}
-        if self.norm_first:
-            h, w = self.self_attn(self.norm1(x), **kw)
-            x = x + self.dropout1(h)
-            x = x + self.dropout2(self.ff(self.norm2(x)))
-        else:
-            h, w = self.self_attn(x, **kw)
-            x = self.norm1(x + self.dropout1(h))
-            x = self.norm2(x + self.dropout2(self.ff(x)))
-        return x, w  # (B, S, d), (B, h, S, S) or None
-
-
-class DecoderLayer(nn.Module):
-    """Masked self-attention + cross-attention + FFN, each in a residual block."""
-
-    def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.ff = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        memory_pad_mask: Tensor | None,
-        tgt_pad_mask: Tensor | None = None,
-        need_weights: bool = False,
-        self_gate: Tensor | None = None,
-        cross_gate: Tensor | None = None,
-        self_cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
-        beam_slots: tuple[Tensor, int] | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """``beam_slots=(slots, beam)``: rows of ``x`` are beam slots over sentence rows of
-        ``memory``/``cross_cache`` (see :class:`tinymt.attention.DecoderCache`)."""
-        def self_block(y):
-            return self.self_attn(
-                y, key_padding_mask=tgt_pad_mask, causal=True, need_weights=need_weights,
-                cache=self_cache, head_gate=self_gate,
-            )
-
-        def cross_block(y):
-            if beam_slots is None:
-                return self.cross_attn(
-                    y, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
-                    cache=cross_cache, head_gate=cross_gate,
-                )
-            # The beams of one sentence become the query positions of that sentence's
-            # row, so each sentence's encoder keys/values are used once, not copied.
-            slots, beam = beam_slots
-            R, T, d = y.shape  # T == 1: one new token per hypothesis
-            N = cross_cache.k.size(0)  # sentences
-            grid = y.new_zeros(N * beam, T * d)  # empty slots stay zero (outputs unused)
-            grid[slots] = y.reshape(R, T * d)
-            grid = grid.view(N, beam * T, d)  # (N, beam * T, d)
-            out, w = self.cross_attn(
-                grid, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
-                cache=cross_cache, head_gate=cross_gate,
-            )  # (N, beam * T, d), (N, h, beam * T, S)
-            out = out.reshape(N * beam, T, d)[slots]  # (R, T, d)
-            if w is not None:
-                h, S = w.size(1), w.size(3)
-                w = w.view(N, h, beam, T, S).transpose(1, 2).reshape(N * beam, h, T, S)[slots]
-            return out, w  # (R, T, d), (R, h, T, S) or None
-
-        if self.norm_first:
-            h, self_w = self_block(self.norm1(x))
-            x = x + self.dropout1(h)
-            h, cross_w = cross_block(self.norm2(x))
-            x = x + self.dropout2(h)
-            x = x + self.dropout3(self.ff(self.norm3(x)))
-        else:
-            h, self_w = self_block(x)
-            x = self.norm1(x + self.dropout1(h))
-            h, cross_w = cross_block(x)
-            x = self.norm2(x + self.dropout2(h))
-            x = self.norm3(x + self.dropout3(self.ff(x)))
-        return x, self_w, cross_w  # (B, T, d), (B, h, T, T_k) or None, (B, h, T, S) or None
-
-
-# --------------------------------------------------------------------------- model
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for translation.
 
@@ -217,24 +63,8 @@ class Transformer(nn.Module):
         pad_id: int = 0,
     ):
         super().__init__()
-        check_model_args(cfg, src_vocab_size, tgt_vocab_size, shared_vocab)
-        self.config = cfg
-        self.src_vocab_size = src_vocab_size
-        self.tgt_vocab_size = tgt_vocab_size
-        self.shared_vocab = shared_vocab
-        self.pad_id = pad_id
-        self.d_model = d = cfg.d_model
-        self.n_heads = cfg.n_heads
-        self.max_positions = cfg.max_positions
-        self.embed_scale = math.sqrt(d)
-
-        # embeddings and positions
-        self.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=pad_id)
-        self.tgt_embed = nn.Embedding(tgt_vocab_size, d, padding_idx=pad_id)
-        Positions = SinusoidalPositions if cfg.positional == "sinusoidal" else LearnedPositions
-        self.src_pos = Positions(cfg.max_positions, d)
-        self.tgt_pos = Positions(cfg.max_positions, d)
-        self.dropout = nn.Dropout(cfg.dropout)
+        add_embeddings(self, cfg, src_vocab_size, tgt_vocab_size, shared_vocab, pad_id)
+        d = cfg.d_model
 
         # layers
         layer_args = (
@@ -259,36 +89,9 @@ class Transformer(nn.Module):
             self.register_buffer(f"head_mask_{kind}", torch.ones(n_layers[kind], cfg.n_heads))
         self._masks_checked: tuple | None = None  # buffer versions when last found all ones
 
-        self._init_weights()
-        if cfg.tie_embeddings:
-            if shared_vocab:
-                self.tgt_embed.weight = self.src_embed.weight
-            self.output_proj.weight = self.tgt_embed.weight
-
-    def _init_weights(self) -> None:
-        """Xavier-uniform projections, zero biases; N(0, d^-1/2) embeddings, zero pad row."""
-        std = self.d_model**-0.5
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-        nn.init.normal_(self.output_proj.weight, mean=0.0, std=std)
-        with torch.no_grad():
-            self.src_embed.weight[self.pad_id].zero_()
-            self.tgt_embed.weight[self.pad_id].zero_()
+        init_weights(self)
 
     # ----------------------------------------------------------------- helpers
-    def _check_length(self, length: int, what: str) -> None:
-        if length > self.max_positions:
-            raise TinyMTError(
-                f"{what} of {length} tokens is longer than model.max_positions="
-                f"{self.max_positions}; shorten the input (e.g. data.max_len) or train a "
-                "model with a larger model.max_positions"
-            )
-
     def head_mask(self, kind: str) -> Tensor:
         """The persistent mask of ``kind``: ``(n_layers, h)``, 1 = head on, 0 = masked."""
         return getattr(self, f"head_mask_{kind}")
@@ -345,12 +148,9 @@ class Transformer(nn.Module):
         head_gates: HeadGates = None,
     ) -> tuple[Tensor, Attn]:
         """Source tokens ``(B, S)`` -> memory ``(B, S, d)`` and ``{"encoder_self": [...]}``."""
-        S = src.size(1)
-        self._check_length(S, "a source sentence")
         if src_pad_mask is None:
             src_pad_mask = src.eq(self.pad_id)  # (B, S)
-        x = self.src_embed(src) * self.embed_scale + self.src_pos(S)  # (B, S, d)
-        x = self.dropout(x)
+        x = embed(self, src, self.src_embed, self.src_pos, "a source sentence")  # (B, S, d)
         gates = self._kind_gates(head_gates, "encoder_self", not self._masks_all_ones())
         weights = []
         for i, layer in enumerate(self.encoder_layers):
@@ -377,12 +177,9 @@ class Transformer(nn.Module):
         ``last_only``: logits of the last position only, ``(B, V_tgt)`` (decoding
         without a cache needs no more).
         """
-        T = tgt_in.size(1)
-        self._check_length(T, "a target sentence")
         if tgt_pad_mask is None:
             tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
-        x = self.tgt_embed(tgt_in) * self.embed_scale + self.tgt_pos(T)  # (B, T, d)
-        x = self.dropout(x)
+        x = embed(self, tgt_in, self.tgt_embed, self.tgt_pos, "a target sentence")  # (B, T, d)
         use_masks = not self._masks_all_ones()
         self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
         cross_g = self._kind_gates(head_gates, "cross", use_masks)
@@ -444,10 +241,8 @@ class Transformer(nn.Module):
         ``need_weights``, ``{"decoder_self": [(B, h, T, step+T)], "cross": [(B, h, T, S)]}``.
         Target tokens fed this way are never padding.
         """
-        T = tokens.size(1)  # (B, T)
-        self._check_length(cache.step + T, "a target prefix")
-        x = self.tgt_embed(tokens) * self.embed_scale + self.tgt_pos(T, offset=cache.step)
-        x = self.dropout(x)  # (B, T, d)
+        x = embed(self, tokens, self.tgt_embed, self.tgt_pos, "a target prefix",
+                  offset=cache.step)  # (B, T, d)
         use_masks = not self._masks_all_ones()
         self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
         cross_g = self._kind_gates(head_gates, "cross", use_masks)
@@ -463,11 +258,75 @@ class Transformer(nn.Module):
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        cache.step += T
+        cache.step += tokens.size(1)
         logits = self.output_proj(self.decoder_norm(x[:, -1]))  # (B, V_tgt)
         attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
         return logits, attn
 
+
+# --------------------------------------------------------------------------- shared parts
+# Ours and the benchmark's nn.Transformer peer (tinymt.peer) are built around the same
+# embeddings, positions, output projection and initialisation: these functions.
+def add_embeddings(model: nn.Module, cfg, src_vocab_size: int, tgt_vocab_size: int,
+                   shared_vocab: bool, pad_id: int) -> None:
+    """Check the arguments, then give ``model`` its plain attributes (``config``, vocabulary
+    sizes, ``pad_id``, ``d_model``, ``n_heads``, ``max_positions``, ``embed_scale``) and, in
+    this order, ``src_embed``, ``tgt_embed``, ``src_pos``, ``tgt_pos`` and ``dropout``."""
+    check_model_args(cfg, src_vocab_size, tgt_vocab_size, shared_vocab)
+    model.config = cfg
+    model.src_vocab_size, model.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+    model.shared_vocab = shared_vocab
+    model.pad_id = pad_id
+    model.d_model = d = cfg.d_model
+    model.n_heads = cfg.n_heads
+    model.max_positions = cfg.max_positions
+    model.embed_scale = math.sqrt(d)
+    model.src_embed = nn.Embedding(src_vocab_size, d, padding_idx=pad_id)
+    model.tgt_embed = nn.Embedding(tgt_vocab_size, d, padding_idx=pad_id)
+    Positions = SinusoidalPositions if cfg.positional == "sinusoidal" else LearnedPositions
+    model.src_pos = Positions(cfg.max_positions, d)
+    model.tgt_pos = Positions(cfg.max_positions, d)
+    model.dropout = nn.Dropout(cfg.dropout)
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module) -> None:
+    """Xavier-uniform projections (``nn.Linear``, and ``nn.MultiheadAttention``'s packed
+    input projection), zero biases; N(0, d^-1/2) embeddings and output projection, zero pad
+    rows. Then ``cfg.tie_embeddings`` ties the output projection to the target embedding
+    and, with a shared vocabulary, the source embedding too."""
+    std = model.d_model**-0.5
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.MultiheadAttention):
+            nn.init.xavier_uniform_(module.in_proj_weight)
+            nn.init.zeros_(module.in_proj_bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+    nn.init.normal_(model.output_proj.weight, mean=0.0, std=std)
+    model.src_embed.weight[model.pad_id].zero_()
+    model.tgt_embed.weight[model.pad_id].zero_()
+    if model.config.tie_embeddings:
+        if model.shared_vocab:
+            model.tgt_embed.weight = model.src_embed.weight
+        model.output_proj.weight = model.tgt_embed.weight
+
+
+def embed(model: nn.Module, tokens: Tensor, embedding: nn.Embedding, positions: nn.Module,
+          what: str, offset: int = 0) -> Tensor:
+    """``(B, T)`` tokens at positions ``offset..offset+T-1`` -> scaled embeddings plus
+    positions, dropped out ``(B, T, d)``; ``what`` names them when too long."""
+    T = tokens.size(1)
+    if offset + T > model.max_positions:
+        raise TinyMTError(
+            f"{what} of {offset + T} tokens is longer than model.max_positions="
+            f"{model.max_positions}; shorten the input (e.g. data.max_len) or train a "
+            "model with a larger model.max_positions"
+        )
+    return model.dropout(embedding(tokens) * model.embed_scale + positions(T, offset=offset))
 
 def check_model_args(cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool) -> None:
     """The config and vocabulary checks every encoder-decoder here makes (ours, the peer)."""

@@ -1,0 +1,226 @@
+"""``scripts/benchmark.py``: its arguments, and the run from data to report.
+
+Measures, in one process:
+
+* training throughput (target tokens/s) of our ``Transformer`` and the ``nn.Transformer``
+  peer (``tinymt.peer``) on the same token-budget batches of the Multi30k train split,
+  runs alternating ours, peer, ours, peer, ...; median of the repeats; the ratio;
+  on CUDA with bf16 autocast and model FLOPs utilisation;
+* decoding throughput (sentences/s) on the Multi30k test sentences, greedy and beam 5:
+  ours with the KV cache, ours recomputing the prefix, the peer recomputing the prefix;
+* peak memory of each measurement;
+
+and writes a markdown report (``--out``) and, with ``--json``, the raw numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from tinymt.bench.decoding import bench_decoding
+from tinymt.bench.machine import REPO_ROOT, machine_info
+from tinymt.bench.measure import log
+from tinymt.bench.memory import MemoryMeter
+from tinymt.bench.report import mark, render_markdown
+from tinymt.bench.targets import CPU_SIZES, CUDA_SIZES, evaluate_targets
+from tinymt.bench.training import bench_training
+from tinymt.bench.workload import DEFAULT_DATA, load_data, model_config
+from tinymt.cli import one_line_errors
+from tinymt.errors import TinyMTError
+
+PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="scripts/benchmark.py",
+        description=(
+            "Training and decoding throughput of tinymt's Transformer against the same model "
+            "built from torch.nn.Transformer (tinymt.peer), plus peak memory. Writes a "
+            "markdown report and optionally JSON."
+        ),
+        epilog=(
+            "Defaults per device: CPU sizes tiny,small, fp32, --max-tokens 4096, --steps 20; "
+            "CUDA sizes tiny,small,base, bf16 autocast, --max-tokens 16384, --steps 50. "
+            "Without --run, decoding uses randomly initialised models forced to a fixed output "
+            "length (--decode-len) so every method does the same work."
+        ),
+    )
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run (< 2 min on a CPU): tiny only, 1+3 steps, 1 repeat, "
+                        "50 sentences; numbers are not meaningful")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto = cuda when available, else cpu")
+    p.add_argument("--sizes", default=None,
+                   help="comma-separated model sizes (configs/model/<size>.yaml); default "
+                        "tiny,small on CPU, tiny,small,base on CUDA")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed training steps per run (default 20 CPU, 50 CUDA)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed training steps before each run (default 3 CPU, 10 CUDA)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="training runs per model, alternating ours/peer; the median is "
+                        "reported (default 3)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="token budget per training batch, padding included (default 4096 "
+                        "CPU, 16384 CUDA)")
+    p.add_argument("--sentences", type=int, default=None,
+                   help="test sentences to decode (default 1000 = all of Multi30k test)")
+    p.add_argument("--decode-repeats", type=int, default=1,
+                   help="passes over the test sentences per decoding method; the median is "
+                        "reported (default 1)")
+    p.add_argument("--batch-tokens", type=int, default=4096,
+                   help="source tokens per decoding batch, sentences batched by length "
+                        "(default 4096)")
+    p.add_argument("--decode-len", type=int, default=None,
+                   help="random models only: every sentence decodes exactly this many tokens "
+                        "(default: mean test reference length, rounded)")
+    p.add_argument("--run", default=None,
+                   help="a trained run dir: decode with its model and tokenizer instead of "
+                        "random models (stops at EOS; the peer gets the same weights)")
+    p.add_argument("--checkpoint", default="best",
+                   help="with --run: best | last | avg | path (default best)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile both models for training (decoding stays eager)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (default 0 = torch's default)")
+    p.add_argument("--data-path", default=None,
+                   help="Multi30k in the hub layout (default ../shared/data/"
+                        f"{DEFAULT_DATA} beside the repo, or $TINYMT_SHARED_DATA/{DEFAULT_DATA});"
+                        " absent: the built-in zh-en corpus, noted in the report")
+    p.add_argument("--cache-dir", default="outputs/.cache",
+                   help="prepared-data cache, relative to the repo root (default "
+                        "outputs/.cache)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="GPU bf16 dense peak for MFU when the GPU is not in the built-in table")
+    p.add_argument("--out", default="docs/benchmarks.md",
+                   help="markdown report to write (default docs/benchmarks.md)")
+    p.add_argument("--json", default=None, help="also write the raw results here")
+    p.add_argument("--merge", default=None,
+                   help="JSON of an earlier run on another device (e.g. the CPU run): its "
+                        "sections are included in this report")
+    args = p.parse_args(argv)
+    for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup" else 1):
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    return args
+
+
+def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
+    cuda = device_type == "cuda"
+    if args.quick:
+        defaults = {"sizes": "tiny", "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50}
+    else:
+        defaults = {"sizes": ",".join(CUDA_SIZES if cuda else CPU_SIZES),
+                    "steps": 50 if cuda else 20, "warmup": 10 if cuda else 3, "repeats": 3,
+                    "sentences": 1000}
+    defaults["max_tokens"] = 16384 if cuda else 4096
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.size_list = [s.strip() for s in args.sizes.split(",") if s.strip()]
+
+
+def json_name(path: str | None) -> str | None:
+    """How the report names the JSON: relative to the repo root when inside it."""
+    if not path:
+        return None
+    rel = os.path.relpath(path, REPO_ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def pick_device(args: argparse.Namespace) -> torch.device:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise TinyMTError("--device cuda: torch sees no CUDA GPU (use --device cpu)")
+    device = torch.device("cuda" if args.device == "cuda" or
+                          (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return device
+
+
+def read_merge(path: str | None) -> dict:
+    """The ``devices`` of an earlier run's JSON (``--merge``), or nothing."""
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())["devices"]
+    except (OSError, ValueError, KeyError) as e:
+        raise TinyMTError(f"--merge {path}: not a benchmark JSON ({e})") from None
+
+
+def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str]) -> dict:
+    """This device's section of the results: machine, data, training, decoding."""
+    t_start = time.time()
+    log(f"benchmark on {device.type}: sizes {','.join(args.size_list)}, "
+        f"{torch.get_num_threads()} threads")
+    data, data_info = load_data(args.data_path, args.cache_dir, args.quick)
+    meter = MemoryMeter(device)
+    training = bench_training(args, device, data, data_info, meter)
+    decoding = bench_decoding(args, device, data, data_info, meter)
+    return {"machine": machine_info(device, argv), "data": data_info,
+            "training": training, "decoding": decoding,
+            "memory_method": meter.describe(),
+            "wall_seconds": round(time.time() - t_start, 1)}
+
+
+def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -> None:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_markdown(results))
+    log(f"report: {path} ({wall_seconds:.0f}s)")
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        log(f"json: {path}")
+    for t in results["targets"]:
+        log(f"  {t['target']:<45} {t['where']:<22} {t['measured']:>12}  {mark(t['met'])}")
+
+
+@one_line_errors
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    device = pick_device(args)
+    resolve_defaults(args, device.type)
+    for size in args.size_list:
+        model_config(size)  # fail early on a bad --sizes
+    merged = read_merge(args.merge)
+    mine = measure(args, device, argv)
+    devices = {dev: merged.get(dev) for dev in ("cpu", "cuda")}
+    devices[device.type] = mine
+    results = {
+        "schema": 1,
+        "meta": {"quick": bool(args.quick), "json": json_name(args.json),
+                 "cuda_available": torch.cuda.is_available(),
+                 "memory_method": {dev: res["memory_method"]
+                                   for dev, res in devices.items() if res},
+                 "device": device.type},
+        "devices": devices,
+        "targets": evaluate_targets(devices),
+    }
+    write(results, args.out, args.json, mine["wall_seconds"])
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the command line), benchmark, write the report."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    cwd = Path.cwd()
+    for name in PATH_ARGS:
+        value = getattr(args, name)
+        if value and not (name == "run" and value == "latest"):
+            setattr(args, name, str((cwd / value).resolve()))
+    os.chdir(REPO_ROOT)  # data/cache paths as the configs spell them
+    return run(args, argv)

@@ -1,0 +1,245 @@
+"""The markdown report (``docs/benchmarks.md``), rendered from the results alone -- the
+dict that ``--json`` writes -- so that merged runs of other devices render the same way."""
+
+from __future__ import annotations
+
+from tinymt.bench.targets import (
+    BEAM_OVER_GREEDY_TARGET,
+    CACHE_VS_PEER_TARGET,
+    METHOD_LABELS,
+    METHODS,
+    SEARCHES,
+    TRAIN_TARGETS,
+)
+
+INTRO = (
+    "tinymt's `Transformer` (our attention, `tinymt/attention.py`) against the same model "
+    "built from `torch.nn.Transformer` (`tinymt/peer.py`: same widths, heads, layers, FFN, "
+    "vocabulary, dropout, pre-LN with final norms, batch-first, same scaled tied "
+    "embeddings, sinusoidal positions and output projection -- the same parameter count, "
+    "and the same weights in every comparison). "
+    "Written by `scripts/benchmark.py`; do not edit the numbers by hand, rerun it.")
+
+METHOD_BULLETS = (
+    ("- **One process, same work.** For every size our model is built from the size's "
+     "`configs/model/<size>.yaml`, the peer copies its weights "
+     "(`PeerTransformer.load_from_ours`), and both train on the same pre-collated batches "
+     "(tokens already on the device, so data loading is not timed) with the same AdamW "
+     "(lr 1e-4, betas 0.9/0.98, fused on CUDA), label-smoothed (0.1) cross-entropy and "
+     "grad-norm clipping at 1.0. Runs alternate ours, peer, ours, peer, … so that thermal "
+     "or background drift hits both; each run re-does its warm-up steps; the median run "
+     "is reported."),
+    ("- **Throughput** counts target tokens (`tgt_out` without padding) of the timed steps "
+     "divided by their wall time (`time.perf_counter`, after `torch.cuda.synchronize` on "
+     "GPU)."),
+    ("- **Decoding**: ours with the KV cache (`greedy_decode` / `beam_search`, "
+     "`use_cache=True`), ours re-running the decoder on the whole prefix each step "
+     "(`use_cache=False`), and the peer, driven by the same `tinymt.decoding.greedy_decode` "
+     "/ `beam_search` with `use_cache=False` (it has no cache): the usual `nn.Transformer` "
+     "recipe, recompute the whole prefix each step and project only the last position. "
+     "Finished sentences leave the batch in every method. "
+     "Sentences/s = test sentences ÷ wall time of one pass over all batches (encoder "
+     "included)."),
+)
+PRECISION_BULLET = (
+    "- **Precision**: fp32 on CPU; bf16 autocast for both models on CUDA (ours then uses "
+    "`scaled_dot_product_attention`'s fused kernels, the peer `nn.MultiheadAttention`), "
+    "`torch.set_float32_matmul_precision('high')`.")
+
+
+def fmt(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def mark(ok) -> str:
+    return "n/a" if ok is None else ("yes" if ok else "**no**")
+
+
+def gpu_command(cpu_json: str | None) -> str:
+    merge = f" --merge {cpu_json}" if cpu_json else ""
+    return (f"python scripts/benchmark.py --device cuda{merge} --json docs/benchmarks-cuda.json "
+            "--out docs/benchmarks.md")
+
+
+def plural(n: int, word: str) -> str:
+    suffix = "es" if word.endswith(("s", "ch")) else "s"
+    return f"{n:,} {word}{'' if n == 1 else suffix}"
+
+
+# --------------------------------------------------------------------------- one device
+def render_training(dev: str, tr: dict, where: str) -> list[str]:
+    ts = tr["settings"]
+    cuda = dev == "cuda"
+    L = [f"### Training throughput ({where})", ""]
+    compiled = ", torch.compile on both models" if ts["compile"] else ", eager (no torch.compile)"
+    L += [(f"Target tokens per second (teacher-forced forward + backward + AdamW step, grad-norm "
+          f"clipping), {ts['precision']}{compiled}; "
+          f"batches of ≤ {ts['max_tokens']:,} tokens (padding included) from the train split, "
+          f"the same {plural(ts['timed_batches'], 'batch')} "
+          f"({ts['timed_target_tokens_per_run']:,} target tokens) timed in every run after "
+          f"{plural(ts['warmup'], 'warm-up step')}; {plural(ts['repeats'], 'run')} per model "
+          "alternating ours, peer, ours, peer, …; median."), ""]
+    head = ("| size | params | ours tok/s | peer tok/s | ours/peer | target | ours peak MiB "
+            "| peer peak MiB |")
+    sep = "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+    if cuda:
+        head += " ours MFU | peer MFU |"
+        sep += " ---: | ---: |"
+    L += [head, sep]
+    for size, row in tr["sizes"].items():
+        o, p = row["ours"], row["peer"]
+        tsize, tmin = TRAIN_TARGETS[dev]
+        target = f"≥ {tmin:.1f}×" if tsize in (None, size) else "—"
+        if target != "—":
+            target += f" ({'met' if row['ratio'] >= tmin else 'missed'})"
+        line = (f"| {size} | {row['params'] / 1e6:.2f} M | {fmt(o['tokens_per_s'])} | "
+                f"{fmt(p['tokens_per_s'])} | **{row['ratio']:.2f}×** | {target} | "
+                f"{fmt(o['peak_mib'])} | {fmt(p['peak_mib'])} |")
+        if cuda:
+            line += "".join(f" {e['mfu'] * 100:.1f}% |" if e["mfu"] is not None else " n/a |"
+                            for e in (o, p))
+        L.append(line)
+    if cuda:
+        peak = ts.get("gpu_peak_tflops")
+        L += ["", ("MFU = 6 × params × target tokens/s ÷ "
+                   + (f"{peak:g} TFLOP/s (the GPU's bf16 dense peak)" if peak else
+                      "the GPU's bf16 dense peak (unknown for this GPU: pass --peak-tflops)")
+                   + "; it ignores attention FLOPs and the encoder's source tokens.")]
+    L += ["", "Final training loss of the last run (sanity: both start from the same weights "
+          "and see the same batches): " + ", ".join(
+              f"{s} ours {r['ours']['final_loss']:.3f} / peer {r['peer']['final_loss']:.3f}"
+              for s, r in tr["sizes"].items()) + ".", ""]
+    return L
+
+
+def render_decoding(dev: str, de: dict, where: str) -> list[str]:
+    ds = de["settings"]
+    L = [f"### Decoding throughput ({where})", ""]
+    L += [(f"{ds['sentences']:,} test sentences in {ds['batches']} length-sorted batch(es) of ≤ "
+          f"{ds['batch_tokens']:,} source tokens, {ds['precision']}, median of "
+          f"{plural(ds['repeats'], 'pass')} per method; time includes the encoder. "
+          f"{ds['length_rule'][0].upper() + ds['length_rule'][1:]}."), ""]
+    L += [("| model | search | method | sentences/s | seconds | output tokens | peak MiB "
+           "| vs peer |"),
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for label, row in de["sizes"].items():
+        for search in SEARCHES:
+            peer_sps = row[search]["peer"]["sentences_per_s"]
+            for m in METHODS:
+                e = row[search][m]
+                L.append(f"| {label} | {search} | {METHOD_LABELS[m]} | "
+                         f"{fmt(e['sentences_per_s'], 1)} | {e['seconds']:.2f} | "
+                         f"{e['output_tokens']:,} | {fmt(e['peak_mib'])} | "
+                         f"{e['sentences_per_s'] / peer_sps:.2f}× |")
+    L += ["", ("| model | KV-cache greedy / peer greedy | target | KV-cache / recompute (greedy) "
+               "| KV-cache / peer (beam 5) | beam-5 time / greedy time | target |"),
+          "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    for label, row in de["sizes"].items():
+        r = row["ratios"]
+        t1 = (f"≥ {CACHE_VS_PEER_TARGET:g}× ("
+              f"{'met' if r['greedy_cache_over_peer'] >= CACHE_VS_PEER_TARGET else 'missed'})"
+              if dev != "cuda" else "— (CPU target)")
+        t2 = (f"≤ {BEAM_OVER_GREEDY_TARGET:g}× ("
+              f"{'met' if r['beam5_over_greedy_time'] <= BEAM_OVER_GREEDY_TARGET else 'missed'})")
+        L.append(f"| {label} | **{r['greedy_cache_over_peer']:.2f}×** | {t1} | "
+                 f"{r['greedy_cache_over_nocache']:.2f}× | {r['beam5_cache_over_peer']:.2f}× | "
+                 f"**{r['beam5_over_greedy_time']:.2f}×** | {t2} |")
+    L.append("")
+    return L
+
+
+def render_device(dev: str, res: dict) -> list[str]:
+    machine = res["machine"]
+    where = machine["gpu"] if dev == "cuda" else \
+        f"{machine['cpu']}, {plural(machine['torch_threads'], 'thread')}"
+    return (render_training(dev, res["training"], where)
+            + render_decoding(dev, res["decoding"], where))
+
+
+# --------------------------------------------------------------------------- the report
+def render_machines(devices: dict) -> list[str]:
+    L = ["## Machine and command", "", "| | |", "| --- | --- |"]
+    for dev in ("cpu", "cuda"):
+        res = devices.get(dev)
+        if not res:
+            continue
+        m, D = res["machine"], dev.upper()
+        L += [f"| {D} run: date | {m['date']} |",
+              f"| {D} run: command | `{m['command']}` |",
+              f"| {D} run: code | git {m['git']} |",
+              f"| {D} run: software | torch {m['torch']}"
+              + (f" (CUDA {m['cuda']})" if m.get("cuda") else "")
+              + f", Python {m['python']}, {m['platform']} |",
+              (f"| {D} run: CPU | {m['cpu']}, {m['cpu_cores']} cores, "
+               f"{m['torch_threads']} torch threads |")]
+        if m.get("gpu"):
+            L.append(f"| {D} run: GPU | {m['gpu']} |")
+        L.append(f"| {D} run: data | {res['data']['name']}; "
+                 f"{res['data']['train_pairs']:,} train / {res['data']['test_pairs']:,} test "
+                 "pairs |")
+    L.append("")
+    return L
+
+
+def render_targets(results: dict) -> list[str]:
+    L = ["## Targets", "", "Measured ratios beside the targets, met or not.", "",
+         "| target | where | measured | met |", "| --- | --- | ---: | --- |"]
+    for t in results["targets"]:
+        L.append(f"| {t['target']} | {t['where']} | {t['measured']} | {mark(t['met'])} |")
+    L.append("")
+    return L
+
+
+def render_sections(meta: dict, devices: dict) -> list[str]:
+    """``## CPU`` and ``## CUDA``: the measurements, or how to get them."""
+    L = []
+    for dev, title in (("cpu", "CPU"), ("cuda", "CUDA")):
+        L += [f"## {title}", ""]
+        res = devices.get(dev)
+        if res:
+            L += render_device(dev, res)
+        elif dev == "cuda":
+            why = ("no GPU on this machine" if not meta.get("cuda_available")
+                   else "this run used --device cpu")
+            L += [(f"Not measured: {why}. On a machine with a GPU run (`--merge` keeps the "
+                   "CPU sections; add `--data-path <dir>/multi30k-hub-layout` where "
+                   "`../shared/data` is not beside the repo):"), "", "```",
+                  gpu_command(meta.get("json")), "```", ""]
+        else:
+            L += ["Not measured in this run. On the CPU machine run:", "", "```",
+                  "python scripts/benchmark.py --device cpu --json docs/benchmarks.json", "```",
+                  ""]
+    return L
+
+
+def render_method(meta: dict) -> list[str]:
+    meter = meta.get("memory_method", {})
+    memory = meter.get("cpu", meter.get("cuda", "see the JSON"))
+    if "cpu" in meter and "cuda" in meter:
+        memory += "; on CUDA: " + meter["cuda"]
+    return ["## Method", "", *METHOD_BULLETS, f"- **Peak memory**: {memory}.",
+            PRECISION_BULLET]
+
+
+def render_markdown(results: dict) -> str:
+    meta, devices = results["meta"], results["devices"]
+    L = ["# Benchmarks", "", INTRO, ""]
+    L += render_machines(devices)
+    notes = [res["data"]["note"] for res in devices.values() if res and res["data"]["note"]]
+    if meta.get("quick"):
+        notes.append("`--quick` run: a smoke test of the benchmark itself (few steps, few "
+                     "sentences); its numbers are not meaningful")
+    for note in notes:
+        L += [f"> **Note:** {note}.", ""]
+    L += render_targets(results)
+    L += render_sections(meta, devices)
+    L += render_method(meta)
+    L += ["", "## Commands", "", "```",
+          "# CPU report (this file) + raw numbers; --quick for a < 2 min smoke run",
+          "python scripts/benchmark.py --device cpu --json docs/benchmarks.json",
+          "# GPU sections, keeping the CPU ones",
+          gpu_command("docs/benchmarks.json"),
+          "# decoding with a trained model instead of random weights",
+          "python scripts/benchmark.py --run outputs/<date>/<time>",
+          "```", ""]
+    return "\n".join(L)

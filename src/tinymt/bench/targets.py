@@ -1,0 +1,53 @@
+"""What is measured (sizes, decoding methods, searches) and the targets it is held to."""
+
+from __future__ import annotations
+
+CPU_SIZES = ("tiny", "small")
+CUDA_SIZES = ("tiny", "small", "base")
+METHODS = ("ours_cache", "ours_nocache", "peer")
+METHOD_LABELS = {
+    "ours_cache": "ours, KV cache",
+    "ours_nocache": "ours, recompute prefix",
+    "peer": "peer (nn.Transformer), recompute prefix",
+}
+SEARCHES = {"greedy": 1, "beam5": 5}  # name -> beam size
+TRAIN_TARGETS = {"cuda": ("base", 1.5), "cpu": (None, 1.0)}  # (size or all, min ours/peer)
+CACHE_VS_PEER_TARGET = 3.0  # KV-cache greedy sentences/s over the peer's loop, CPU
+BEAM_OVER_GREEDY_TARGET = 2.5  # beam-5 time / greedy time, at most
+
+
+def evaluate_targets(devices: dict) -> list[dict]:
+    """``[{target, where, measured, met}]`` for the results of each device (None: not run)."""
+    rows = []
+
+    def add(name, where, measured, ok):
+        rows.append({"target": name, "where": where, "measured": measured, "met": ok})
+
+    cuda = devices.get("cuda")
+    if cuda and "base" in cuda["training"]["sizes"]:
+        ratio = cuda["training"]["sizes"]["base"]["ratio"]
+        add("GPU training ≥ 1.5× peer", "CUDA, base", f"{ratio:.2f}×", ratio >= 1.5)
+    else:
+        add("GPU training ≥ 1.5× peer", "CUDA, base", "not measured", None)
+    cpu = devices.get("cpu")
+    for size in CPU_SIZES:
+        if cpu and size in cpu["training"]["sizes"]:
+            ratio = cpu["training"]["sizes"][size]["ratio"]
+            add("CPU training ≥ 1.0× peer", f"CPU, {size}", f"{ratio:.2f}×", ratio >= 1.0)
+        else:
+            add("CPU training ≥ 1.0× peer", f"CPU, {size}", "not measured", None)
+    if cpu:
+        for label, row in cpu["decoding"]["sizes"].items():
+            r = row["ratios"]["greedy_cache_over_peer"]
+            add("KV-cache greedy ≥ 3× peer's recompute loop", f"CPU, {label}", f"{r:.2f}×",
+                r >= CACHE_VS_PEER_TARGET)
+    else:
+        add("KV-cache greedy ≥ 3× peer's recompute loop", "CPU", "not measured", None)
+    for dev, res in devices.items():
+        if not res:
+            continue
+        for label, row in res["decoding"]["sizes"].items():
+            r = row["ratios"]["beam5_over_greedy_time"]
+            add("beam 5 within 2.5× of greedy (time)", f"{dev.upper()}, {label}", f"{r:.2f}×",
+                r <= BEAM_OVER_GREEDY_TARGET)
+    return rows

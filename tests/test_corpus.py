@@ -17,6 +17,7 @@ import pytest
 from tinymt.corpus import SHOWCASE, Pair, build_dataset_dict, generate_splits, sample_pairs
 from tinymt.corpus import lexicon as L
 from tinymt.corpus.grammar import showcase_structures
+from tinymt.corpus.pair import join_english
 from tinymt.corpus.render import render
 from tinymt.corpus.structures import (
     NP,
@@ -167,22 +168,37 @@ def test_each_chinese_sentence_has_one_translation(samples):
     assert not clashes
 
 
+@pytest.mark.parametrize(
+    "words, text",
+    [
+        (("Children", "draw", "butterflies", "."), "Children draw butterflies."),
+        (("Does", "he", "like", "cats", "?"), "Does he like cats?"),
+        (("She", "left", "on", "Monday", ",", "but", "he", "stayed", "."),
+         "She left on Monday, but he stayed."),
+        (("Li", "Lei's", "friend", "came", "!"), "Li Lei's friend came!"),
+        (("It", "rained", ".", "."), "It rained.."),  # each mark attaches to the word before
+        ((".", "Yes"), ". Yes"),  # nothing to attach to: a word of its own
+        (("Xi'an",), "Xi'an"),
+        ((), ""),
+    ],
+)
+def test_join_english(words, text):
+    assert join_english(words) == text
+    pair = Pair(("他", "走", "了", "。"), words, (), frozenset())
+    assert pair.en == text
+    assert pair.zh == "他走了。"
+
+
 def test_text_forms(splits):
     for p in splits["train"][:2000] + splits["test"]:
-        assert p.zh == "".join(p.zh_words) and " " not in p.zh
+        assert " " not in p.zh and p.zh.endswith(p.zh_words[-1])
         assert p.zh_words[-1] in ("。", "？")
         assert p.en_words[-1] in (".", "?")
         assert (p.zh_words[-1] == "？") == (p.en_words[-1] == "?")
-        assert p.en[0].isupper()
+        assert p.en[0].isupper() and p.en[-1] == p.en_words[-1]
         assert "  " not in p.en and not re.search(r" [.,?]", p.en)
-        assert p.en.split(" ") == [
-            w
-            for w in " ".join(p.en_words)
-            .replace(" .", ".")
-            .replace(" ?", "?")
-            .replace(" ,", ",")
-            .split(" ")
-        ]
+        # the text holds the same words in the same order, whatever the spacing
+        assert re.findall(r"[^ .,?]+", p.en) == [w for w in p.en_words if w not in ".,?"]
 
 
 def test_lengths(splits):

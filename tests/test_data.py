@@ -54,6 +54,9 @@ def test_text_source_end_to_end(text_corpus, data_cfg):
     src_ids, tgt_ids = d.ids("valid")
     assert src_ids[0] == row["src_ids"] and tgt_ids[0] == row["tgt_ids"]
     assert d.lengths("valid") == ([len(x) for x in src_ids], [len(x) for x in tgt_ids])
+    # read from Arrow once: the training loop asks for the train ids at every step
+    assert d.ids("valid")[0] is src_ids and d.ids("train") is d.ids("train")
+    assert d.ids("train")[1] == d.splits["train"]["tgt_ids"][:]
     table = summary_table(d.stats)
     assert "train" in table and "300" in table and "40 joint" in table
     assert "cache hit" not in log.text()

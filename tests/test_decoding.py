@@ -148,18 +148,9 @@ def test_batched_equals_one_by_one():
 
 
 # --------------------------------------------------------------------------- edges
-def test_lengths_are_capped_by_max_positions():
-    model = tiny_model(6, max_positions=6, sharpen=0.0)  # all ties: greedy never picks EOS
-    src = sources([5, 2], seed=6)
-    for out in greedy_decode(model, src, max_len_b=50):
-        assert len(out) <= 5
-    for hyps in beam_search(model, src, beam=3, max_len_b=50):
-        assert len(hyps[0][0]) <= 5
-
-
-def unigram_model(logits):
+def unigram_model(logits, **kw):
     """A model whose next-token distribution is softmax(logits) whatever the context."""
-    model = tiny_model(7, vocab=len(logits))
+    model = tiny_model(7, vocab=len(logits), **kw)
     with torch.no_grad():
         model.decoder_norm.weight.zero_()  # final pre-LN norm outputs its bias: e_0
         model.decoder_norm.bias.zero_()
@@ -167,6 +158,17 @@ def unigram_model(logits):
         model.output_proj.weight.zero_()
         model.output_proj.weight[:, 0] = torch.tensor(logits, dtype=DT)
     return model
+
+
+def test_lengths_are_capped_by_max_positions():
+    # EOS is the least likely token and the words tie: every search runs until a length
+    # limit stops it. int(1.5 * n + 50) is far above the cap, so the cap binds: the decoder
+    # holds BOS + the tokens before EOS in max_positions=6 positions, i.e. exactly 5 tokens
+    model = unigram_model([0.0, 0.0, 0.0, -5.0, 0.0, 0.0, 0.0, 0.0], max_positions=6)
+    src = sources([5, 2], vocab=8, seed=6)
+    assert [len(out) for out in greedy_decode(model, src, max_len_b=50)] == [5, 5]
+    for hyps in beam_search(model, src, beam=3, nbest=3, max_len_b=50):
+        assert [len(toks) for toks, _ in hyps] == [5, 5, 5]
 
 
 def test_max_length_formula_and_forced_eos():

@@ -5,10 +5,17 @@ import re
 
 import pytest
 import torch
+from sentencepiece import sentencepiece_model_pb2 as spm_pb
 
 from conftest import make_pairs
 from tinymt.errors import TinyMTError
 from tinymt.tokenizer import Tokenizer, load_tokenizers, save_tokenizers
+
+
+def model_type(t: Tokenizer) -> int:
+    proto = spm_pb.ModelProto()
+    proto.ParseFromString(t.sp.serialized_model_proto())
+    return proto.trainer_spec.model_type
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +29,7 @@ def tok(sentences, tmp_path_factory):
 
 
 def test_special_ids_are_fixed(tok):
+    assert model_type(tok) == spm_pb.TrainerSpec.BPE  # the default
     assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tok.vocab_size == 48
@@ -50,11 +58,15 @@ def test_unknown_characters_map_to_unk(tok):
 
 def test_pieces_label_every_id(tok):
     ids = tok.encode("der hund")
-    assert "".join(tok.pieces(ids)).replace("▁", " ").strip() == "der hund"
+    pieces = tok.pieces(ids)
+    assert len(pieces) == len(ids)  # one label per id, for the attention-map axes
+    assert pieces == [tok.sp.id_to_piece(i) for i in ids]
+    assert "".join(pieces).replace("▁", " ").strip() == "der hund"
 
 
 def test_unigram_model(sentences, tmp_path):
     t = Tokenizer.train(sentences, tmp_path / "u.model", vocab_size=40, model_type="unigram")
+    assert model_type(t) == spm_pb.TrainerSpec.UNIGRAM  # not the default bpe
     assert t.decode(t.encode("das haus ist rot")) == "das haus ist rot"
     assert t.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
 
@@ -90,7 +102,16 @@ def test_save_load_separate(sentences, tmp_path):
     assert sorted(p.name for p in (tmp_path / "t").glob("*.model")) == ["src.model", "tgt.model"]
     s, t = load_tokenizers(tmp_path / "t")
     assert s is not t and (s.vocab_size, t.vocab_size) == (30, 32)
-    save_tokenizers(tmp_path / "a", src, tgt)  # saving onto itself is a no-op
+
+    # saving onto the files it was loaded from is a no-op: no error (copying a file onto
+    # itself would raise), nothing rewritten, nothing added, and both still load
+    files = sorted((tmp_path / "a").iterdir())
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+    assert save_tokenizers(tmp_path / "a", src, tgt) == tmp_path / "a"
+    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (tmp_path / "a").iterdir()}
+    assert after == before
+    s, t = load_tokenizers(tmp_path / "a")
+    assert (s.vocab_size, t.vocab_size) == (30, 32)
 
 
 def test_load_missing_folder_or_files(tmp_path):

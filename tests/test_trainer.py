@@ -66,8 +66,12 @@ def test_tensorboard_holds_scalars_images_text_hparams(finished_run):
     acc.Reload()
     tags = acc.Tags()
     for t in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "valid/loss",
-              "valid/ppl", "valid/bleu", "valid/chrf", "test/bleu"):
+              "valid/ppl", "valid/bleu", "valid/chrf", "valid/train_seconds", "test/bleu"):
         assert t in tags["scalars"], t
+    # training seconds at each validation: the x axis of valid BLEU against training time
+    seconds = [(e.step, e.value) for e in acc.Scalars("valid/train_seconds")]
+    assert [s for s, _ in seconds] == [20, 40]
+    assert 0 < seconds[0][1] < seconds[1][1] <= finished_run[1]["train_seconds"] + 0.1
     n_layers = {"encoder_self": 2, "decoder_self": 1, "cross": 1}
     for kind in KINDS:
         for layer in range(n_layers[kind]):

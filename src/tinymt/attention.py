@@ -239,6 +239,8 @@ class MultiHeadAttention(nn.Module):
         return allowed
 
     # ----------------------------------------------------------------- forward
+    # long: the four numbered steps of the paper read top to bottom in one place (most of
+    # its length is the docstring); split up, a learner would jump between helpers
     def forward(
         self,
         query: Tensor,
@@ -258,7 +260,8 @@ class MultiHeadAttention(nn.Module):
                 self-attention cache it must cover all keys, cached ones included.
             causal: query i may only see keys up to its own position.
             need_weights: also return per-head weights ``(B, h, T_q, T_k)`` (explicit
-                softmax path; the weights are the probabilities before dropout).
+                softmax path; the weights are the probabilities before dropout, float32
+                also under bf16 autocast).
             cache: a :class:`KVCache`. Self-attention appends the new keys/values; a
                 static cache (cross-attention) is filled from ``key_value`` on first use
                 and reused afterwards, when ``key_value`` may be None.
@@ -304,13 +307,17 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             scores = torch.matmul(q, k.transpose(-2, -1))  # (B, h, T_q, T_k)
+            # scale, mask and softmax in at least float32 (no-ops in fp32 and fp64), as CUDA
+            # autocast and the fused kernels do; under CPU bf16 autocast they would be bf16
+            scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
             scores = scores / math.sqrt(self.d_head)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = scores.softmax(dim=-1)  # (B, h, T_q, T_k), rows sum to 1
+            weights = scores.softmax(dim=-1)  # (B, h, T_q, T_k) >= float32, rows sum to 1
             if dead is not None:
                 weights = weights.masked_fill(dead, 0.0)
-            ctx = torch.matmul(F.dropout(weights, p_drop, self.training), v)  # (B, h, T_q, d_head)
+            probs = F.dropout(weights, p_drop, self.training).to(v.dtype)
+            ctx = torch.matmul(probs, v)  # (B, h, T_q, d_head)
         else:
             ctx = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=allowed, dropout_p=p_drop, is_causal=use_is_causal and T_q > 1

@@ -198,6 +198,8 @@ def greedy_decode(
         return results
 
 
+# long: one search loop (expand, rank, finish, shrink the beam, reorder the caches) whose
+# steps share a dozen tensors; split into helpers they would pass all of them around
 def beam_search(
     model: Transformer,
     src: Tensor,

@@ -1,9 +1,10 @@
 """Where a job runs: device, precision, seeds, and (under torchrun) ranks.
 
-Single-process runs and ``torchrun --nproc_per_node=N`` runs use the same code: with
-``WORLD_SIZE > 1`` in the environment, :func:`setup` joins the process group (NCCL on
-CUDA, gloo on CPU) and every helper here does the collective version; otherwise each
-is the identity.
+Single-process runs and ``torchrun --nproc_per_node=N`` runs use the same code: under
+torchrun (``N >= 1``: ``TORCHELASTIC_RUN_ID`` in the environment, or any ``WORLD_SIZE >
+1``), :func:`setup` joins the process group (NCCL on CUDA, gloo on CPU) and every helper
+here does the collective version; otherwise each is the identity. So
+``torchrun --nproc_per_node=1`` exercises the real NCCL/DDP path on a one-GPU machine.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Runtime:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    process_group: bool = False  # joined a torch.distributed group (every torchrun launch)
 
     @property
     def is_main(self) -> bool:
@@ -35,7 +37,8 @@ class Runtime:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        """Collectives and DDP in use: several processes, or one launched by torchrun."""
+        return self.world_size > 1 or self.process_group
 
     def autocast(self):
         if self.autocast_dtype is None:
@@ -62,9 +65,21 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` is a GPU with bf16 in hardware (Ampere / compute capability 8.0
+    and later, or ROCm); older GPUs only emulate it, slower than fp32."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """``auto``: bf16 autocast on a GPU with native bf16, fp32 elsewhere; ``bf16`` is
+    bf16 autocast on any device (on CPU too: slower, but the same dtype paths as on GPU)."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
+        return torch.bfloat16 if native_bf16(device) else None
     if name == "fp32":
         return None
     if name == "bf16":
@@ -78,6 +93,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def under_torchrun() -> bool:
+    """Started by torchrun (any ``--nproc_per_node``), or with ``WORLD_SIZE > 1`` set."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def backend_for(device: torch.device) -> str:
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -> Runtime:
     """Pick the device and precision; join the process group under torchrun."""
     if num_threads > 0:
@@ -86,13 +110,13 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = pick_device(device, local_rank)
-    if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
+    if under_torchrun() and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         # a rank that dies makes the others fail within the timeout instead of hanging
-        dist.init_process_group(backend, timeout=timedelta(minutes=10))
-    return Runtime(dev, pick_precision(precision, dev), rank, world_size, local_rank)
+        dist.init_process_group(backend_for(dev), timeout=timedelta(minutes=10))
+    return Runtime(dev, pick_precision(precision, dev), rank, world_size, local_rank,
+                   process_group=under_torchrun() and dist.is_initialized())
 
 
 def teardown(rt: Runtime) -> None:

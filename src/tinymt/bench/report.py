@@ -61,6 +61,36 @@ def gpu_command(cpu_json: str | None) -> str:
             "--out docs/benchmarks.md")
 
 
+# The GPU work of the project, one command per step, for the `device` tool's machine
+# (../shared/gpu/README.md): it lacks hydra, datasets, the font and the corpora.
+GPU_STEPS = (
+    "# 0. here, once per session: pack what the GPU machine lacks into .gpu/ (git-ignored)",
+    "bash ../shared/gpu/pack.sh",
+    "# every device call: carry [\".gpu\"]; its command starts with",
+    "bash .gpu/setup.sh && export PYTHONPATH=/tmp/site:$PWD/src "
+    "TINYMT_SHARED_DATA=$PWD/.gpu/data PYTHONUNBUFFERED=1 && ...",
+    "# 1. the CUDA tests (bf16 SDPA vs explicit, cached decoding, bf16 + fused AdamW + "
+    "compile,",
+    "#    torchrun --nproc_per_node=1 with NCCL, translate, figures), then the whole suite",
+    "python -m pytest -q -rs -m cuda tests/test_cuda.py && python -m pytest -q -x",
+    "# 2. training tok/s ours vs peer at base in bf16 (+ MFU), decoding, peak memory; then "
+    "compiled",
+    "python scripts/benchmark.py --device cuda --merge docs/benchmarks.json "
+    "--json docs/benchmarks-cuda.json --out docs/benchmarks.md",
+    "python scripts/benchmark.py --device cuda --compile --sizes base "
+    "--json docs/benchmarks-cuda-compile.json --out docs/benchmarks-cuda-compile.md",
+    "# 3. the recipe: test_2016 sacreBLEU (cased, detok, signature printed at the end); the",
+    "#    validation lines print valid BLEU and the training seconds so far (also",
+    "#    valid/bleu against valid/train_seconds in TensorBoard)",
+    "python scripts/train.py experiment=multi30k_de_en "
+    "data.path=.gpu/data/multi30k-hub-layout run_dir=outputs/m30k_gpu | tee $OUT/recipe.log",
+    "# 4. time to 38 BLEU: the same recipe within 120 s of training, validated every 100 steps",
+    "python scripts/train.py experiment=multi30k_de_en "
+    "data.path=.gpu/data/multi30k-hub-layout trainer.max_minutes=2 trainer.valid_every=100 "
+    "run_dir=outputs/m30k_gpu_120s | tee $OUT/recipe_120s.log",
+)
+
+
 def plural(n: int, word: str) -> str:
     suffix = "es" if word.endswith(("s", "ch")) else "s"
     return f"{n:,} {word}{'' if n == 1 else suffix}"
@@ -204,7 +234,10 @@ def render_sections(meta: dict, devices: dict) -> list[str]:
             L += [(f"Not measured: {why}. On a machine with a GPU run (`--merge` keeps the "
                    "CPU sections; add `--data-path <dir>/multi30k-hub-layout` where "
                    "`../shared/data` is not beside the repo):"), "", "```",
-                  gpu_command(meta.get("json")), "```", ""]
+                  gpu_command(meta.get("json")), "```", "",
+                  "### GPU machine: one command per step", "",
+                  "On the `device` tool's GPU machine (`../shared/gpu/README.md`), each "
+                  "step in one device call:", "", "```", *GPU_STEPS, "```", ""]
         else:
             L += ["Not measured in this run. On the CPU machine run:", "", "```",
                   "python scripts/benchmark.py --device cpu --json docs/benchmarks.json", "```",

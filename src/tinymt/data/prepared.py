@@ -7,7 +7,7 @@ A prepared folder holds ``tokenizer/`` (``spm.model`` joint, or ``src.model`` +
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -30,12 +30,17 @@ class PreparedData:
     tokenizer_dir: Path  # holds spm.model (joint) or src.model + tgt.model
     stats: dict
     cache_hit: bool
+    _ids: dict = field(default_factory=dict, repr=False, compare=False)  # {split: ids}
 
     def ids(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
         """``(src_ids, tgt_ids)`` of a split as plain lists: index these in a training loop
-        (``splits[s]["src_ids"]`` is a lazy datasets Column; indexing it row by row is slow)."""
-        ds = self.splits[split]
-        return ds["src_ids"][:], ds["tgt_ids"][:]
+        (``splits[s]["src_ids"]`` is a lazy datasets Column; indexing it row by row is slow).
+        Read from Arrow once per split (about a second for 200k pairs) and kept: the same
+        lists on every call, so do not modify them."""
+        if split not in self._ids:
+            ds = self.splits[split]
+            self._ids[split] = (ds["src_ids"][:], ds["tgt_ids"][:])
+        return self._ids[split]
 
     def lengths(self, split: str) -> tuple[list[int], list[int]]:
         """Token counts (no bos/eos) per pair, straight from Arrow: TokenBatchSampler's input."""

@@ -138,7 +138,8 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool) -> Trainin
     log(f"model: {cfg.model.name}, {count_parameters(model):,} parameters "
         f"(d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
         f"layers={cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers}); device {rt.device}"
-        + (f", {rt.world_size} processes" if rt.distributed else ""))
+        + (f", {rt.world_size} process{'es' if rt.world_size > 1 else ''} "
+           f"({runtime.backend_for(rt.device)})" if rt.distributed else ""))
     optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
     sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
                                 shuffle=True)
@@ -365,8 +366,11 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
     if t.rt.is_main:
         bar.write(f"step {step:>6} | epoch {state['epoch']} | valid loss {metrics['loss']:.3f} "
                   f"ppl {metrics['ppl']:.2f} | BLEU {metrics['bleu']:.2f} chrF "
-                  f"{metrics['chrf']:.2f}" + (" *" if improved else ""))
+                  f"{metrics['chrf']:.2f} | {state['train_seconds']:.0f} s trained"
+                  + (" *" if improved else ""))
         log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step)
+        # the curve of valid BLEU against training time (validation time not counted)
+        t.writer.add_scalar("valid/train_seconds", state["train_seconds"], step)
         save_checkpoints(t, best=improved)
         t.writer.flush()
     runtime.barrier(t.rt)

@@ -1,0 +1,151 @@
+"""The CUDA path: fused SDPA kernels in bf16, cached decoding, bf16 + fused AdamW + compile
+training, torchrun with NCCL, translate and the attention figures, all on a GPU.
+
+Every test here is marked ``cuda`` and skipped, with the reason, on a machine without a
+GPU. On the GPU machine (docs/benchmarks.md, "GPU machine: one command per step"):
+``python -m pytest -q -m cuda tests/test_cuda.py``.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import REPO_ROOT, TINY_TRAIN_OVERRIDES, compose_train
+from tinymt.attention import MultiHeadAttention
+from tinymt.checkpoint import load_checkpoint
+from tinymt.config import ModelConfig
+from tinymt.decoding import beam_search, greedy_decode
+from tinymt.model import KINDS, Transformer
+from tinymt.rundir import checkpoint_path, load_run
+from tinymt.trainer import train
+from tinymt.translate import translate
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="needs a CUDA GPU (torch.cuda.is_available() is False here)"),
+]
+CUDA = torch.device("cuda")
+
+
+def bf16():
+    return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("padding", [False, True])
+def test_sdpa_kernels_match_explicit_weights_in_bf16(causal, padding):
+    """The fused path (flash / memory-efficient SDPA) and the explicit-weights path agree in
+    bf16 within 3e-2 (absolute and relative: bf16 keeps 8 mantissa bits), and both are that
+    close to the float32 result."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(256, 8).to(CUDA).eval()
+    x = torch.randn(4, 37, 256, device=CUDA)
+    pad = (torch.arange(37, device=CUDA)[None, :]
+           >= torch.tensor([37, 30, 9, 1], device=CUDA)[:, None]) if padding else None
+    with torch.no_grad():
+        ref, _ = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)  # fp32
+        with bf16():
+            fused, _ = mha(x, key_padding_mask=pad, causal=causal)
+            explicit, w = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)
+    assert fused.dtype == explicit.dtype == torch.bfloat16 and w.dtype == torch.float32
+    torch.testing.assert_close(fused.float(), explicit.float(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(fused.float(), ref, atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)), atol=1e-5, rtol=0)
+
+
+def random_model(seed=0, vocab=300):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=128,
+                      dropout=0.0, max_positions=128)
+    model = Transformer(cfg, vocab, vocab, shared_vocab=True).to(CUDA).eval()
+    with torch.no_grad():
+        model.output_proj.weight.mul_(4.0)  # peaked distributions: a non-trivial search
+    return model
+
+
+def test_kv_cache_decoding_equals_full_decoding_on_gpu():
+    model = random_model()
+    g = torch.Generator().manual_seed(1)
+    lengths = [12, 5, 30, 1, 17]
+    src = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(4, 300, (n,), generator=g)
+    src = src.to(CUDA)
+    cached = greedy_decode(model, src, use_cache=True)
+    full = greedy_decode(model, src, use_cache=False)
+    assert cached == full and any(len(t) > 3 for t in cached)
+    cached_b = beam_search(model, src, beam=4, nbest=4, use_cache=True)
+    full_b = beam_search(model, src, beam=4, nbest=4, use_cache=False)
+    assert [[t for t, _ in h] for h in cached_b] == [[t for t, _ in h] for h in full_b]
+    for hc, hf in zip(cached_b, full_b):
+        assert [s for _, s in hc] == pytest.approx([s for _, s in hf], abs=1e-4)
+
+
+# --------------------------------------------------------------------------- training
+def _scalars(run_dir):
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars("train/loss")], acc.Tags()["images"]
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory):
+    """A tiny run trained on the GPU: bf16 autocast, fused AdamW, torch.compile."""
+    tmp = tmp_path_factory.mktemp("gpu_run")
+    train(compose_train(tmp, "trainer.device=cuda", "trainer.precision=bf16",
+                        "trainer.compile=true", "optim.fused=true", "trainer.max_steps=60",
+                        "trainer.valid_every=30", "trainer.num_threads=0"))
+    return tmp / "run"
+
+
+def test_bf16_fused_adamw_compile_training_on_gpu(gpu_run):
+    losses, images = _scalars(gpu_run)
+    assert len(losses) == 60 and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-15:]) / 15 < sum(losses[:15]) / 15 - 0.5  # it learned
+    state = load_checkpoint(checkpoint_path(gpu_run, "last"))
+    assert {v.dtype for v in state["model"].values() if v.is_floating_point()} == {torch.float32}
+    assert not any(k.startswith("_orig_mod.") for k in state["model"])
+    # the figures were drawn from the GPU run: every kind, at both validations
+    assert {t.split("/")[1] for t in images if t.startswith("attention/")} == set(KINDS)
+    # the checkpoint loads on a machine without a GPU
+    run = load_run(str(gpu_run), "last", "cpu")
+    assert next(run.model.parameters()).device.type == "cpu"
+
+
+def test_translate_on_cuda(gpu_run, tmp_path, capsys):
+    sentences = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "那只小猫昨天在公园里追了一只蝴蝶。"]
+    out = {}
+    for device in ("cuda", "cpu"):
+        with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+            cfg = compose(config_name="translate", overrides=[
+                f"run={gpu_run}", "checkpoint=last", f"device={device}", "decode.beam=1",
+                f"attention={tmp_path / device}"])
+        out[device] = translate(cfg, sentences)["translations"]
+        capsys.readouterr()
+    assert len(out["cuda"]) == 3
+    # float32 on both devices: the same greedy translations, bar near-ties
+    assert sum(a == b for a, b in zip(out["cuda"], out["cpu"])) >= 2
+    assert len(list((tmp_path / "cuda").glob("line*.png"))) == 3
+
+
+def test_torchrun_one_process_nccl(tmp_path):
+    """``torchrun --nproc_per_node=1`` joins a real NCCL process group (DDP, collectives)."""
+    run_dir = tmp_path / "run"
+    overrides = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}",
+                 "trainer.device=cuda", "trainer.max_steps=20", "trainer.valid_every=20",
+                 f"run_dir={run_dir}", f"hydra.run.dir={run_dir}"]
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+         "scripts/train.py", *overrides],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "1 process (nccl)" in r.stdout
+    losses, _ = _scalars(run_dir)
+    assert len(losses) == 20 and all(torch.isfinite(torch.tensor(losses)))
+

@@ -14,6 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import TINY_TRAIN_OVERRIDES
+from tinymt.batching import collate
 from tinymt.corpus import SHOWCASE, generate_splits
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
@@ -77,16 +78,21 @@ def test_torchrun_two_processes_matches_single_process(tmp_path):
     assert len(a) == len(b) == 12
     assert b == pytest.approx(a, rel=1e-4)
 
-    # ... and the same model: after 12 steps the weights agree to float rounding, and the
-    # two models translate every sentence into the same tokens
+    # ... and the same model: after 12 steps both compute the same function to float
+    # rounding, and translate every sentence into the same tokens. (Not every weight
+    # agrees: Adam divides each gradient by its own running size, so an element whose
+    # gradient is ~0, e.g. the key bias that softmax ignores, moves by about lr in a
+    # direction set by summation-order noise; such elements do not change the outputs.)
     run_a, run_b = load_run(str(single), "last", "cpu"), load_run(str(ddp), "last", "cpu")
     assert run_a.state["step"] == run_b.state["step"] == 12
-    wa, wb = run_a.model.state_dict(), run_b.model.state_dict()
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        torch.testing.assert_close(wb[name], wa[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert run_a.model.state_dict().keys() == run_b.model.state_dict().keys()
     src_ids = _sentences(run_a)
     assert src_ids == _sentences(run_b) and len(src_ids) == 42
+    batch = collate(src_ids, src_ids)  # any target text: the logits are compared
+    with torch.no_grad():
+        logits_a, _ = run_a.model.eval()(batch.src, batch.tgt_in)
+        logits_b, _ = run_b.model.eval()(batch.src, batch.tgt_in)
+    torch.testing.assert_close(logits_b, logits_a, rtol=1e-4, atol=1e-4)
     greedy_a, beam_a, scores_a = _translations(run_a, src_ids)
     greedy_b, beam_b, scores_b = _translations(run_b, src_ids)
     assert greedy_b == greedy_a

@@ -1,12 +1,14 @@
 # Two commands on a fresh machine:
 #   make demo   venv + install, train on the built-in zh->en corpus, translate, show where the logs are
 #   make test   venv + install, run the tests
+# and the guided tour of multi-head attention (installs Jupyter, an optional extra):
+#   make tour   open notebooks/tour.py in JupyterLab
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test install lint clean
+.PHONY: demo test tour install lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +32,19 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
+# The guided tour of multi-head attention. Jupyter is an optional extra (.[tour]); the tour
+# lives in git as notebooks/tour.py (jupytext), paired with a git-ignored tour.ipynb that
+# Jupyter opens and keeps in sync with it.
+$(VENV)/.tour-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[tour]'
+	touch $@
+
+tour: $(VENV)/.tour-installed
+	$(VENV)/bin/jupytext --sync notebooks/tour.py
+	$(VENV)/bin/jupyter lab notebooks/tour.ipynb
+
 lint: install
-	$(VENV)/bin/ruff check src scripts tests
+	$(VENV)/bin/ruff check src scripts tests notebooks
 
 clean:
 	rm -rf $(VENV) outputs/*/ .pytest_cache

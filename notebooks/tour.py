@@ -60,7 +60,6 @@
 import io
 import math
 import os
-import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -86,7 +85,7 @@ from tinymt.heads import (
     normalize_importance,
 )
 from tinymt.model import KINDS
-from tinymt.rundir import checkpoint_path, find_run, load_run
+from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
 
 
@@ -107,7 +106,7 @@ def train_tiny_model() -> Path:
     """Train the default tiny model for about a minute into outputs/tour/<date>/<time>."""
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         cfg = compose(config_name="train", overrides=[
-            f"run_dir=outputs/tour/{time.strftime('%Y-%m-%d/%H-%M-%S')}",
+            f"run_dir={clock_run_dir('outputs/tour')}",
             "trainer.max_minutes=1",  # the training budget
             "trainer.valid_every=100000",  # validate once, at the end
             "trainer.valid_sentences=100", "trainer.test_beam=1",

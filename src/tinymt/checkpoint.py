@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 
 FORMAT = 2
 _TMP = re.compile(r".+\.tmp-(\d+)")
@@ -56,7 +56,7 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
         if _no_space(e):
             raise TinyMTError(f"no space left on device while writing {path}; the previous "
                               "checkpoint is intact") from None
-        raise TinyMTError(f"cannot write {path} ({_first_line(e)}); the previous checkpoint "
+        raise TinyMTError(f"cannot write {path} ({first_line(e)}); the previous checkpoint "
                           "is intact") from None
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -73,10 +73,6 @@ def _no_space(e: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
@@ -118,13 +114,14 @@ def clean_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
     removed = []
     for p in Path(folder).glob("*.tmp-*"):
         m = _TMP.fullmatch(p.name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is process ``pid`` still running (the writer of a ``*.tmp-<pid>`` file or folder)?"""
     if pid == os.getpid():
         return True
     try:

@@ -8,3 +8,9 @@ and how to fix it.
 
 class TinyMTError(Exception):
     """A user-facing error: bad input, bad config, missing files."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (at most 200 characters), or its type's
+    name: what a one-line error quotes of a library's failure."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]

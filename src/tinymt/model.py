@@ -175,9 +175,11 @@ class Transformer(nn.Module):
         Returns ``(logits, {"decoder_self": [...], "cross": [...]})`` (None without
         ``need_weights``). ``tgt_pad_mask`` defaults to ``tgt_in == pad_id``.
         ``last_only``: logits of the last position only, ``(B, V_tgt)`` (decoding
-        without a cache needs no more).
+        without a cache needs no more); then ``tgt_pad_mask`` defaults to none at all:
+        padding only trails, so under the causal mask it cannot reach a last position that
+        is not padding itself, and attention keeps its causal fast path.
         """
-        if tgt_pad_mask is None:
+        if tgt_pad_mask is None and not last_only:
             tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
         x = embed(self, tgt_in, self.tgt_embed, self.tgt_pos, "a target sentence")  # (B, T, d)
         use_masks = not self._masks_all_ones()

@@ -105,6 +105,13 @@ class PeerTransformer(nn.Module):
             key = re.sub(pattern, repl, key)
         return key
 
+    @classmethod
+    def copy_of(cls, model: nn.Module) -> PeerTransformer:
+        """A peer of the same configuration and vocabularies holding ``model``'s weights
+        (on the CPU, in float32: move it where ``model`` is)."""
+        return cls(model.config, model.src_vocab_size, model.tgt_vocab_size,
+                   model.shared_vocab, model.pad_id).load_from_ours(model)
+
     @torch.no_grad()
     def load_from_ours(self, model: nn.Module) -> PeerTransformer:
         """Copy every weight of a :class:`tinymt.model.Transformer` of the same shape."""
@@ -182,10 +189,9 @@ class PeerTransformer(nn.Module):
         """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> ``(logits (B, T, V_tgt), None)``.
 
         ``last_only``: the logits of the last position only, ``(B, V_tgt)``, as decoding
-        without a cache needs. Then ``tgt_pad_mask`` defaults to none at all: padding only
-        trails, so it cannot reach a last position that is not padding itself, and without
-        a key mask ``nn.MultiheadAttention`` keeps its causal fast path (the usual
-        ``nn.Transformer`` decoding recipe).
+        without a cache needs; ``tgt_pad_mask`` then defaults to none, by the same rule as
+        :meth:`tinymt.model.Transformer.decode` (``nn.MultiheadAttention`` keeps its causal
+        fast path: the usual ``nn.Transformer`` decoding recipe).
         """
         self._no_extras(need_weights, head_gates)
         if tgt_pad_mask is None and not last_only:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tinymt.checkpoint import load_checkpoint
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 from tinymt.model import Transformer
 from tinymt.tokenizer import Tokenizer, load_tokenizers, tokenizer_digest
 
@@ -36,6 +37,15 @@ METRICS = "metrics.json"
 RUN_MARKER = ".tinymt-run"  # created atomically by the run that owns the folder
 NAMED = ("best", "last", "avg")  # checkpoint=<name> picks checkpoints/<name>.pt
 _STEP = re.compile(r"ckpt_(\d+)\.pt")
+# a new run's folder, by the clock: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir
+# spells the same with Hydra's ${now:...})
+CLOCK_NAME = "%Y-%m-%d/%H-%M-%S"
+
+
+def clock_run_dir(root: str = "outputs") -> str:
+    """``<root>/<date>/<time>`` for a run started now (claim it with :func:`claim_run_dir`
+    with ``unique=True``: two runs in one second get ``_1``, ``_2``, ...)."""
+    return f"{root}/{time.strftime(CLOCK_NAME)}"
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -151,7 +161,7 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        first = str(e).strip().splitlines()[0][:200]
-        raise TinyMTError(f"{ckpt_path} does not fit its own model config ({first})") from None
+        raise TinyMTError(f"{ckpt_path} does not fit its own model config "
+                          f"({first_line(e)})") from None
     model.to(device).eval()
     return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)

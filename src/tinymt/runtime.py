@@ -29,21 +29,22 @@ class Runtime:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    process_group: bool = False  # joined a torch.distributed group (every torchrun launch)
+    distributed: bool = False  # joined a torch.distributed group: collectives and DDP on
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
-    @property
-    def distributed(self) -> bool:
-        """Collectives and DDP in use: several processes, or one launched by torchrun."""
-        return self.world_size > 1 or self.process_group
-
     def autocast(self):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        return autocast(self.device, self.autocast_dtype)
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` to ``dtype`` on ``device``; nothing at all when ``dtype`` is None
+    (fp32)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -110,13 +111,14 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     dev = pick_device(device, local_rank)
-    if under_torchrun() and not dist.is_initialized():
+    joined = under_torchrun()
+    if joined and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         # a rank that dies makes the others fail within the timeout instead of hanging
         dist.init_process_group(backend_for(dev), timeout=timedelta(minutes=10))
     return Runtime(dev, pick_precision(precision, dev), rank, world_size, local_rank,
-                   process_group=under_torchrun() and dist.is_initialized())
+                   distributed=joined)
 
 
 def teardown(rt: Runtime) -> None:

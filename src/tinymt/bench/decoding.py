@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tinymt.batching import Batch, collate, length_batches
-from tinymt.bench.measure import autocast, log, timed
+from tinymt.bench.measure import autocast, log, precision_label, timed
 from tinymt.bench.memory import MemoryMeter, tensor_mib
 from tinymt.bench.targets import METHODS, SEARCHES
 from tinymt.bench.workload import build_pair, model_config
@@ -56,8 +56,7 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
     if args.run:
         run = load_run(args.run, args.checkpoint, device)
         m = run.model
-        peer = PeerTransformer(m.config, m.src_vocab_size, m.tgt_vocab_size, m.shared_vocab,
-                               m.pad_id).load_from_ours(m).to(device)
+        peer = PeerTransformer.copy_of(m).to(device)
         return _Workload(
             [run.src_tokenizer.encode(normalize(t)) for t in test["src"][:n]],
             {f"trained ({m.config.name})": (m, peer)}, 1.5, 10,
@@ -144,6 +143,6 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
         "max_len_a": work.max_len_a,
         "max_len_b": work.max_len_b,
         "length_rule": work.length_rule,
-        "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
+        "precision": precision_label(device),
     }
     return {"settings": settings, "sizes": results}

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import torch
 
+from tinymt import runtime
 from tinymt.bench.memory import MemoryMeter
 
 T = TypeVar("T")
@@ -19,11 +20,18 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def precision(device: torch.device) -> torch.dtype | None:
+    """What the benchmark runs in: bf16 autocast on CUDA, fp32 (None) on the CPU."""
+    return torch.bfloat16 if device.type == "cuda" else None
+
+
+def precision_label(device: torch.device) -> str:
+    return "bf16 autocast" if precision(device) is not None else "fp32"
+
+
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA, nothing (fp32) on the CPU."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    """The benchmark's :func:`precision` as a context (:func:`tinymt.runtime.autocast`)."""
+    return runtime.autocast(device, precision(device))
 
 
 def timed(work: Callable[[], T], meter: MemoryMeter, device: torch.device

@@ -13,7 +13,7 @@ from torch import nn
 
 from tinymt.batching import Batch, TokenBatchSampler, collate
 from tinymt.bench.machine import gpu_peak_tflops
-from tinymt.bench.measure import autocast, log, timed
+from tinymt.bench.measure import autocast, log, precision_label, timed
 from tinymt.bench.memory import MemoryMeter, optimizer_mib, tensor_mib
 from tinymt.bench.workload import build_pair, model_config
 from tinymt.data import PreparedData
@@ -136,7 +136,7 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
         if cuda:
             torch.cuda.empty_cache()
     settings = {
-        "precision": "bf16 autocast" if cuda else "fp32",
+        "precision": precision_label(device),
         "compile": bool(args.compile),
         "max_tokens": args.max_tokens,
         "warmup": args.warmup,

@@ -79,6 +79,4 @@ def build_pair(cfg: ModelConfig, data_info: dict, device: torch.device
     src_v, tgt_v = data_info["vocab"]
     torch.manual_seed(0)
     ours = Transformer(cfg, src_v, tgt_v, shared_vocab=data_info["shared_vocab"])
-    peer = PeerTransformer(cfg, src_v, tgt_v, shared_vocab=data_info["shared_vocab"])
-    peer.load_from_ours(ours)
-    return ours.to(device), peer.to(device)
+    return ours.to(device), PeerTransformer.copy_of(ours).to(device)

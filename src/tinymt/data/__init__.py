@@ -29,13 +29,12 @@ folder layout; :mod:`tinymt.data.summary` the stats and their table.
 from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
 from tinymt.data.pipeline import normalize, prepare, target_language
 from tinymt.data.prepared import PreparedData
-from tinymt.data.sources import SOURCES, SPLITS, load_source, read_lines
+from tinymt.data.sources import SPLITS, load_source, read_lines
 from tinymt.data.summary import summary_table
 
 __all__ = [
     "COMPLETE",
     "PIPELINE_VERSION",
-    "SOURCES",
     "SPLITS",
     "PreparedData",
     "cache_key",

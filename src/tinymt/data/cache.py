@@ -22,6 +22,7 @@ import sentencepiece as spm
 from omegaconf import OmegaConf
 
 import tinymt.corpus as corpus
+from tinymt.checkpoint import pid_alive
 from tinymt.config import check_data
 from tinymt.data.prepared import PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
@@ -119,23 +120,13 @@ def load_complete(final: Path, log: Log) -> PreparedData | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
 def _clean_stale_tmp(root: Path) -> None:
     """Remove temp folders of interrupted runs (dead process, untouched for an hour)."""
     now = time.time()
     for d in root.glob(".tmp-*"):
         try:
             pid = int(d.name.split("-")[1])
-            if not _pid_alive(pid) and now - d.stat().st_mtime > _STALE_TMP_S:
+            if not pid_alive(pid) and now - d.stat().st_mtime > _STALE_TMP_S:
                 shutil.rmtree(d, ignore_errors=True)
         except (IndexError, ValueError, OSError):
             continue

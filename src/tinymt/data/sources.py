@@ -23,10 +23,9 @@ import pyarrow as pa
 
 import tinymt.corpus as corpus
 from tinymt.config import check_data
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 
 SPLITS = ("train", "valid", "test")
-SOURCES = ("builtin", "hub", "text", "tsv")
 TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
 HUB_PROBE_TIMEOUT_S = 3.0
 
@@ -201,10 +200,6 @@ def _hub_error(cfg, why: str) -> TinyMTError:
     )
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
 def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
     local = Path(cfg.path).expanduser()
     if local.exists():
@@ -214,7 +209,7 @@ def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
             )
         except Exception as e:  # noqa: BLE001  (datasets raises many types for bad folders)
             raise TinyMTError(
-                f"data.path={cfg.path}: cannot load it as a dataset ({_first_line(e)})"
+                f"data.path={cfg.path}: cannot load it as a dataset ({first_line(e)})"
             ) from None
     if _looks_local(cfg.path):
         raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
@@ -228,15 +223,18 @@ def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
         with _offline_mode() if offline else contextlib.nullcontext():
             return datasets.load_dataset(cfg.path)
     except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")
-        raise _hub_error(cfg, why if offline else _first_line(e)) from None
+        raise _hub_error(cfg, why if offline else first_line(e)) from None
 
 
-def _hub_side(cfg, ds: datasets.Dataset, split: str, side: str, lang: str) -> list[str]:
-    """One language of a hub split: its own column, or its key in a ``translation`` column."""
+def _hub_side(cfg, ds: datasets.Dataset, translation: list | None, split: str, side: str,
+              lang: str) -> list[str]:
+    """One language of a hub split: its own column, or its key in the split's
+    ``translation`` column (``translation``: that column as a list, read once for both
+    sides, or None)."""
     if lang in ds.column_names:
         values = ds[lang][:]  # [:] = a plain list (a datasets Column is lazy)
-    elif "translation" in ds.column_names:
-        values = [row.get(lang) if row else None for row in ds["translation"][:]]
+    elif translation is not None:
+        values = [row.get(lang) if row else None for row in translation]
         if all(v is None for v in values[:100]):
             raise TinyMTError(
                 f"{cfg.path} split {split!r}: its translation column has no {lang!r} "
@@ -258,10 +256,12 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
             raise TinyMTError(
                 f"{cfg.path} has no split {theirs!r} (data.{ours}_split); it has: {', '.join(dd)}"
             )
-        out[ours] = {
-            side: _hub_side(cfg, dd[theirs], theirs, side, lang)
-            for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
-        }
+        ds, sides = dd[theirs], (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
+        in_translation = "translation" in ds.column_names and \
+            any(lang not in ds.column_names for _, lang in sides)
+        translation = ds["translation"][:] if in_translation else None
+        out[ours] = {side: _hub_side(cfg, ds, translation, theirs, side, lang)
+                     for side, lang in sides}
     return out
 
 

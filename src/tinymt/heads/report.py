@@ -240,13 +240,13 @@ def _stats_section(r: dict, img: Callable[[str, str], str]) -> list[str]:
     return L
 
 
-def _grid_table(values: np.ndarray, fmt: str = "{:.3f}", labels=None) -> list[str]:
+def _grid_table(values: np.ndarray) -> list[str]:
+    """A markdown table of a ``(layers, heads)`` array, three decimals."""
     n_layers, n_heads = values.shape
     lines = ["| layer | " + " | ".join(f"head {h}" for h in range(n_heads)) + " |",
              "| --- |" + " --- |" * n_heads]
     for layer in range(n_layers):
-        cells = [fmt.format(values[layer, h]) + (f" ({labels[layer][h]})" if labels else "")
-                 for h in range(n_heads)]
+        cells = [f"{values[layer, h]:.3f}" for h in range(n_heads)]
         lines.append(f"| {layer} | " + " | ".join(cells) + " |")
     return lines
 

@@ -50,6 +50,7 @@ from tinymt.rundir import (
     checkpoint_dir,
     checkpoint_path,
     claim_run_dir,
+    clock_run_dir,
     step_checkpoint,
     step_checkpoints,
 )
@@ -167,7 +168,7 @@ def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool) -> Path:
             raise TinyMTError(f"cannot resume: {checkpoint_path(run_dir, 'last')} not found")
     elif rt.is_main:
         if cfg.run_dir is None:
-            cfg.run_dir, unique = f"outputs/{time.strftime('%Y-%m-%d/%H-%M-%S')}", True
+            cfg.run_dir, unique = clock_run_dir(), True
         run_dir = claim_run_dir(cfg.run_dir, unique)
     else:
         run_dir = None

@@ -1,12 +1,16 @@
-"""What does each head do? Importance, pruning, alignment, entropy/distance of a trained run.
+"""What does each head do? Importance, pruning, alignment, entropy/distance and the
+grammatical relations each head tracks, for a trained run.
 
     python scripts/analyze_heads.py run=<run dir>
     python scripts/analyze_heads.py run=latest split=test max_sentences=0
     python scripts/analyze_heads.py run=<run dir> prune=0.3     # + checkpoints/pruned.pt
     python scripts/translate.py run=<run dir> checkpoint=<run dir>/checkpoints/pruned.pt "..."
+    python scripts/train.py -m model.n_heads=1,2,4,8 hydra.sweep.dir=outputs/sweep_heads
+    python scripts/analyze_heads.py run=outputs/sweep_heads pruning=false   # every run, compared
 
-Writes <run>/heads.md (tables + figures in <run>/heads/) and TensorBoard tags heads/...
-in the run dir. Options: configs/analyze_heads.yaml.
+Writes <run>/heads.md (tables + figures in <run>/heads/), <run>/heads.json and TensorBoard
+tags heads/... in the run dir; for a sweep folder also <sweep>/heads_sweep.md. Options:
+configs/analyze_heads.yaml.
 """
 
 import hydra

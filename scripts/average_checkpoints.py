@@ -13,8 +13,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors
-from tinymt.config import check_average, run_hydra
+from tinymt.cli import one_line_errors, run_hydra
+from tinymt.config import check_average
 from tinymt.errors import TinyMTError
 
 

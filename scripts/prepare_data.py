@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hydra
 
-from tinymt.cli import one_line_errors
-from tinymt.config import check_data, run_hydra
+from tinymt.cli import one_line_errors, run_hydra
+from tinymt.config import check_data
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="prepare_data")

@@ -18,8 +18,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors
-from tinymt.config import as_train_config, run_hydra
+from tinymt.cli import one_line_errors, run_hydra
+from tinymt.config import as_train_config
 from tinymt.errors import TinyMTError
 
 

@@ -5,11 +5,13 @@
     python scripts/translate.py run=<run dir> input=test.zh output=test.hyp ref=test.en decode.beam=5
     python scripts/translate.py run=latest attention=showcase.png "我请李雷帮我订了去北京的机票。"
     python scripts/translate.py run=latest -- "x=1" "-5 degrees"   # any text after --
+    python scripts/translate.py engine=ct2 model_dir=exports/m30k decode.beam=5 "Ein Hund läuft."
 
 Arguments of the form key=value are config overrides (configs/translate.yaml); every other
 argument is a sentence to translate. Everything after a ``--`` argument is a sentence, so
 a sentence that looks like an override (``x=1``) or a flag (``-5 degrees``) goes after it.
-With no sentences and no input=, stdin is read.
+With no sentences and no input=, stdin is read. ``engine=ct2 model_dir=<folder>`` decodes with
+CTranslate2 a model written by scripts/export.py (same inputs, outputs and scoring).
 """
 
 import re
@@ -18,8 +20,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors
-from tinymt.config import check_translate, run_hydra
+from tinymt.cli import one_line_errors, run_hydra
+from tinymt.config import check_translate
 
 # a Hydra override or flag: key=value, +key=value, ++key=value, ~key, --flag, -m
 _OVERRIDE = re.compile(r"^(\+{0,2}[A-Za-z_][A-Za-z0-9_.\-/@]*=|~[A-Za-z_][A-Za-z0-9_.]*|-)")

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model",),  # the encoder-decoder Transformer
     ("attention_maps", "rundir", "peer"),  # built on a model: maps, a run on disk, nn peer
     ("decoding",),  # greedy and beam search, translate_ids
+    ("ct2",),  # export to CTranslate2 (a run's model) and translating with it (its length rule)
     ("translate", "bench"),  # translating a run; the benchmark (times decoding, loads runs)
     ("trainer",),  # train(cfg)
     ("heads",),  # head analysis of a trained run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -13,8 +14,11 @@ import torch
 
 from conftest import REPO_ROOT
 from tinymt.batching import collate
-from tinymt.bench.decoding import decode_once
-from tinymt.bench.report import render_markdown
+from tinymt.bench.decoding import bench_decoding, decode_once
+from tinymt.bench.memory import MemoryMeter
+from tinymt.bench.report import render_decoding, render_markdown
+from tinymt.bench.targets import evaluate_targets
+from tinymt.bench.workload import load_data
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode
 from tinymt.errors import TinyMTError
@@ -213,6 +217,34 @@ def test_bench_decode_once_counts_the_same_tokens_for_every_method():
         counts = {decode_once(m, cache, beam, batches, 0.0, 5)
                   for m, cache in ((ours, True), (ours, False), (peer, False))}
         assert len(counts) == 1 and counts.pop() > 0
+
+
+def test_ctranslate2_rows_with_a_trained_run(tiny_run, tmp_path):
+    """``--run`` with the ct2 extra: CTranslate2 float32 and int8 rows beside ours, each with
+    its BLEU; greedy float32 translates every sentence exactly as ours; the report shows
+    them and the int8 BLEU target."""
+    pytest.importorskip("ctranslate2", reason="the optional extra .[ct2] (make test installs it)")
+    data, info = load_data(str(tmp_path / "no-multi30k"), str(tmp_path / "cache"), quick=True)
+    args = argparse.Namespace(run=str(tiny_run), checkpoint="best", sentences=12,
+                              batch_tokens=4096, decode_repeats=1)
+    device = torch.device("cpu")
+    dec = bench_decoding(args, device, data, info, MemoryMeter(device))
+    row = dec["sizes"]["trained (tiny)"]
+    for search in ("greedy", "beam5"):
+        assert set(row[search]) == {*METHODS, "ct2_float32", "ct2_int8"}
+        for e in row[search].values():
+            assert e["sentences_per_s"] > 0 and 0 <= e["bleu"] <= 100
+            assert "outputs" not in e  # scored, then dropped
+        assert row[search]["ct2_int8"]["identical_to_ct2_float32"] >= 0
+    assert row["greedy"]["ct2_float32"]["identical_to_ours"] == 12  # the same search
+    assert row["greedy"]["peer"]["identical_to_ours"] == 12
+    assert {"greedy_ct2_float32_over_cache", "beam5_ct2_int8_over_cache"} <= set(row["ratios"])
+    md = "\n".join(render_decoding("cpu", dec, "a CPU"))
+    assert "| trained (tiny) | greedy | CTranslate2, float32 |" in md
+    assert "| trained (tiny) | beam5 | CTranslate2, int8 |" in md
+    assert "| model | search | float32 / ours | int8 / ours |" in md
+    targets = evaluate_targets({"cpu": {"training": {"sizes": {}}, "decoding": dec}})
+    assert any(t["target"].startswith("CTranslate2 int8 costs") for t in targets)
 
 
 def test_report_renders_the_tables_of_the_committed_json():

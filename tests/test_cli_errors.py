@@ -29,6 +29,7 @@ BASE = {  # per script: overrides every row starts from (a row's own ones replac
     "translate": ["run={tmp}/no-run"],
     "analyze_heads": ["run={tmp}/no-run"],
     "average_checkpoints": ["run={tmp}/no-run"],
+    "export": ["run={tmp}/no-run", "out={tmp}/out"],
 }
 # root writes anywhere a mode allows; sysfs refuses new files even to root
 UNWRITABLE = "/sys/tinymt-test.txt" if os.geteuid() == 0 else "{tmp}/ro/out.txt"
@@ -82,6 +83,23 @@ ROWS = [
     row("translate", "decode.max_len_a=-1", expect="decode.max_len_a=-1"),
     row("translate", "decode.beam=2", "decode.nbest=3", expect="nbest <= beam"),
     row("translate", "device=meta", expect="device='meta'"),
+    # translation with CTranslate2 (engine=ct2): the combinations, then a folder that is no export
+    row("translate", "engine=onnx", expect="engine='onnx': choose one of torch, ct2"),
+    row("translate", "engine=ct2", expect="engine=ct2 needs model_dir="),
+    row("translate", "model_dir={tmp}/m", expect="add engine=ct2"),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", "attention={tmp}/a.png",
+        expect="attention maps are drawn by the PyTorch engine only"),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", "device=mps", expect="device=mps"),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", expect="m: no such folder"),
+    row("translate", "engine=ct2", "model_dir={tmp}/a_dir", make=("a_dir/",),
+        expect="is not a tinymt CTranslate2 export"),
+    # export: checked before the run is read; then the run (missing here)
+    row("export", "quantization=int4", expect="quantization='int4'"),
+    row("export", "format=onnx", expect="format='onnx'"),
+    row("export", "out=null", expect="out= is not set"),
+    row("export", "out={tmp}/a_dir", expect="out=", make=("a_dir/",)),
+    row("export", "out={tmp}/a_file/sub", expect="a_file is a file", make=("a_file",)),
+    row("export", "checkpoint=avg", expect="no-run does not exist"),
     row("analyze_heads", "split=train", expect="split='train'"),
     row("analyze_heads", "prune_output={tmp}/a_dir", expect="prune_output=", make=("a_dir/",)),
     row("average_checkpoints", "last=0", expect="last=0"),

@@ -17,6 +17,7 @@ from tinymt.config import (
     AnalyzeConfig,
     AverageConfig,
     DataConfig,
+    ExportConfig,
     ModelConfig,
     OptimConfig,
     PrepareConfig,
@@ -27,6 +28,7 @@ from tinymt.config import (
     check_analyze,
     check_average,
     check_data,
+    check_export,
     check_translate,
 )
 from tinymt.errors import TinyMTError
@@ -114,7 +116,8 @@ def test_translate_config_composes():
 
 # ----------------------------------------------------------------------------- defaults
 SCHEMAS = {"train": TrainConfig, "prepare_data": PrepareConfig, "translate": TranslateConfig,
-           "analyze_heads": AnalyzeConfig, "average_checkpoints": AverageConfig}
+           "export": ExportConfig, "analyze_heads": AnalyzeConfig,
+           "average_checkpoints": AverageConfig}
 GROUP_SCHEMAS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig,
                  "trainer": TrainerConfig}
 
@@ -178,6 +181,7 @@ def test_every_shipped_config_passes_the_checks():
             extra = ["data.path=corpus"] if option == "text_files" else []
             as_train_config(_compose([f"{group}={option}", *extra]))
     check_translate(_compose(name="translate"))
+    check_export(_compose(["out=exports/new-model"], name="export"))
     check_analyze(_compose(name="analyze_heads"))
     check_average(_compose(name="average_checkpoints"))
     check_data(_compose(name="prepare_data").data)
@@ -222,3 +226,14 @@ def test_translate_checks_between_keys():
         check_translate(_compose(["decode.max_len_a=0", "decode.max_len_b=0"], name="translate"))
     check_translate(_compose(["decode.beam=4", "decode.nbest=4", "output=/dev/null",
                               "attention_kinds=[cross,encoder_self]"], name="translate"))
+
+
+def test_translate_engine_checks():
+    check_translate(_compose(["engine=ct2", "model_dir=exports/m", "decode.beam=5"],
+                             name="translate"))
+    for overrides, words in ((["engine=ct2"], "engine=ct2 needs model_dir="),
+                             (["model_dir=exports/m"], "add engine=ct2"),
+                             (["engine=ct2", "model_dir=m", "attention=a.png"], "PyTorch engine"),
+                             (["engine=ct2", "model_dir=m", "device=mps"], "cpu or cuda")):
+        with pytest.raises(TinyMTError, match=words):
+            check_translate(_compose(overrides, name="translate"))

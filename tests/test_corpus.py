@@ -700,7 +700,8 @@ def test_build_dataset_dict():
     assert set(dd) == {"train", "validation", "test"}
     assert {k: len(v) for k, v in dd.items()} == {"train": 400, "validation": 50, "test": 60}
     for ds in dd.values():
-        assert set(ds.column_names) == {"zh", "en", "zh_words", "en_words", "alignment"}
+        assert set(ds.column_names) == {"zh", "en", "zh_words", "en_words", "alignment",
+                                        "zh_relations", "en_relations"}
     splits = generate_splits(seed=3, train_size=400, valid_size=50, test_size=60)
     row = dd["test"][0]
     p = splits["test"][0]
@@ -708,6 +709,8 @@ def test_build_dataset_dict():
     assert row["zh_words"] == list(p.zh_words) and row["en_words"] == list(p.en_words)
     assert row["alignment"] == [list(a) for a in p.alignment]
     assert all(isinstance(x, int) for a in row["alignment"] for x in a)
+    assert row["zh_relations"] == [list(r) for r in p.zh_relations]
+    assert row["en_relations"] == [list(r) for r in p.en_relations]
 
 
 def test_bad_sizes_rejected():

@@ -412,6 +412,13 @@ def test_builtin_source_with_alignments(data_cfg):
     assert rev["valid"][0]["src"] == fwd["valid"][0]["tgt"]
     assert rev["valid"][0]["src_words"] == fwd["valid"][0]["tgt_words"]
     assert rev["valid"][0]["alignment"] == [[t, s] for s, t in fwd["valid"][0]["alignment"]]
+    # relations are per side: reversing swaps the two lists, each (relation, dep, head)
+    # still indexes its own side's words
+    assert rev["valid"][0]["src_relations"] == fwd["valid"][0]["tgt_relations"]
+    assert rev["valid"][0]["tgt_relations"] == fwd["valid"][0]["src_relations"]
+    assert fwd["valid"][0]["src_relations"]  # the Chinese side has relations
+    for _rel, dep, head in row["src_relations"]:
+        assert dep < len(row["src_words"]) and head < len(row["src_words"])
 
 
 def test_builtin_en_to_zh_alignment_pairs_are_en_zh(data_cfg):
@@ -422,6 +429,8 @@ def test_builtin_en_to_zh_alignment_pairs_are_en_zh(data_cfg):
         a, b = en_zh[split].to_dict(), zh_en[split].to_dict()
         assert a["src"] == b["tgt"] and a["src_words"] == b["tgt_words"]
         assert a["alignment"] == [[[t, s] for s, t in sent] for sent in b["alignment"]]
+        assert a["src_relations"] == b["tgt_relations"]
+        assert a["tgt_relations"] == b["src_relations"]
     row = en_zh["valid"][0]  # en -> zh: alignment pairs are (en_i, zh_i)
     assert "".join(row["tgt_words"]) == row["tgt"]
     assert " " in row["src"] and " " not in row["tgt"]

@@ -410,8 +410,8 @@ def test_attention_statistics_of_constructed_attention():
     """attention_pass + AttentionStats.means on one sentence whose attention is written
     out above, against means worked out by hand; and the labels they give."""
     model = FixedAttention(STATS_ATTENTION)
-    stats, counts = attention_pass(model, [[5, 6]], [[7, 8, 9]])
-    assert counts is None
+    stats, counts, relations = attention_pass(model, [[5, 6]], [[7, 8, 9]])
+    assert counts is None and relations is None
     means = stats.means()
     assert set(means) == set(KINDS)
     for kind, expected in STATS_EXPECTED.items():
@@ -436,7 +436,7 @@ def test_alignment_error_rates_of_constructed_attention():
     model = FixedAttention({"encoder_self": _uniform(4, 4), "decoder_self": _uniform(4, 4),
                             "cross": ALIGN_CROSS})
     words = one_hot([0, 1, 2, -1], 3)  # piece -> word, EOS: none (both sides)
-    _, counts = attention_pass(model, [[5, 6, 7]], [[8, 9, 10]],
+    _, counts, _ = attention_pass(model, [[5, 6, 7]], [[8, 9, 10]],
                                words={"src_weights": [words], "tgt_weights": [words],
                                       "alignment": [[(0, 0), (1, 1), (2, 2)]]})
     assert counts.heads.tolist() == [[[2, 3], [2, 2]]]  # (hits, links) per head

@@ -19,6 +19,7 @@ SECTIONS = {
     "Tour": "导览",
     "Usage": "用法",
     "What the heads learned": "各个头学到了什么",
+    "What each head tracks": "每个头跟踪什么关系",
     "The built-in corpus": "内置语料",
     "Layout": "目录结构",
     "Tests": "测试",

@@ -13,6 +13,10 @@ folder is fsynced. A run killed mid-save leaves the previous checkpoint intact; 
 write (disk full) removes its temp file and says so in one line. Leftover ``*.tmp-*``
 files of dead processes are removed by :func:`clean_stale_temp_files`.
 
+A folder (``scripts/export.py``'s CTranslate2 model) is published the same way by
+:func:`publish_folder`: built in ``<name>.tmp-<pid>``, fsynced, renamed into place; an
+existing folder is never overwritten.
+
 **Loading** (:func:`load_checkpoint`) uses ``torch.load(weights_only=True)``: a file that
 carries any other pickled object (which could run code when unpickled) is refused with
 a one-line error, before anything in it runs.
@@ -24,8 +28,9 @@ import errno
 import os
 import pickle
 import re
+import shutil
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +63,54 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
                               "checkpoint is intact") from None
         raise TinyMTError(f"cannot write {path} ({first_line(e)}); the previous checkpoint "
                           "is intact") from None
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)  # make the rename itself durable
+
+
+def publish_folder(build: Callable[[Path], None], target: str | os.PathLike) -> Path:
+    """Publish a folder as :func:`save_checkpoint` publishes a file: ``build(tmp)`` fills
+    ``<target>.tmp-<pid>`` beside it, every file is fsynced, the folder renamed to
+    ``target`` and its parent fsynced. An existing ``target`` is refused before anything is
+    written; a failure (``build`` raising, a full disk) removes the temp folder, so nothing
+    half-written is ever left at ``target`` (a killed export's temp folder goes the next
+    time this target is published)."""
+    target = Path(target)
+    if target.exists() or target.is_symlink():
+        raise TinyMTError(f"{target} already exists: choose another folder (nothing was "
+                          "written)")
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     try:
-        os.fsync(dir_fd)  # make the rename itself durable
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for old in target.parent.glob(f"{target.name}.tmp-*"):  # of killed exports
+            m = _TMP.fullmatch(old.name)
+            if m and old.is_dir() and (not pid_alive(int(m.group(1))) or old == tmp):
+                shutil.rmtree(old, ignore_errors=True)
+        tmp.mkdir()
+        build(tmp)
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        if target.exists():
+            raise TinyMTError(f"{target} appeared while it was being written: left as it is")
+        os.rename(tmp, target)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        what = "no space left on device" if _no_space(e) else first_line(e)
+        raise TinyMTError(f"cannot write {target} ({what}); nothing was left there") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def _no_space(e: BaseException) -> bool:

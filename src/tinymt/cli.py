@@ -1,9 +1,15 @@
-"""What every script does with a user error: one line on stderr, exit status 2."""
+"""What every script does with a user error: one line on stderr, exit status 2 -- ours
+(:func:`one_line_errors`) and Hydra's composition errors (:func:`run_hydra`)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
+from collections.abc import Callable
+from typing import Any
+
+from hydra.errors import HydraException
 
 from tinymt.errors import TinyMTError
 
@@ -24,3 +30,35 @@ def one_line_errors(fn):
             sys.exit(130)
 
     return wrapper
+
+
+def _one_line(e: BaseException) -> str:
+    """Hydra's multi-line composition message (plus its omegaconf cause) as one line."""
+    out: list[str] = []
+    detail = ("full_key:", "reference_type", "object_type")  # omegaconf's extra lines
+    for part in (e, e.__cause__):
+        for raw in str(part or "").split("Config search path:")[0].splitlines():
+            line = raw.strip().rstrip(".")
+            if not line or line in out or line.startswith(detail):
+                continue
+            if raw.startswith("\t") and out:  # a listed option: onto its header line
+                out[-1] += (" " if out[-1].endswith(":") else ", ") + line
+            else:
+                out.append(line)
+    return "; ".join(out)
+
+
+def run_hydra(main: Callable[[], Any]) -> Any:
+    """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
+    ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
+    A user's own ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
+    try:
+        return main()
+    except HydraException as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)

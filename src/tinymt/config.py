@@ -8,8 +8,8 @@ would first fill from the YAML. ``tests/test_config.py`` proves both equal, key 
 **Rules**: each field names the values it allows (``_r(default, rule)``); ``*_RULES`` are those
 tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line. Scripts
 call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
-or ``check_train|data|translate|analyze|average(cfg)``; ``run_hydra(main)`` makes Hydra's own
-composition errors (unknown key, wrong type, missing option) one line too.
+or ``check_train|data|translate|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
+makes Hydra's own composition errors (unknown key, wrong type, missing option) one line too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import hashlib
 import math
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -26,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from tinymt.cli import run_hydra  # noqa: F401  (the scripts' import of it, kept)
 from tinymt.errors import TinyMTError
 
 Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
@@ -258,6 +257,20 @@ class TranslateConfig:
     device: str = _r("auto", DEVICE)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     outputs_root: str = "outputs"
+    engine: str = _r("torch", _one_of("torch", "ct2"))
+    model_dir: str | None = None  # engine=ct2: a folder of scripts/export.py ("model" is a group)
+
+
+@dataclass
+class ExportConfig:
+    run: str = "latest"
+    checkpoint: str = "best"
+    format: str = _r("ct2", _one_of("ct2"))
+    quantization: str = _r("none", _one_of("none", "int8"))
+    out: str | None = _r(None, (
+        lambda v: "it exists" if Path(v).expanduser().exists() else _creatable_folder(v, True),
+        "must be a new folder (an existing one is never overwritten)"))
+    outputs_root: str = "outputs"
 
 
 @dataclass
@@ -266,6 +279,7 @@ class AnalyzeConfig:
     checkpoint: str = "best"
     split: str = _r("valid", _one_of("valid", "test"))
     max_sentences: int = _r(500, _int(0, note="0 = all"))
+    pruning: bool = True
     prune_step: float = _r(0.1, _num(0, 1, lo_open=True, note="e.g. 0.1"))
     prune: float | None = _r(None, _num(0, 1, note="a fraction of the heads"))
     prune_output: str | None = _r(None, CKPT_FILE)
@@ -297,6 +311,7 @@ def rules_of(schema, prefix: str = "") -> dict[str, Rule]:
 TRAIN_RULES = rules_of(TrainConfig)
 DATA_RULES = rules_of(DataConfig, "data.")
 TRANSLATE_RULES = rules_of(TranslateConfig)
+EXPORT_RULES = rules_of(ExportConfig)
 ANALYZE_RULES = rules_of(AnalyzeConfig)
 AVERAGE_RULES = rules_of(AverageConfig)
 
@@ -325,7 +340,17 @@ TRANSLATE_CROSS: list[Cross] = [
      "decode.beam={c.decode.beam}, decode.nbest={c.decode.nbest}: need 1 <= nbest <= beam"),
     (lambda c: c.decode.max_len_a > 0 or c.decode.max_len_b > 0,
      "decode.max_len_a=0 and decode.max_len_b=0 leave no room for a single output token"),
+    (lambda c: c.engine != "ct2" or bool(c.model_dir),
+     "engine=ct2 needs model_dir=<a folder written by scripts/export.py>"),
+    (lambda c: c.engine == "ct2" or not c.model_dir, "model_dir={c.model_dir} is an exported "
+     "model, read by engine=ct2: add engine=ct2 (or drop model_dir=)"),
+    (lambda c: c.engine != "ct2" or not c.attention, "attention={c.attention}: attention maps "
+     "are drawn by the PyTorch engine only; drop attention= or use engine=torch"),
+    (lambda c: c.engine != "ct2" or c.device != "mps",
+     "device=mps: CTranslate2 runs on cpu or cuda (engine=ct2)"),
 ]
+EXPORT_CROSS: list[Cross] = [(lambda c: bool(c.out), "out= is not set: name the new folder to "
+                              "write the model to, e.g. out=exports/my-model")]
 
 
 # ----------------------------------------------------------------------------- checking
@@ -361,14 +386,16 @@ def check_translate(cfg) -> None:
     _apply(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)
 
 
+def check_export(cfg) -> None:
+    _apply(cfg, EXPORT_RULES, EXPORT_CROSS)
+
+
 def check_analyze(cfg) -> None:
     _apply(cfg, ANALYZE_RULES)
 
 
 def check_average(cfg) -> None:
     _apply(cfg, AVERAGE_RULES)
-
-
 
 
 def as_train_config(cfg) -> DictConfig:
@@ -385,38 +412,6 @@ def as_train_config(cfg) -> DictConfig:
 
 
 # ----------------------------------------------------------------------------- Hydra
-def _one_line(e: BaseException) -> str:
-    """Hydra's multi-line composition message (plus its omegaconf cause) as one line."""
-    out: list[str] = []
-    detail = ("full_key:", "reference_type", "object_type")  # omegaconf's extra lines
-    for part in (e, e.__cause__):
-        for raw in str(part or "").split("Config search path:")[0].splitlines():
-            line = raw.strip().rstrip(".")
-            if not line or line in out or line.startswith(detail):
-                continue
-            if raw.startswith("\t") and out:  # a listed option: onto its header line
-                out[-1] += (" " if out[-1].endswith(":") else ", ") + line
-            else:
-                out.append(line)
-    return "; ".join(out)
-
-
-def run_hydra(main: Callable[[], Any]) -> Any:
-    """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
-    ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
-    A user's own ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        return main()
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
-    try:
-        return main()
-    except HydraException as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        os.environ.pop("HYDRA_FULL_ERROR", None)
-
-
 def _dirname(text: str, limit: int = 100) -> str:
     """A folder name from a sweep's overrides: no slashes, at most ``limit`` characters."""
     name = str(text).replace("/", "_") or "run"
@@ -438,8 +433,8 @@ def register_configs() -> None:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
     for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),
-                       ("translate", TranslateConfig), ("analyze", AnalyzeConfig),
-                       ("average", AverageConfig)):
+                       ("translate", TranslateConfig), ("export", ExportConfig),
+                       ("analyze", AnalyzeConfig), ("average", AverageConfig)):
         ConfigStore.instance().store(name=f"{name}_schema", node=node)
 
 

@@ -46,13 +46,20 @@ def _inference(model: Transformer) -> Iterator[None]:
         model.train(was_training)
 
 
+def max_output_length(src_len: int, max_len_a: float, max_len_b: float,
+                      max_positions: int) -> int:
+    """The most tokens (EOS not counted) a sentence of ``src_len`` source tokens (its EOS
+    included) may produce: ``int(max_len_a * src_len + max_len_b)``, capped so that BOS and
+    the tokens before EOS fit in ``max_positions`` decoder positions."""
+    return max(0, min(int(max_len_a * src_len + max_len_b), max_positions - 1))
+
+
 def _max_lengths(
     model: Transformer, src_pad_mask: Tensor, max_len_a: float, max_len_b: float
 ) -> list[int]:
     """Per-sentence maximum number of output tokens (EOS not counted)."""
-    cap = model.max_positions - 1  # decoder positions: BOS + the tokens before EOS
     src_lens = (~src_pad_mask).sum(dim=1).tolist()
-    return [max(0, min(int(max_len_a * n + max_len_b), cap)) for n in src_lens]
+    return [max_output_length(n, max_len_a, max_len_b, model.max_positions) for n in src_lens]
 
 
 class _Stepper:

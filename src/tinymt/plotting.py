@@ -112,12 +112,15 @@ def save_figure(fig: Figure, path) -> None:
 
 def heatmap(
     values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",
-    fmt: str = "{:.2f}",
+    fmt: str = "{:.2f}", row_ticks: Sequence[str] | None = None,
+    col_ticks: Sequence[str] | None = None,
 ) -> Figure:
-    """A small annotated heatmap (layers x heads), e.g. head importance."""
+    """A small annotated heatmap (layers x heads by default, e.g. head importance);
+    ``row_ticks`` / ``col_ticks`` name the rows / columns instead of 0, 1, ..."""
     values = np.asarray(values, dtype=np.float32)
     rows, cols = values.shape
-    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * cols, 0.8 + 0.5 * rows))
+    left = 0.0 if row_ticks is None else 0.075 * max(map(len, row_ticks), default=0)
+    fig, ax = plt.subplots(figsize=(1.0 + left + 0.7 * cols, 0.8 + 0.5 * rows))
     im = ax.imshow(values, cmap="magma", aspect="auto")
     lo, hi = im.get_clim()
     for r in range(rows):
@@ -125,8 +128,8 @@ def heatmap(
             dark = (values[r, c] - lo) < 0.6 * (hi - lo)  # magma is dark at the low end
             ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", fontsize=7,
                     color="white" if dark else "black")
-    ax.set_xticks(range(cols))
-    ax.set_yticks(range(rows))
+    ax.set_xticks(range(cols), labels=col_ticks)
+    ax.set_yticks(range(rows), labels=row_ticks)
     ax.set_xlabel(col_label)
     ax.set_ylabel(row_label)
     ax.set_title(title)

@@ -5,6 +5,11 @@ is normalised exactly as the training text was (:func:`tinymt.data.normalize`), 
 in length-sorted batches (:func:`tinymt.decoding.translate_ids`) and written one line per
 input line. ``ref=`` scores the result, ``attention=`` draws every head's map
 (:mod:`tinymt.attention_maps`).
+
+``engine=ct2`` decodes with CTranslate2 instead (:func:`tinymt.ct2.translate_ids`, a model
+folder written by ``scripts/export.py``); everything around the decoding step -- input,
+normalisation, truncation, n-best lines, output file, ``ref=`` -- is this module's, the same
+for both engines. Attention maps need the PyTorch engine.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import check_translate
+from tinymt.ct2 import LoadedExport, load_export
+from tinymt.ct2 import translate_ids as ct2_translate_ids
 from tinymt.data import normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -31,7 +38,8 @@ from tinymt.runtime import pick_device
 
 # ----------------------------------------------------------------------------- translate
 def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=None) -> dict:
-    """Translate ``sentences`` (or ``cfg.input``, or stdin) with a trained run.
+    """Translate ``sentences`` (or ``cfg.input``, or stdin) with a trained run (or, with
+    ``engine=ct2``, an exported model).
 
     Output has exactly one line per input line (empty in -> empty out). With ``nbest >
     1`` each input gives ``nbest`` lines ``score<TAB>translation`` and a blank line.
@@ -41,8 +49,12 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     check_translate(cfg)
-    device = pick_device(cfg.device)
-    run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
+    if cfg.engine == "ct2":
+        device = None
+        run = load_export(cfg.model_dir, cfg.device)
+    else:
+        device = pick_device(cfg.device)
+        run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
     refs = read_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
     interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
@@ -58,8 +70,11 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
             lines = _arguments(sentences) if sentences else \
                 read_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
             translations = _translate_lines(run, lines, cfg, warn, out_f, device)
-    result = {"translations": translations, "run_dir": str(run.run_dir),
-              "checkpoint": str(run.checkpoint)}
+    result = {"translations": translations, "engine": cfg.engine}
+    if isinstance(run, LoadedExport):
+        result["model"] = str(run.path)
+    else:
+        result.update(run_dir=str(run.run_dir), checkpoint=str(run.checkpoint))
     if refs is not None:
         if len(refs) != len(translations):
             raise TinyMTError(f"ref={cfg.ref} has {len(refs)} lines but the input has "
@@ -113,10 +128,12 @@ def _output(path: str | None, stdout) -> Iterator:
         tmp.unlink(missing_ok=True)
 
 
-def _translate_lines(run: LoadedRun, lines, cfg, warn, out_f, device,
+def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
                      first_line: int = 1) -> list[str]:
     d = cfg.decode
-    max_src = run.model.max_positions - 1  # room for eos
+    max_positions = run.max_positions if isinstance(run, LoadedExport) else \
+        run.model.max_positions
+    max_src = max_positions - 1  # room for eos
     ids: list[list[int]] = []
     for n, line in enumerate(lines, first_line):
         toks = run.src_tokenizer.encode(normalize(line))
@@ -126,10 +143,13 @@ def _translate_lines(run: LoadedRun, lines, cfg, warn, out_f, device,
             toks = toks[:max_src]
         ids.append(toks)
     todo = [i for i, t in enumerate(ids) if t]
-    outs = translate_ids(run.model, [ids[i] for i in todo], beam=d.beam,
-                         len_penalty=d.len_penalty, max_len_a=d.max_len_a, max_len_b=d.max_len_b,
-                         nbest=d.nbest, batch_tokens=d.batch_tokens, device=device,
-                         progress=len(todo) > 200)
+    kw = {"beam": d.beam, "len_penalty": d.len_penalty, "max_len_a": d.max_len_a,
+          "max_len_b": d.max_len_b, "nbest": d.nbest, "batch_tokens": d.batch_tokens,
+          "progress": len(todo) > 200}
+    if isinstance(run, LoadedExport):  # the decoding step is the only difference
+        outs = ct2_translate_ids(run, [ids[i] for i in todo], **kw)
+    else:
+        outs = translate_ids(run.model, [ids[i] for i in todo], device=device, **kw)
     nbests: list[list[tuple[list[int], float]]] = [[] for _ in ids]
     for i, o in zip(todo, outs):
         nbests[i] = o

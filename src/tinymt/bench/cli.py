@@ -8,6 +8,8 @@ Measures, in one process:
   on CUDA with bf16 autocast and model FLOPs utilisation;
 * decoding throughput (sentences/s) on the Multi30k test sentences, greedy and beam 5:
   ours with the KV cache, ours recomputing the prefix, the peer recomputing the prefix;
+  with a trained run (``--run``) also its CTranslate2 export, float32 and int8, and the
+  BLEU of every method;
 * peak memory of each measurement;
 
 and writes a markdown report (``--out``) and, with ``--json``, the raw numbers.
@@ -85,7 +87,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "(default: mean test reference length, rounded)")
     p.add_argument("--run", default=None,
                    help="a trained run dir: decode with its model and tokenizer instead of "
-                        "random models (stops at EOS; the peer gets the same weights)")
+                        "random models (stops at EOS; the peer gets the same weights); adds "
+                        "BLEU and, with the ct2 extra, CTranslate2 float32 and int8 rows")
     p.add_argument("--checkpoint", default="best",
                    help="with --run: best | last | avg | path (default best)")
     p.add_argument("--compile", action="store_true",

@@ -1,24 +1,29 @@
 """Decoding throughput: ours with the KV cache, ours recomputing the prefix, and the peer
-(recomputing the prefix) -- greedy and beam 5, all through ``tinymt.decoding``."""
+(recomputing the prefix) -- greedy and beam 5, all through ``tinymt.decoding``; with a trained
+run (``--run``) also the run exported to CTranslate2, float32 and int8 (:mod:`tinymt.bench.ct2`),
+and the BLEU of every method's translations."""
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from tinymt.batching import Batch, collate, length_batches
+from tinymt.bench.ct2 import measure_ct2
 from tinymt.bench.measure import autocast, log, precision_label, timed
 from tinymt.bench.memory import MemoryMeter, tensor_mib
-from tinymt.bench.targets import METHODS, SEARCHES
+from tinymt.bench.targets import CT2_METHODS, SEARCHES
 from tinymt.bench.workload import build_pair, model_config
-from tinymt.data import PreparedData, normalize
+from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import beam_search, greedy_decode
+from tinymt.metrics import score
 from tinymt.peer import PeerTransformer
-from tinymt.rundir import load_run
+from tinymt.rundir import LoadedRun, load_run
 
 
 @dataclass
@@ -30,13 +35,19 @@ class _Workload:
     max_len_a: float
     max_len_b: int
     length_rule: str  # for the report
+    run: LoadedRun | None = None  # --run: the trained run (translations scored, exported)
+    refs: list[str] | None = None  # --run: the test references, for BLEU
+
+
+Pass = Callable[[], list[list[int]]]  # one pass over the test sentences -> their outputs
 
 
 def decode_once(model: nn.Module, use_cache: bool, beam: int, batches: list[Batch],
-                max_len_a: float, max_len_b: int) -> int:
-    """One pass over ``batches``; the number of output tokens. ``use_cache=False`` is the
-    only way to drive the peer: the whole prefix is recomputed at every step and only its
-    last position projected to the vocabulary."""
+                max_len_a: float, max_len_b: int, outputs: list | None = None) -> int:
+    """One pass over ``batches``; the number of output tokens (``outputs``: also collect
+    the token lists, batch by batch). ``use_cache=False`` is the only way to drive the
+    peer: the whole prefix is recomputed at every step and only its last position
+    projected to the vocabulary."""
     out_tokens = 0
     for b in batches:
         kw = {"max_len_a": max_len_a, "max_len_b": max_len_b, "use_cache": use_cache}
@@ -45,6 +56,8 @@ def decode_once(model: nn.Module, use_cache: bool, beam: int, batches: list[Batc
         else:
             outs = [h[0][0] for h in beam_search(model, b.src, b.src_pad_mask, beam=beam, **kw)]
         out_tokens += sum(len(o) for o in outs)
+        if outputs is not None:
+            outputs.extend(outs)
     return out_tokens
 
 
@@ -62,7 +75,9 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
             {f"trained ({m.config.name})": (m, peer)}, 1.5, 10,
             "trained model: stops at EOS, at most 1.5 × source length + 10 tokens "
             "(the translate defaults); the peer holds the same weights, so every "
-            "method produces the same translations")
+            "method of ours produces the same translations; BLEU: sacreBLEU of each "
+            "method's translations against the test references",
+            run=run, refs=list(test["tgt"][:n]))
     ref_lens = data.lengths("test")[1][:n]
     decode_len = args.decode_len or max(1, round(statistics.mean(ref_lens)))
     models = {size: build_pair(model_config(size), data_info, device) for size in args.size_list}
@@ -74,39 +89,70 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
         "holds the same weights as ours")
 
 
-def _bench_search(label: str, search: str, ours: nn.Module, peer: nn.Module,
-                  batches: list[Batch], work: _Workload, n: int, args: argparse.Namespace,
-                  device: torch.device, meter: MemoryMeter) -> dict:
-    """Every method with one search, ``args.decode_repeats`` passes each, alternating."""
-    times = {m: [] for m in METHODS}
-    mems = {m: [] for m in METHODS}
-    toks = {}
+def _our_passes(ours: nn.Module, peer: nn.Module, batches: list[Batch], order: list[int],
+                beam: int, work: _Workload, device: torch.device) -> dict[str, tuple[Pass, float]]:
+    """``{method: (one pass, static MiB)}`` of our model (cached, uncached) and the peer;
+    a pass returns the outputs in sentence order (``order``: the batches' sentences)."""
+    def make(model: nn.Module, use_cache: bool) -> Pass:
+        def one_pass() -> list[list[int]]:
+            outs: list[list[int]] = []
+            with autocast(device):
+                decode_once(model, use_cache, beam, batches, work.max_len_a, work.max_len_b,
+                            outs)
+            in_order: list = [None] * len(outs)
+            for i, o in zip(order, outs):
+                in_order[i] = o
+            return in_order
+        return one_pass
+
+    static = tensor_mib(ours.parameters())
+    return {"ours_cache": (make(ours, True), static), "ours_nocache": (make(ours, False), static),
+            "peer": (make(peer, False), static)}
+
+
+def _bench_search(label: str, search: str, passes: dict[str, tuple[Pass, float]], n: int,
+                  args: argparse.Namespace, device: torch.device, meter: MemoryMeter) -> dict:
+    """Every method with one search, ``args.decode_repeats`` passes each, alternating;
+    each entry keeps its last pass's ``outputs`` (for :func:`_score`)."""
+    times = {m: [] for m in passes}
+    mems = {m: [] for m in passes}
+    outputs = {}
     for r in range(args.decode_repeats):
-        for method in METHODS:
-            model = peer if method == "peer" else ours
-
-            def one_pass(model=model, method=method) -> int:
-                with autocast(device):
-                    return decode_once(model, method == "ours_cache", SEARCHES[search],
-                                       batches, work.max_len_a, work.max_len_b)
-
-            toks[method], dt, mib = timed(one_pass, meter, device)
+        for method, (one_pass, _) in passes.items():
+            outputs[method], dt, mib = timed(one_pass, meter, device)
             mems[method].append(mib)
             times[method].append(dt)
             log(f"[decode {device.type} {label}] {search} {method} pass {r + 1}/"
                 f"{args.decode_repeats}: {n / dt:,.1f} sentences/s ({dt:.2f}s)")
-    static = tensor_mib(ours.parameters())
     return {m: {"seconds": statistics.median(times[m]),
                 "sentences_per_s": n / statistics.median(times[m]),
                 "runs_seconds": times[m],
-                "output_tokens": toks[m],
-                "peak_mib": static + statistics.median(mems[m])}
-            for m in METHODS}
+                "output_tokens": sum(len(o) for o in outputs[m]),
+                "peak_mib": static + statistics.median(mems[m]),
+                "outputs": outputs[m]}
+            for m, (_, static) in passes.items()}
+
+
+def _score(entries: dict, work: _Workload) -> None:
+    """A trained run: each method's BLEU, and how many sentences it translates exactly as
+    ours (KV cache) does -- the int8 export also against the float32 one. Drops the
+    outputs."""
+    outputs = {m: e.pop("outputs") for m, e in entries.items()}
+    if work.run is None:
+        return
+    lang = target_language(work.run.config.get("data", {}))
+    for m, e in entries.items():
+        texts = [work.run.tgt_tokenizer.decode(o) for o in outputs[m]]
+        e["bleu"] = score(texts, work.refs, lang)[0]
+        e["identical_to_ours"] = sum(a == b for a, b in zip(outputs[m], outputs["ours_cache"]))
+    if "ct2_int8" in entries:
+        entries["ct2_int8"]["identical_to_ct2_float32"] = sum(
+            a == b for a, b in zip(outputs["ct2_int8"], outputs["ct2_float32"]))
 
 
 def _ratios(row: dict) -> dict:
     g, b = row["greedy"], row["beam5"]
-    return {
+    ratios = {
         "greedy_cache_over_peer": g["ours_cache"]["sentences_per_s"]
         / g["peer"]["sentences_per_s"],
         "greedy_cache_over_nocache": g["ours_cache"]["sentences_per_s"]
@@ -115,6 +161,12 @@ def _ratios(row: dict) -> dict:
         / b["peer"]["sentences_per_s"],
         "beam5_over_greedy_time": b["ours_cache"]["seconds"] / g["ours_cache"]["seconds"],
     }
+    for m in CT2_METHODS:
+        for search in SEARCHES:
+            if m in row[search]:
+                ratios[f"{search}_{m}_over_cache"] = (row[search][m]["sentences_per_s"]
+                                                      / row[search]["ours_cache"]["sentences_per_s"])
+    return ratios
 
 
 def bench_decoding(args: argparse.Namespace, device: torch.device, data: PreparedData,
@@ -125,13 +177,25 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     idx_batches = length_batches([len(s) for s in work.src_ids], args.batch_tokens)
     batches = [collate([work.src_ids[i] for i in idx], [[] for _ in idx]).to(device)
                for idx in idx_batches]  # collated up front: the timing is decoding only
+    order = [i for idx in idx_batches for i in idx]
     results = {}
     for label, (ours, peer) in work.models.items():
         ours.eval()
         peer.eval()
-        row = {search: _bench_search(label, search, ours, peer, batches, work, n, args,
-                                     device, meter)
-               for search in SEARCHES}
+        row = {search: _bench_search(label, search, _our_passes(
+            ours, peer, batches, order, beam, work, device), n, args, device, meter)
+            for search, beam in SEARCHES.items()}
+        if work.run is not None:  # after ours: CTranslate2 beside torch slows both down
+            ct2_rows = measure_ct2({
+                "run": str(work.run.run_dir), "checkpoint": str(work.run.checkpoint),
+                "device": device.type, "threads": torch.get_num_threads(),
+                "src_ids": work.src_ids, "max_len_a": work.max_len_a,
+                "max_len_b": work.max_len_b, "batch_tokens": args.batch_tokens,
+                "repeats": args.decode_repeats, "label": label})
+            for search, entries in ct2_rows.items():
+                row[search].update(entries)
+        for search in SEARCHES:
+            _score(row[search], work)
         row["ratios"] = _ratios(row)
         results[label] = row
     settings = {
@@ -144,5 +208,6 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
         "max_len_b": work.max_len_b,
         "length_rule": work.length_rule,
         "precision": precision_label(device),
+        "ct2_threads": torch.get_num_threads() if work.run is not None else None,
     }
     return {"settings": settings, "sizes": results}

@@ -7,7 +7,6 @@ from tinymt.bench.targets import (
     BEAM_OVER_GREEDY_TARGET,
     CACHE_VS_PEER_TARGET,
     METHOD_LABELS,
-    METHODS,
     SEARCHES,
     TRAIN_TARGETS,
 )
@@ -40,6 +39,13 @@ METHOD_BULLETS = (
      "Finished sentences leave the batch in every method. "
      "Sentences/s = test sentences ÷ wall time of one pass over all batches (encoder "
      "included)."),
+    ("- **CTranslate2** (with `--run` and the `ct2` extra installed): the run's checkpoint "
+     "exported with `tinymt.ct2.export_run` (float32, and int8 weights) into a temporary "
+     "folder and decoded through `tinymt.ct2.translate_ids` -- the code of "
+     "`translate.py engine=ct2` -- with the same length rule, on as many intra-op threads as "
+     "torch uses, in a child process started after our rows were measured (CTranslate2's "
+     "and torch's thread pools in one process slow each other down by about 15%); "
+     "CTranslate2 batches the sentences itself."),
 )
 PRECISION_BULLET = (
     "- **Precision**: fp32 on CPU; bf16 autocast for both models on CUDA (ours then uses "
@@ -150,17 +156,18 @@ def render_decoding(dev: str, de: dict, where: str) -> list[str]:
           f"{plural(ds['repeats'], 'pass')} per method; time includes the encoder. "
           f"{ds['length_rule'][0].upper() + ds['length_rule'][1:]}."), ""]
     L += [("| model | search | method | sentences/s | seconds | output tokens | peak MiB "
-           "| vs peer |"),
-          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+           "| vs peer | BLEU |"),
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, row in de["sizes"].items():
         for search in SEARCHES:
             peer_sps = row[search]["peer"]["sentences_per_s"]
-            for m in METHODS:
+            for m in (m for m in METHOD_LABELS if m in row[search]):
                 e = row[search][m]
+                bleu = f"{e['bleu']:.2f}" if e.get("bleu") is not None else "—"
                 L.append(f"| {label} | {search} | {METHOD_LABELS[m]} | "
                          f"{fmt(e['sentences_per_s'], 1)} | {e['seconds']:.2f} | "
                          f"{e['output_tokens']:,} | {fmt(e['peak_mib'])} | "
-                         f"{e['sentences_per_s'] / peer_sps:.2f}× |")
+                         f"{e['sentences_per_s'] / peer_sps:.2f}× | {bleu} |")
     L += ["", ("| model | KV-cache greedy / peer greedy | target | KV-cache / recompute (greedy) "
                "| KV-cache / peer (beam 5) | beam-5 time / greedy time | target |"),
           "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
@@ -174,6 +181,35 @@ def render_decoding(dev: str, de: dict, where: str) -> list[str]:
         L.append(f"| {label} | **{r['greedy_cache_over_peer']:.2f}×** | {t1} | "
                  f"{r['greedy_cache_over_nocache']:.2f}× | {r['beam5_cache_over_peer']:.2f}× | "
                  f"**{r['beam5_over_greedy_time']:.2f}×** | {t2} |")
+    L.append("")
+    return L + render_ct2(de)
+
+
+def render_ct2(de: dict) -> list[str]:
+    """The CTranslate2 rows against ours (KV cache): speed, identical outputs, BLEU."""
+    rows = [(label, search, row[search]) for label, row in de["sizes"].items()
+            for search in SEARCHES if "ct2_float32" in row[search]]
+    if not rows:
+        return []
+    threads = de["settings"].get("ct2_threads")
+    L = [(f"CTranslate2 rows: the same checkpoint exported by `scripts/export.py` "
+          f"(float32, and int8 weights), decoded by `translate.py engine=ct2`'s code "
+          f"(`tinymt.ct2.translate_ids`) with {plural(threads or 0, 'thread')}, in a process "
+          "of their own after ours (the two thread pools in one process slow each other "
+          "down); peak MiB counts the exported weights (`model.bin`). Greedy is the same "
+          "search as ours; beam search keeps the beam full where ours lets it shrink "
+          "(docs/architecture.md), so beam outputs may differ from ours."), "",
+         ("| model | search | float32 / ours | int8 / ours | float32 = ours (sentences) "
+          "| int8 = float32 (sentences) | BLEU ours | BLEU float32 | BLEU int8 |"),
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, search, r in rows:
+        o, f, q = r["ours_cache"], r["ct2_float32"], r["ct2_int8"]
+        n = de["settings"]["sentences"]
+        L.append(f"| {label} | {search} | **{f['sentences_per_s'] / o['sentences_per_s']:.2f}×** | "
+                 f"**{q['sentences_per_s'] / o['sentences_per_s']:.2f}×** | "
+                 f"{f['identical_to_ours']:,} of {n:,} | "
+                 f"{q['identical_to_ct2_float32']:,} of {n:,} | {o['bleu']:.2f} | "
+                 f"{f['bleu']:.2f} | {q['bleu']:.2f} |")
     L.append("")
     return L
 
@@ -272,7 +308,8 @@ def render_markdown(results: dict) -> str:
           "python scripts/benchmark.py --device cpu --json docs/benchmarks.json",
           "# GPU sections, keeping the CPU ones",
           gpu_command("docs/benchmarks.json"),
-          "# decoding with a trained model instead of random weights",
+          "# decoding with a trained model instead of random weights (+ BLEU, and the",
+          "# CTranslate2 float32 / int8 rows when the ct2 extra is installed)",
           "python scripts/benchmark.py --run outputs/<date>/<time>",
           "```", ""]
     return "\n".join(L)

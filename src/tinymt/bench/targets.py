@@ -5,15 +5,20 @@ from __future__ import annotations
 CPU_SIZES = ("tiny", "small")
 CUDA_SIZES = ("tiny", "small", "base")
 METHODS = ("ours_cache", "ours_nocache", "peer")
+# with --run (a trained model) and CTranslate2 installed: the run exported, weights as named
+CT2_METHODS = {"ct2_float32": "none", "ct2_int8": "int8"}  # method -> export quantization=
 METHOD_LABELS = {
     "ours_cache": "ours, KV cache",
     "ours_nocache": "ours, recompute prefix",
     "peer": "peer (nn.Transformer), recompute prefix",
+    "ct2_float32": "CTranslate2, float32",
+    "ct2_int8": "CTranslate2, int8",
 }
 SEARCHES = {"greedy": 1, "beam5": 5}  # name -> beam size
 TRAIN_TARGETS = {"cuda": ("base", 1.5), "cpu": (None, 1.0)}  # (size or all, min ours/peer)
 CACHE_VS_PEER_TARGET = 3.0  # KV-cache greedy sentences/s over the peer's loop, CPU
 BEAM_OVER_GREEDY_TARGET = 2.5  # beam-5 time / greedy time, at most
+INT8_BLEU_COST_TARGET = 0.5  # CTranslate2 int8 BLEU below float32's (beam 5), at most
 
 
 def evaluate_targets(devices: dict) -> list[dict]:
@@ -50,4 +55,9 @@ def evaluate_targets(devices: dict) -> list[dict]:
             r = row["ratios"]["beam5_over_greedy_time"]
             add("beam 5 within 2.5× of greedy (time)", f"{dev.upper()}, {label}", f"{r:.2f}×",
                 r <= BEAM_OVER_GREEDY_TARGET)
+            beam = row["beam5"]
+            if beam.get("ct2_int8", {}).get("bleu") is not None:
+                cost = beam["ct2_float32"]["bleu"] - beam["ct2_int8"]["bleu"]
+                add(f"CTranslate2 int8 costs ≤ {INT8_BLEU_COST_TARGET} BLEU (beam 5)",
+                    f"{dev.upper()}, {label}", f"{cost:+.2f} BLEU", cost <= INT8_BLEU_COST_TARGET)
     return rows

@@ -28,7 +28,7 @@ from tinymt.corpus.generate import SHOWCASE, build_dataset_dict, generate_splits
 from tinymt.corpus.pair import Pair
 
 # bump when the grammar or lexicon changes what a seed generates (data caches key on it)
-CORPUS_VERSION = "1"
+CORPUS_VERSION = "2"  # 2: typed relations on both sides
 
 __all__ = [
     "CORPUS_VERSION",

@@ -98,7 +98,8 @@ def build_dataset_dict(
     test_size: int = 1000,
 ):
     """The splits as a ``datasets.DatasetDict`` with columns zh, en, zh_words, en_words,
-    alignment (a list of ``[zh_index, en_index]`` per row)."""
+    alignment (a list of ``[zh_index, en_index]`` per row), zh_relations and en_relations
+    (``[relation, dependent, head]`` per row, see :mod:`tinymt.corpus.relations`)."""
     import datasets
 
     splits = generate_splits(seed, train_size, valid_size, test_size)
@@ -113,6 +114,8 @@ def build_dataset_dict(
                 "zh_words": [p.zh_words for p in pairs],
                 "en_words": [p.en_words for p in pairs],
                 "alignment": [p.alignment for p in pairs],
+                "zh_relations": [p.zh_relations for p in pairs],
+                "en_relations": [p.en_relations for p in pairs],
             }
         )
     return datasets.DatasetDict(out)

@@ -13,13 +13,17 @@ class Pair:
 
     ``alignment`` holds ``(zh_index, en_index)`` links between ``zh_words`` and
     ``en_words`` (sorted); ``constructions`` names the grammatical constructions the
-    sentence exercises ("past", "relative_clause", ...).
+    sentence exercises ("past", "relative_clause", ...). ``zh_relations`` /
+    ``en_relations`` hold ``(relation, dependent, head)`` triples on each side: an index
+    into :data:`tinymt.corpus.relations.RELATIONS` and two word indices (sorted).
     """
 
     zh_words: tuple[str, ...]
     en_words: tuple[str, ...]
     alignment: tuple[tuple[int, int], ...]
     constructions: frozenset[str]
+    zh_relations: tuple[tuple[int, int, int], ...] = ()
+    en_relations: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def zh(self) -> str:

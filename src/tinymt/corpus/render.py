@@ -24,6 +24,14 @@ Alignment policy (every word on both sides ends up aligned):
   infinitive "to" with the verb it introduces, the copula "is" with the adjective;
 * 在 … 里 align with the preposition; 很 with "very"; punctuation with punctuation,
   the comma of 因为…，所以… with "because".
+
+Relations (``Pair.zh_relations`` / ``en_relations``, see :mod:`tinymt.corpus.relations`)
+come from the same structure: where the renderer knows that one constituent depends on
+another, it records ``ctx.rel(name, dependent key, head key)``. A key is a link id (or a
+relation-only key from ``ctx.key()``, which never aligns), and on each side it stands for
+the words that carry it. A function word that borrows a content word's link id for the
+alignment ("to" in *go to Beijing*, 的 after an adjective, do-support "do") carries it as
+:class:`_Borrowed`: it aligns as before but is not that constituent in a relation.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import itertools
 
 from tinymt.corpus.lexicon import NUMERALS, Verb, verb
 from tinymt.corpus.pair import Pair
+from tinymt.corpus.relations import RELATIONS
 from tinymt.corpus.structures import (
     NP,
     Because,
@@ -68,21 +77,46 @@ def _be(agreement: str, past: bool) -> str:
     return {"1sg": "am", "3sg": "is", "pl": "are"}[agreement]
 
 
-class _Ctx:
-    """Fresh link ids (``ctx.new()``) and the construction tags of one sentence."""
+class _Borrowed(int):
+    """A link id carried by a function word for the alignment only: it aligns like the
+    id, but the word does not stand for that constituent in a relation."""
 
-    __slots__ = ("new", "tags")
+    __slots__ = ()
+
+
+def _fn(ids: tuple) -> tuple:
+    """``ids`` borrowed (see :class:`_Borrowed`)."""
+    return tuple(_Borrowed(k) for k in ids)
+
+
+_REL_INDEX = {name: i for i, name in enumerate(RELATIONS)}
+
+
+class _Ctx:
+    """Fresh link ids (``ctx.new()``), relation-only keys (``ctx.key()``, negative: they
+    never align), the construction tags and the relations of one sentence."""
+
+    __slots__ = ("key", "new", "rels", "tags")
 
     def __init__(self) -> None:
         self.new = itertools.count(1).__next__
+        self.key = itertools.count(-1, -1).__next__
         self.tags: set[str] = set()
+        self.rels: list[tuple[int, int, int]] = []
+
+    def rel(self, name: str, dep, head) -> None:
+        """``dep`` depends on ``head`` by relation ``name``; each a key or ids tuple."""
+        dep = dep[0] if isinstance(dep, tuple) else dep
+        head = head[0] if isinstance(head, tuple) else head
+        self.rels.append((_REL_INDEX[name], dep, head))
 
 
 # --------------------------------------------------------------------------- noun phrases
 
 
 def render_np(np: NP, case: str, ctx: _Ctx):
-    """-> (zh tokens, en tokens); ``case`` is subj | obj | poss. Tokens: (word, ids)."""
+    """-> (zh tokens, en tokens, head id); ``case`` is subj | obj | poss. Tokens: (word,
+    ids); the head id is the noun's (pronoun's, name's ...) link id."""
     kind = np.kind
     tags = ctx.tags
     if kind == "pronoun":
@@ -90,7 +124,7 @@ def render_np(np: NP, case: str, ctx: _Ctx):
         p = np.head
         tags.add("pronoun")
         en = p.subj if case == "subj" else p.obj if case == "obj" else p.poss
-        return [(p.zh, g)], [(en, g)]
+        return [(p.zh, g)], [(en, g)], g
     if kind == "name":
         g = (ctx.new(),)
         tags.add("name")
@@ -98,19 +132,20 @@ def render_np(np: NP, case: str, ctx: _Ctx):
         en = [(w, g) for w in words]
         if case == "poss":
             en[-1] = (words[-1] + "'s", g)
-        return [(np.head.zh, g)], en
+        return [(np.head.zh, g)], en, g
     if kind == "place":
         g = (ctx.new(),)
-        return [(np.head.zh, g)], [(w, g) for w in np.head.obj]
+        return [(np.head.zh, g)], [(w, g) for w in np.head.obj], g
     if kind == "wh":
         g = (ctx.new(),)
-        return [(np.head, g)], [("who" if np.head == "谁" else "what", g)]
+        return [(np.head, g)], [("who" if np.head == "谁" else "what", g)], g
     return _render_noun(np, case, ctx)
 
 
-def _possessor(np: NP, ctx: _Ctx):
+def _possessor(np: NP, owned: tuple, ctx: _Ctx):
     """Possessor NP rendered possessive; its last English word also gets a 的 link."""
-    zh, en = render_np(np, "poss", ctx)
+    zh, en, pg = render_np(np, "poss", ctx)
+    ctx.rel("possessive", pg, owned)
     d = ctx.new()
     w, ids = en[-1]
     en[-1] = (w, ids + (d,))
@@ -126,7 +161,7 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
     if n.kin:  # 我妈妈 my mother / 李雷的妈妈 Li Lei's mother
         tags.add("kinship")
         tags.add("possessive")
-        pzh, pen, d = _possessor(np.possessor, ctx)
+        pzh, pen, d = _possessor(np.possessor, g, ctx)
         zh += pzh
         if np.possessor.kind != "pronoun":
             zh.append(("的", (d,)))
@@ -135,7 +170,7 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         en += [(w, g) for w in n.en]
         if case == "poss":
             en[-1] = (en[-1][0] + "'s", en[-1][1])
-        return zh, en
+        return zh, en, g
 
     plural = np.plural
     words = n.plural if plural else n.en
@@ -145,7 +180,7 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
     en_det: list = []
     if np.possessor is not None:
         tags.add("possessive")
-        pzh, pen, d = _possessor(np.possessor, ctx)
+        pzh, pen, d = _possessor(np.possessor, g, ctx)
         zh += pzh
         zh.append(("的", (d,)))
         en_det = pen
@@ -153,20 +188,22 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
     if np.rel is not None:
         tags.add("relative_clause")
         r = (ctx.new(),)
-        rzh, ren = _render_rel(np.rel, np, ctx)
+        rzh, ren, vg = _render_rel(np.rel, np, ctx)
+        ctx.rel("relative", vg, g)
         zh += rzh
         zh.append(("的", r))
         rel_en = [("who" if "person" in n.cats else "that", r)] + ren
-        en_det = [("the", g)]
+        en_det = [("the", _article_ids(g, ctx))]
     adj = np.adj
     first = adj.en if adj is not None else words[0]
     if det == "bare":
         if np.goal is not None and np.possessor is None and np.rel is None:
-            en_det = [(article(first), g)]
+            en_det = [(article(first), _article_ids(g, ctx))]
         elif plural:
             tags.add("generic_plural")
     else:
         d = (ctx.new(),)
+        ctx.rel("determiner", d, g)
         if det == "num":
             tags.add("numeral")
             zh.append((_NUM_ZH[np.count - 1], d))
@@ -190,6 +227,7 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
             if n.mass:
                 tags.add("mass_measure")
                 m = (ctx.new(),)
+                ctx.rel("determiner", m, g)
                 zh.append((n.mw, m))
                 c_sg, c_pl = n.container
                 cont = c_pl if det == "num" and np.count > 1 else c_sg
@@ -204,14 +242,16 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         tags.add("goal_modifier")
         gg = (ctx.new(),)
         x = (ctx.new(),)
-        zh += [("去", gg), (np.goal.zh, x), ("的", gg)]
+        ctx.rel("relative", gg, g)
+        zh += [("去", gg), (np.goal.zh, x), ("的", _fn(gg))]
         goal_en = [("to", gg)] + [(w, x) for w in np.goal.goal]
     if adj is not None:
         tags.add("adjective")
         a = (ctx.new(),)
+        ctx.rel("adjective", a, g)
         zh.append((adj.zh, a))
         if adj.attr == "de":
-            zh.append(("的", a))
+            zh.append(("的", _fn(a)))
         adj_en = [(adj.en, a)]
     else:
         adj_en = []
@@ -224,32 +264,43 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
     if case == "poss":
         noun_en[-1] = (noun_en[-1][0] + "'s", g)
     en = en_det + adj_en + noun_en + goal_en + rel_en
-    return zh, en
+    return zh, en, g
+
+
+def _article_ids(g: tuple, ctx: _Ctx) -> tuple:
+    """Ids of an English article with no Chinese word: aligned with the noun (``g``,
+    borrowed), and a determiner of it."""
+    k = ctx.key()
+    ctx.rel("determiner", k, g)
+    return _fn(g) + (k,)
 
 
 def _render_rel(rel: RelClause, head: NP, ctx: _Ctx):
-    """Relative clause body (without 的 / that): -> (zh, en)."""
+    """Relative clause body (without 的 / that): -> (zh, en, its verb's id)."""
     v = rel.verb
     vg = (ctx.new(),)
     if rel.gap == "object":  # 我昨天买的 -> (that) I bought yesterday
-        szh, sen = render_np(rel.subj, "subj", ctx)
+        szh, sen, sg = render_np(rel.subj, "subj", ctx)
+        ctx.rel("subject", sg, vg)
         zh = list(szh)
         ten = []
         if rel.time is not None:
             t = (ctx.new(),)
+            ctx.rel("time", t, vg)
             zh.append((rel.time.zh, t))
             ten = [(w, t) for w in rel.time.en]
         zh.append((v.zh, vg))
-        return zh, sen + [(w, vg) for w in v.past] + ten
+        return zh, sen + [(w, vg) for w in v.past] + ten, vg
     # subject gap: 喜欢猫的 -> (who) likes cats
     forms = v.base if head.plural else v.s3
     zh = [(v.zh, vg)]
     en = [(w, vg) for w in forms]
     if rel.obj is not None:
-        ozh, oen = render_np(rel.obj, "obj", ctx)
+        ozh, oen, og = render_np(rel.obj, "obj", ctx)
+        ctx.rel("object", og, vg)
         zh += ozh
         en += oen
-    return zh, en
+    return zh, en, vg
 
 
 # --------------------------------------------------------------------------- verb phrases
@@ -261,22 +312,27 @@ def _render_simple(vp: VerbPhrase, ctx: _Ctx, le):
     h = (ctx.new(),)
     zh = [(v.zh, h)]
     if le is not None:
+        ctx.rel("aux", le[1][-1], h)
         zh.append(le)
     en: list = []
     wh = None
     frame = v.frame
     ctx.tags.add(frame)
     if frame == "ditrans":
-        izh, ien = render_np(vp.iobj, "obj", ctx)
-        ozh, oen = render_np(vp.obj, "obj", ctx)
+        izh, ien, ig = render_np(vp.iobj, "obj", ctx)
+        ozh, oen, og = render_np(vp.obj, "obj", ctx)
+        ctx.rel("object", ig, h)
+        ctx.rel("object", og, h)
         zh += izh + ozh
         en = ien + oen
     elif frame == "goal":
         x = (ctx.new(),)
+        ctx.rel("object", x, h)
         zh.append((vp.obj.head.zh, x))
-        en = [("to", h)] + [(w, x) for w in vp.obj.head.goal]
+        en = [("to", _fn(h))] + [(w, x) for w in vp.obj.head.goal]
     elif vp.obj is not None:
-        ozh, oen = render_np(vp.obj, "obj", ctx)
+        ozh, oen, og = render_np(vp.obj, "obj", ctx)
+        ctx.rel("object", og, h)
         zh += ozh
         if vp.obj.kind == "wh":
             wh = oen
@@ -290,7 +346,8 @@ def _render_inner(vp, ctx: _Ctx, le):
     if isinstance(vp, Help):
         ctx.tags.add("help")
         b = (ctx.new(),)
-        hzh, hen = render_np(vp.helpee, "obj", ctx)
+        hzh, hen, hg = render_np(vp.helpee, "obj", ctx)
+        ctx.rel("pivot", hg, b)
         izh, _ih, ien = _render_inner(vp.inner, ctx, le)
         return [("帮", b)] + hzh + izh, b, [("help", b)] + hen + ien
     zh, h, en, _ = _render_simple(vp, ctx, le)
@@ -307,23 +364,25 @@ def _render_vp(vp, ctx: _Ctx, le):
         tags.add("pivot")
         tags.add("serial_verb")
         h = (ctx.new(),)
-        pzh, pen = render_np(vp.pivot, "obj", ctx)
+        pzh, pen, pg = render_np(vp.pivot, "obj", ctx)
+        ctx.rel("pivot", pg, h)
         izh, ih, ien = _render_inner(vp.inner, ctx, le)
-        to = [("to", ih)] if vp.verb.to else []
+        to = [("to", _fn(ih))] if vp.verb.to else []
         return [(vp.verb.zh, h)] + pzh + izh, vp.verb, h, pen + to + ien, None
     if isinstance(vp, Want):  # 想去北京 want to go to Beijing
         tags.add("want")
         tags.add("serial_verb")
         h = (ctx.new(),)
         izh, ih, ien = _render_inner(vp.inner, ctx, le)
-        return [("想", h)] + izh, _WANT, h, [("to", ih)] + ien, None
+        return [("想", h)] + izh, _WANT, h, [("to", _fn(ih))] + ien, None
     if isinstance(vp, GoDo):  # 去图书馆看书 go to the library to read books
         tags.add("serial_verb")
         tags.add("go_do")
         h = (ctx.new(),)
         x = (ctx.new(),)
+        ctx.rel("object", x, h)
         izh, ih, ien = _render_inner(vp.inner, ctx, le)
-        en = [("to", h)] + [(w, x) for w in vp.place.goal] + [("to", ih)] + ien
+        en = [("to", _fn(h))] + [(w, x) for w in vp.place.goal] + [("to", _fn(ih))] + ien
         return [("去", h), (vp.place.zh, x)] + izh, _GO, h, en, None
     raise TypeError(vp)
 
@@ -346,14 +405,17 @@ def render_clause(c: Clause, ctx: _Ctx):
     if mood != "declarative":
         tags.add("question")
         tags.add("yn_question" if mood == "yn_question" else "wh_question")
-    szh, sen = render_np(c.subj, "subj", ctx)
+    szh, sen, sg = render_np(c.subj, "subj", ctx)
     agr = c.subj.agreement
     q = (ctx.new(),) if mood == "yn_question" else None
+    qk = ctx.key() if q is not None else None  # 吗 and the fronted auxiliary
 
     # time and place (Chinese: before the verb; English: after the verb phrase)
     tzh = ten = pzh = pen = ()
+    rels = []  # (relation, dependent) pairs whose head is the predicate, known below
     if c.time is not None:
         t = (ctx.new(),)
+        rels.append(("time", t))
         tzh = [(c.time.zh, t)]
         ten = [(w, t) for w in c.time.en]
         tags.add("time")
@@ -363,12 +425,14 @@ def render_clause(c: Clause, ctx: _Ctx):
     wh_place = None
     if mood == "wh_place":
         w = (ctx.new(),)
-        pzh = [("在", w), ("哪里", w)]
+        rels.append(("place", w))
+        pzh = [("在", _fn(w)), ("哪里", w)]
         wh_place = [("where", w)]
     elif c.place is not None:
         p = (ctx.new(),)
         x = (ctx.new(),)
         pl = c.place
+        rels.append(("place", x))
         pzh = [("在", p), (pl.zh, x)]
         if pl.zh_suffix:
             pzh.append((pl.zh_suffix, p))
@@ -377,11 +441,17 @@ def render_clause(c: Clause, ctx: _Ctx):
         tags.add("time_place_reorder")
 
     if isinstance(c.vp, Copula):
-        pre, vzh, aux, main = _copula(c, agr, q, ctx)
+        pre, vzh, aux, main, pred = _copula(c, agr, q, ctx)
         vrest = []
         wh = None
     else:
-        pre, vzh, aux, main, vrest, wh = _verb_group(c, agr, q, ctx)
+        pre, vzh, aux, main, vrest, wh, pred = _verb_group(c, agr, q, ctx)
+    ctx.rel("subject", sg, pred)
+    for name, dep in rels:
+        ctx.rel(name, dep, pred)
+    if qk is not None:  # 吗 and the fronted auxiliary: the question's marks
+        ctx.rel("question", qk, pred)
+        aux = [(aux[0][0], aux[0][1] + (qk,))] + aux[1:]
 
     # Chinese: [time] subj [time] markers [在 place] VP [吗]
     zh = []
@@ -394,7 +464,7 @@ def render_clause(c: Clause, ctx: _Ctx):
     zh += pzh
     zh += vzh
     if q is not None:
-        zh.append(("吗", q))
+        zh.append(("吗", q + (qk,)))
 
     # English word order by mood
     tail = vrest + list(pen) + list(ten)
@@ -410,7 +480,7 @@ def render_clause(c: Clause, ctx: _Ctx):
 
 
 def _copula(c: Clause, agr: str, q, ctx: _Ctx):
-    """他很累 He is very tired: -> (pre-verb zh, zh, aux, main)."""
+    """他很累 He is very tired: -> (pre-verb zh, zh, aux, main, the adjective's id)."""
     ctx.tags.add("copula")
     adj = c.vp.adj
     a = (ctx.new(),)
@@ -418,14 +488,17 @@ def _copula(c: Clause, agr: str, q, ctx: _Ctx):
     main: list = []
     if c.tense == "future":  # 会很累 will be very tired
         f = q or (ctx.new(),)
-        pre.append(("会", f))
-        aux = [("will", f)]
-        be = [("be", a)]
+        ak = ctx.key()
+        ctx.rel("aux", ak, a)
+        pre.append(("会", f + (ak,)))
+        aux = [("will", f + (ak,))]
+        be = [("be", _fn(a))]
     else:  # is / was (aligned with the adjective; with 吗 in questions)
-        aux = [(_be(agr, c.tense == "past"), q or a)]
+        aux = [(_be(agr, c.tense == "past"), q or _fn(a))]
         be = []
     if c.negated:
         n = (ctx.new(),)
+        ctx.rel("negation", n, a)
         pre.insert(0, ("不", n))
         main.append(("not", n))
     main += be
@@ -436,11 +509,12 @@ def _copula(c: Clause, agr: str, q, ctx: _Ctx):
         main.append(("very", v))
     vzh.append((adj.zh, a))
     main.append((adj.en, a))
-    return pre, vzh, aux, main
+    return pre, vzh, aux, main, a
 
 
 def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
-    """-> (pre-verb zh markers, VP zh, aux (fronted in questions), main, rest, wh)."""
+    """-> (pre-verb zh markers, VP zh, aux (fronted in questions), main, rest, wh, the
+    head verb's id)."""
     tags = ctx.tags
     tense = c.tense
     neg = c.negated
@@ -450,10 +524,12 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
     tg = None  # id of 了 / the past-tense carrier
     if tense == "past" and not neg:
         tg = q if q is not None else (ctx.new(),)
-        le = ("了", tg)
+        le = ("了", tg + (ctx.key(),))  # its relation goes to the verb it follows
     vzh, verb, h, rest, wh = _render_vp(c.vp, ctx, le)
     if verb.frame == "stative":
         tags.add("stative")
+    ak = ctx.key()  # English auxiliaries and the Chinese markers before the verb
+    ctx.rel("aux", ak, h)
     aux: list = []
     if tense == "present":
         if neg or q is not None or mood in ("wh_object", "wh_place"):
@@ -461,11 +537,12 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
             do = "does" if agr == "3sg" else "do"
             if neg:
                 n = (ctx.new(),)
+                ctx.rel("negation", n, h)
                 pre.append(("不", n))
-                aux = [(do, n)]
+                aux = [(do, _fn(n) + (ak,))]
                 main = [("not", n)]
             else:
-                aux = [(do, q if q is not None else h)]
+                aux = [(do, (q if q is not None else _fn(h)) + (ak,))]
                 main = []
             main += [(w, h) for w in verb.base]
         else:
@@ -478,11 +555,12 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
             tags.add("do_support")
             if neg:
                 n = (ctx.new(),)
+                ctx.rel("negation", n, h)
                 pre.append(("没", n))
-                aux = [("did", n)]
+                aux = [("did", _fn(n) + (ak,))]
                 main = [("not", n)]
             else:
-                aux = [("did", tg)]
+                aux = [("did", tg + (ak,))]
                 main = []
             main += [(w, h) for w in verb.base]
         else:
@@ -491,23 +569,24 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
                 tags.add("irregular_past")
             main = [(past[0], h + tg)] + [(w, h) for w in past[1:]]
     elif tense == "progressive":
-        p = q if q is not None else (ctx.new(),)
+        p = (q if q is not None else (ctx.new(),)) + (ak,)
         # 正在 + 在公园里 merge: 他正在公园里跑步 = 正 + 在公园里 + 跑步
         located = c.place is not None or mood == "wh_place"
         pre.append(("正" if located else "正在", p))
         aux = [(_be(agr, False), p)]
         main = [(w, h) for w in verb.ing]
     else:  # future
-        f = q if q is not None else (ctx.new(),)
+        f = (q if q is not None else (ctx.new(),)) + (ak,)
         main = []
         if neg:
             n = (ctx.new(),)
+            ctx.rel("negation", n, h)
             pre.append(("不", n))
             main = [("not", n)]
         pre.append(("会", f))
         aux = [("will", f)]
         main += [(w, h) for w in verb.base]
-    return pre, vzh, aux, main, rest, wh
+    return pre, vzh, aux, main, rest, wh, h
 
 
 # --------------------------------------------------------------------------- sentences
@@ -543,8 +622,9 @@ def render(s: Sentence) -> Pair:
         en = en1 + [(",", k), ("but", b)] + en2 + [(".", p)]
     elif isinstance(s, Report):  # 我觉得 C。 -> I think C.
         tags.add("report")
-        szh, sen = render_np(s.subj, "subj", ctx)
+        szh, sen, sg = render_np(s.subj, "subj", ctx)
         h = (ctx.new(),)
+        ctx.rel("subject", sg, h)
         agr = s.subj.agreement
         if agr == "3sg":
             tags.add("agreement_3sg")
@@ -554,7 +634,7 @@ def render(s: Sentence) -> Pair:
         en = sen + [(w, h) for w in forms] + cen + [(".", p)]
     else:
         raise TypeError(s)
-    return _finish(zh, en, tags)
+    return _finish(zh, en, tags, ctx.rels)
 
 
 # (i, j) link tuples are shared between pairs: 200k pairs need no new tuples for them
@@ -562,8 +642,9 @@ def render(s: Sentence) -> Pair:
 _IJ = tuple(tuple((i, j) for j in range(128)) for i in range(128))
 
 
-def _finish(zh, en, tags) -> Pair:
-    # every Chinese token carries exactly one id; English tokens may carry several
+def _finish(zh, en, tags, rels) -> Pair:
+    # every Chinese token carries one link id (ids[0]; relation keys may follow), English
+    # tokens may carry several
     pos: dict[int, list[int]] = {}
     for i, (_, ids) in enumerate(zh):
         k = ids[0]
@@ -584,7 +665,40 @@ def _finish(zh, en, tags) -> Pair:
     _set(p, "en_words", tuple(en_words))
     _set(p, "alignment", tuple(links))
     _set(p, "constructions", tags)
+    _set(p, "zh_relations", _relations(zh, rels))
+    _set(p, "en_relations", _relations(en, rels))
     return p
+
+
+def _relations(tokens, rels) -> tuple[tuple[int, int, int], ...]:
+    """``(relation, dependent word, head word)`` triples of one side: every word carrying
+    the dependent's key, with every word carrying the head's key and not the dependent's
+    (borrowed ids do not count)."""
+    where: dict[int, list[int]] = {}
+    for i, (_, ids) in enumerate(tokens):
+        for k in ids:
+            if k.__class__ is int:  # not _Borrowed
+                if k in where:
+                    where[k].append(i)
+                else:
+                    where[k] = [i]
+    out = []
+    intern = _TRIPLES.setdefault
+    for r, dep, head in rels:
+        deps = where.get(dep)
+        heads = where.get(head) if deps else None
+        if heads:
+            for i in deps:
+                for j in heads:
+                    if j not in deps:
+                        t = (r, i, j)
+                        out.append(intern(t, t))  # 200k pairs share a few 10k triples
+    if len(out) > 1:
+        out = sorted(set(out))
+    return tuple(out)
+
+
+_TRIPLES: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
 
 _new_pair = object.__new__

@@ -13,7 +13,8 @@
   alignments).
 
 Every loader returns splits ``train`` / ``valid`` / ``test`` with columns ``src``, ``tgt``
-(builtin adds ``src_words``, ``tgt_words`` and ``alignment`` as ``[src_i, tgt_i]`` pairs).
+(builtin adds ``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]`` pairs and
+``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]`` triples).
 Then (:mod:`tinymt.data.pipeline`): NFKC + whitespace normalisation, empty pairs dropped,
 sentencepiece trained on the train split, everything tokenized, and the length filters
 (``max_len``, ``max_len_ratio``) applied **to train only** -- valid/test pairs are never

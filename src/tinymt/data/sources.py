@@ -1,8 +1,9 @@
 """Reading a corpus: each source (builtin, hub, text, tsv) -> plain columns per split.
 
 Every loader returns ``{split: {"src": [...], "tgt": [...]}}`` for splits train / valid /
-test (builtin adds ``src_words``, ``tgt_words`` and ``alignment`` as ``[src_i, tgt_i]``
-pairs). :func:`read_lines` is the project's one UTF-8 line reader.
+test (builtin adds ``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]``
+pairs and ``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]``
+triples of word indices). :func:`read_lines` is the project's one UTF-8 line reader.
 """
 
 from __future__ import annotations
@@ -266,7 +267,8 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
 
 
 def _builtin_columns(cfg) -> dict[str, dict[str, list]]:
-    """{corpus split: {zh, en, zh_words, en_words, alignment}} as plain lists."""
+    """{corpus split: {zh, en, zh_words, en_words, alignment, zh_relations,
+    en_relations}} as plain lists."""
     try:
         splits = corpus.generate_splits(
             seed=cfg.split_seed,
@@ -286,6 +288,8 @@ def _builtin_columns(cfg) -> dict[str, dict[str, list]]:
             "zh_words": [list(p.zh_words) for p in pairs],
             "en_words": [list(p.en_words) for p in pairs],
             "alignment": [[list(a) for a in p.alignment] for p in pairs],
+            "zh_relations": [[list(r) for r in p.zh_relations] for p in pairs],
+            "en_relations": [[list(r) for r in p.en_relations] for p in pairs],
         }
         for name, pairs in splits.items()
     }
@@ -306,6 +310,8 @@ def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
             "src_words": cols[f"{cfg.src_lang}_words"],
             "tgt_words": cols[f"{cfg.tgt_lang}_words"],
             "alignment": alignment,
+            "src_relations": cols[f"{cfg.src_lang}_relations"],
+            "tgt_relations": cols[f"{cfg.tgt_lang}_relations"],
         }
     return out
 
@@ -319,6 +325,9 @@ def _reverse(cols: Columns) -> Columns:
         swapped["src_words"], swapped["tgt_words"] = cols["tgt_words"], cols["src_words"]
     if "alignment" in cols:
         swapped["alignment"] = [[[b, a] for a, b in sent] for sent in cols["alignment"]]
+    if "src_relations" in cols:
+        swapped["src_relations"] = cols["tgt_relations"]
+        swapped["tgt_relations"] = cols["src_relations"]
     return swapped
 
 
@@ -339,6 +348,8 @@ _ARROW_TYPES = {
     "src_words": pa.list_(pa.string()),
     "tgt_words": pa.list_(pa.string()),
     "alignment": pa.list_(pa.list_(pa.int32())),
+    "src_relations": pa.list_(pa.list_(pa.int32())),  # [relation, dependent, head] words
+    "tgt_relations": pa.list_(pa.list_(pa.int32())),
 }
 
 

@@ -1,4 +1,4 @@
-"""What does each head do? Importance, pruning, alignment, entropy and distance.
+"""What does each head do? Importance, pruning, alignment, entropy, distance, relations.
 
 ``analyze(cfg)`` (``scripts/analyze_heads.py run=<run dir>``) loads a trained run, takes
 the first ``max_sentences`` pairs of one of its data splits and measures, for every head
@@ -34,18 +34,27 @@ of every kind (``encoder_self``, ``decoder_self``, ``cross``) and layer:
    offset show positional heads (previous token, same token, next token). All are means
    over the non-padding query rows of the split (the offsets and the entropy relative to
    the uniform's: over the rows with more than one key, i.e. not the decoder's BOS row).
+5. **Relations** (built-in corpus; Clark et al., 2019): for every encoder self-attention
+   head (source words) and decoder self-attention head (target words to the left), how
+   often the word a word attends to most is its gold partner, per relation (subject,
+   object, aux, ... of :mod:`tinymt.corpus.relations`) and direction, against the best
+   fixed-offset baseline; and the showcase sentence drawn head by head.
 
 Results: figures and scalars under ``heads/...`` in the run's TensorBoard (an events
 file of its own, ``*.heads``, replaced by the next analysis), a markdown
-report ``<run>/heads.md`` with the PNGs in ``<run>/heads/``, and with ``prune=<fraction>``
+report ``<run>/heads.md`` with the PNGs in ``<run>/heads/``, the relation numbers in
+``<run>/heads.json``, and with ``prune=<fraction>``
 a checkpoint whose persistent head masks (:class:`tinymt.model.Transformer`) switch the
 least important heads off; ``scripts/translate.py checkpoint=<it>`` loads it unchanged.
 
 The package, one module a part: :mod:`~tinymt.heads.gates` (heads and gates),
 :mod:`~tinymt.heads.importance` (1), :mod:`~tinymt.heads.pruning` (2 and the pruned
 checkpoint), :mod:`~tinymt.heads.alignment` (3), :mod:`~tinymt.heads.stats` (4 and the
-attention pass that also counts 3), :mod:`~tinymt.heads.sentences` (the analysed split),
-:mod:`~tinymt.heads.report` (figures, TensorBoard, markdown) and
+attention pass that also counts 3 and 5), :mod:`~tinymt.heads.relations` (5),
+:mod:`~tinymt.heads.showcase` (the showcase sentence per head),
+:mod:`~tinymt.heads.sentences` (the analysed split), :mod:`~tinymt.heads.report` and
+:mod:`~tinymt.heads.relation_report` (figures, TensorBoard, markdown, JSON),
+:mod:`~tinymt.heads.sweep` (a sweep's runs compared) and
 :mod:`~tinymt.heads.analysis` (``analyze``: the steps in order). It sits at
 the top of tinymt, beside the trainer and translate: it imports lower tinymt modules,
 and only ``scripts/analyze_heads.py`` and the tests import it.
@@ -74,6 +83,14 @@ from tinymt.heads.pruning import (
     pruned_state,
     pruning_curves,
 )
+from tinymt.heads.relations import (
+    MARGIN,
+    MIN_INSTANCES,
+    RelationCounts,
+    attended_words,
+    relation_instances,
+    relation_summary,
+)
 from tinymt.heads.sentences import Sentences, load_sentences
 from tinymt.heads.stats import (
     BROAD_ENTROPY,
@@ -84,11 +101,12 @@ from tinymt.heads.stats import (
 )
 
 __all__ = [
-    "BLEU_DROP", "BROAD_ENTROPY", "CURVES", "POSITIONAL_MASS", "SELF_KINDS",
-    "AlignmentCounts", "AttentionStats", "Sentences",
-    "aer", "alignment_summary", "all_heads", "analyze", "attention_links", "attention_pass",
+    "BLEU_DROP", "BROAD_ENTROPY", "CURVES", "MARGIN", "MIN_INSTANCES", "POSITIONAL_MASS",
+    "SELF_KINDS", "AlignmentCounts", "AttentionStats", "RelationCounts", "Sentences",
+    "aer", "alignment_summary", "all_heads", "analyze", "attended_words", "attention_links",
+    "attention_pass",
     "gated_bleu", "gates_without", "gold_matrix", "head_importance", "head_labels",
     "head_shapes", "load_sentences", "normalize_importance", "one_hot", "piece_word_weights",
     "pieces_to_words", "prunable", "prune_counts", "prune_order", "pruned_state",
-    "pruning_curves",
+    "pruning_curves", "relation_instances", "relation_summary",
 ]

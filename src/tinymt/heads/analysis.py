@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from tinymt.checkpoint import save_checkpoint
 from tinymt.config import check_analyze
 from tinymt.errors import TinyMTError
@@ -19,6 +21,8 @@ from tinymt.heads.pruning import (
     pruned_state,
     pruning_curves,
 )
+from tinymt.heads.relation_report import JSON_REPORT, write_json
+from tinymt.heads.relations import relation_summary
 from tinymt.heads.report import (
     FIGURES,
     REPORT,
@@ -27,7 +31,9 @@ from tinymt.heads.report import (
     write_tensorboard,
 )
 from tinymt.heads.sentences import Sentences, load_sentences
+from tinymt.heads.showcase import showcase_links
 from tinymt.heads.stats import attention_pass, head_labels
+from tinymt.heads.sweep import SWEEP_REPORT, sweep_report, sweep_runs
 from tinymt.model import KINDS
 from tinymt.rundir import LoadedRun, checkpoint_path, load_run
 from tinymt.runtime import pick_device
@@ -46,6 +52,9 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     """
     log = log or _stderr
     check_analyze(cfg)
+    runs = sweep_runs(Path(cfg.run)) if Path(cfg.run).is_dir() else []
+    if runs:
+        return _analyze_sweep(cfg, runs, progress, log)
     device = pick_device(cfg.device)
     run, data, tgt_lang, source = _load(cfg, device, log)
     model = run.model
@@ -53,18 +62,21 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     raw = head_importance(model, data.src_ids, data.tgt_ids, cfg.batch_tokens, device,
                           progress)
     importance = normalize_importance(raw)
-    # 2. attention statistics and alignment
-    stats, counts = attention_pass(model, data.src_ids, data.tgt_ids, cfg.batch_tokens,
-                                   device, data.words, progress)
+    # 2. attention statistics, alignment and relations
+    stats, counts, rel_counts = attention_pass(model, data.src_ids, data.tgt_ids,
+                                               cfg.batch_tokens, device, data.words, progress)
     means = stats.means()
     # 3. pruning curves
-    pruning = pruning_curves(model, data.src_ids, data.refs, run.tgt_tokenizer, tgt_lang,
-                             importance, cfg.prune_step, cfg.batch_tokens, device, progress)
+    pruning = None if not cfg.pruning else pruning_curves(
+        model, data.src_ids, data.refs, run.tgt_tokenizer, tgt_lang, importance,
+        cfg.prune_step, cfg.batch_tokens, device, progress)
     # 4. pruned checkpoint
     pruned = None if cfg.prune is None else \
         _write_pruned(cfg, run, data, tgt_lang, importance, device, log)
     # 5. figures, TensorBoard, report
     alignment = None if counts is None else alignment_summary(counts)
+    relations = None if rel_counts is None or not rel_counts.n else \
+        relation_summary(rel_counts)
     run_dir = run.run_dir
     result = {
         "run_dir": str(run_dir), "checkpoint": str(run.checkpoint), "split": cfg.split,
@@ -76,11 +88,30 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
         "alignment_note": None if alignment else (
             f"no gold word alignments in data.source={source}: alignment error rates need "
             "the built-in corpus"),
+        "relations": relations,
+        "relations_note": None if relations else (
+            f"no gold relations in data.source={source}: relation accuracy needs the "
+            "built-in corpus"),
+        "showcase": showcase_links(run, device) if relations else None,
         "pruned": pruned, "report": str(run_dir / REPORT),
+        "json": str(run_dir / JSON_REPORT),
     }
     _write_outputs(result, run_dir, int(run.state.get("step") or 0))
     _log_summary(result, log)
     return result
+
+
+def _analyze_sweep(cfg, runs: list[Path], progress: bool, log) -> dict:
+    """Every run of a sweep folder, then ``<sweep>/heads_sweep.md`` comparing them."""
+    if cfg.prune_output:
+        raise TinyMTError(f"run={cfg.run} is a sweep of {len(runs)} runs: prune_output= "
+                          "would be the same file for all of them; leave it unset")
+    log(f"heads: sweep {cfg.run}: {len(runs)} runs")
+    results = [analyze(OmegaConf.merge(cfg, {"run": str(r)}), progress, log) for r in runs]
+    report = Path(cfg.run) / SWEEP_REPORT
+    report.write_text(sweep_report(runs, results), encoding="utf-8")
+    log(f"sweep report: {report}")
+    return {"runs": [str(r) for r in runs], "results": results, "report": str(report)}
 
 
 def _load(cfg, device, log) -> tuple[LoadedRun, Sentences, str, str]:
@@ -121,17 +152,24 @@ def _write_outputs(result: dict, run_dir: Path, step: int) -> None:
     write_tensorboard(run_dir, {tag: img for tag, (_, img) in pngs.items()}, result, step)
     result["figures"] = {tag: str(p) for tag, (p, _) in pngs.items()}
     (run_dir / REPORT).write_text(markdown_report(result, run_dir), encoding="utf-8")
+    write_json(result, run_dir / JSON_REPORT)
 
 
 def _log_summary(r: dict, log) -> None:
     pruning, alignment = r["pruning"], r["alignment"]
-    log(f"unpruned BLEU {pruning['base']:.2f}; heads prunable within {BLEU_DROP:g} BLEU: "
-        + ", ".join(f"{c} {pruning['prunable'][c]}/{pts[-1][1]}"
-                    for c, pts in pruning["curves"].items())
+    log((f"unpruned BLEU {pruning['base']:.2f}; heads prunable within {BLEU_DROP:g} BLEU: "
+         + ", ".join(f"{c} {pruning['prunable'][c]}/{pts[-1][1]}"
+                     for c, pts in pruning["curves"].items()) if pruning
+         else "pruning curves skipped (pruning=false)")
         + (f"; best aligning head: cross layer {alignment['best_head'][0]} head "
            f"{alignment['best_head'][1]} (AER {alignment['best_aer']:.3f}), all cross heads "
            f"averaged AER {alignment['average_aer']:.3f}" if alignment
            else f"; {r['alignment_note']}"))
+    if r["relations"]:
+        log("relations with a head beating the best fixed offset: " + "; ".join(
+            f"{kind} {len(v['tracked'])}/{len({row['relation'] for row in v['rows']})}"
+            + (f" ({', '.join(v['tracked'])})" if v["tracked"] else "")
+            for kind, v in r["relations"].items()))
     run_dir = Path(r["run_dir"])
-    log(f"report: {run_dir / REPORT}  (figures in {run_dir / FIGURES}/, TensorBoard tags "
-        "heads/...)")
+    log(f"report: {run_dir / REPORT}, numbers: {run_dir / JSON_REPORT}  (figures in "
+        f"{run_dir / FIGURES}/, TensorBoard tags heads/...)")

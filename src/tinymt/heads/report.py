@@ -11,6 +11,7 @@ import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 
 from tinymt.heads.pruning import BLEU_DROP
+from tinymt.heads.relation_report import relation_figures, relation_scalars, relation_section
 from tinymt.heads.stats import BROAD_ENTROPY, POSITIONAL_MASS
 from tinymt.model import KINDS
 from tinymt.plotting import heatmap, save_figure
@@ -31,13 +32,15 @@ def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
             r["stats"][kind]["entropy"], f"attention entropy (nats): {kind}"))
         images[f"distance/{kind}"] = (fig_dir / f"distance_{kind}.png", _heatmap(
             r["stats"][kind]["distance"], f"distance from the diagonal: {kind}"))
-    images["pruning"] = (fig_dir / "pruning.png", _pruning_figure(r["pruning"]["curves"],
-                                                                   r["pruning"]["base"]))
+    if r["pruning"]:
+        images["pruning"] = (fig_dir / "pruning.png", _pruning_figure(r["pruning"]["curves"],
+                                                                       r["pruning"]["base"]))
     images["entropy_vs_distance"] = (fig_dir / "entropy_vs_distance.png",
                                      _scatter_figure(r["stats"]))
     if r["alignment"] is not None:
         images["aer"] = (fig_dir / "aer_cross.png", _heatmap(
             r["alignment"]["aer"], "alignment error rate (lower = better): cross"))
+    images.update(relation_figures(r, fig_dir))
     return {tag: (path, _save_png(fig, path)) for tag, (path, fig) in images.items()}
 
 
@@ -123,7 +126,7 @@ def _head_scalars(writer: SummaryWriter, r: dict, step: int) -> None:
             writer.add_scalar(f"heads/importance/{pre}", float(v), step)
             writer.add_scalar(f"heads/entropy/{pre}", float(means["entropy"][layer, h]), step)
             writer.add_scalar(f"heads/distance/{pre}", float(means["distance"][layer, h]), step)
-    pruning = r["pruning"]
+    pruning = r["pruning"] or {"curves": {}}
     for curve, pts in pruning["curves"].items():
         for n, total, b in pts:  # x axis = % of the curve's heads masked
             writer.add_scalar(f"heads/pruning_bleu/{curve}", b,
@@ -135,6 +138,7 @@ def _head_scalars(writer: SummaryWriter, r: dict, step: int) -> None:
             writer.add_scalar(f"heads/aer/layer_{layer}/head_{h}", float(v), step)
         writer.add_scalar("heads/aer/best", alignment["best_aer"], step)
         writer.add_scalar("heads/aer/average", alignment["average_aer"], step)
+    relation_scalars(writer, r.get("relations"), step)
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -146,7 +150,7 @@ def markdown_report(r: dict, run_dir: Path) -> str:
 
     lines = [*_header(r, run_dir), *_importance_section(r, img),
              *_pruning_section(r, run_dir, img), *_alignment_section(r, img),
-             *_stats_section(r, img)]
+             *_stats_section(r, img), *relation_section(r, img)]
     return "\n".join(lines)
 
 
@@ -173,17 +177,21 @@ def _importance_section(r: dict, img: Callable[[str, str], str]) -> list[str]:
 
 def _pruning_section(r: dict, run_dir: Path, img: Callable[[str, str], str]) -> list[str]:
     pr = r["pruning"]
-    L = ["## 2. Pruning without retraining", "",
-         ("Heads masked least important first; greedy BLEU after each step. "
-          f"Unpruned BLEU: **{pr['base']:.2f}**."), "",
-         "| curve | heads | prunable (BLEU within 1 point) | BLEU at each step (heads masked: BLEU) |",
-         "| --- | --- | --- | --- |"]
-    for curve, pts in pr["curves"].items():
-        total = pts[-1][1]
-        k = pr["prunable"][curve]
-        steps = ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)
-        L.append(f"| {curve} | {total} | **{k}** ({100 * k / max(total, 1):.0f}%) | {steps} |")
-    L += ["", img("pruning", "BLEU vs heads masked"), ""]
+    L = ["## 2. Pruning without retraining", ""]
+    if not pr:
+        L += ["Pruning curves skipped (pruning=false).", ""]
+    else:
+        L += [("Heads masked least important first; greedy BLEU after each step. "
+               f"Unpruned BLEU: **{pr['base']:.2f}**."), "",
+              "| curve | heads | prunable (BLEU within 1 point) | BLEU at each step (heads "
+              "masked: BLEU) |", "| --- | --- | --- | --- |"]
+        for curve, pts in pr["curves"].items():
+            total = pts[-1][1]
+            k = pr["prunable"][curve]
+            steps = ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)
+            L.append(f"| {curve} | {total} | **{k}** ({100 * k / max(total, 1):.0f}%) "
+                     f"| {steps} |")
+        L += ["", img("pruning", "BLEU vs heads masked"), ""]
     if r["pruned"]:
         p = r["pruned"]
         L += [f"Pruned checkpoint: `{p['path']}` — {p['n_masked']} of {r['n_heads']} heads "

@@ -1,5 +1,6 @@
 """The analysed sentences: the first pairs of one split of a run's data, as ids for the
-model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments."""
+model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments
+and gold relations."""
 
 from __future__ import annotations
 
@@ -63,12 +64,19 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
 
 
 def _alignment_words(run: LoadedRun, ds, src_ids, tgt_ids, long: list[bool]) -> dict:
-    """``{"src_weights": [...], "tgt_weights": [...], "alignment": [...]}`` per sentence:
-    piece -> word weights with a row of zeros for EOS, and the gold links; ``None`` for
-    the sentences in ``long`` (positions cut off: their alignment is incomplete)."""
-    words: dict[str, list] = {"src_weights": [], "tgt_weights": [], "alignment": []}
-    for s, t, sw, tw, al, too_long in zip(src_ids, tgt_ids, ds["src_words"][:],
-                                          ds["tgt_words"][:], ds["alignment"][:], long):
+    """``{"src_weights": [...], "tgt_weights": [...], "alignment": [...],
+    "src_relations": [...], "tgt_relations": [...]}`` per sentence: piece -> word weights
+    with a row of zeros for EOS, the gold links and the gold relation triples of each side
+    (empty lists when the data has none); ``None`` for the sentences in ``long``
+    (positions cut off: their alignment is incomplete)."""
+    words: dict[str, list] = {"src_weights": [], "tgt_weights": [], "alignment": [],
+                              "src_relations": [], "tgt_relations": []}
+    n = len(src_ids)
+    rels = {side: ds[side][:] if side in ds.column_names else [[]] * n
+            for side in ("src_relations", "tgt_relations")}
+    for s, t, sw, tw, al, src_rel, tgt_rel, too_long in zip(
+            src_ids, tgt_ids, ds["src_words"][:], ds["tgt_words"][:], ds["alignment"][:],
+            rels["src_relations"], rels["tgt_relations"], long):
         if too_long:
             for v in words.values():
                 v.append(None)
@@ -79,4 +87,6 @@ def _alignment_words(run: LoadedRun, ds, src_ids, tgt_ids, long: list[bool]) -> 
         words["tgt_weights"].append(
             np.concatenate([piece_word_weights(run.tgt_tokenizer.pieces(t), tw), eos_tgt]))
         words["alignment"].append([tuple(a) for a in al])
+        words["src_relations"].append([tuple(r) for r in src_rel])
+        words["tgt_relations"].append([tuple(r) for r in tgt_rel])
     return words

@@ -5,7 +5,8 @@ query rows: the entropy (nats), the distance from the diagonal ``sum_j w_ij |j -
 T_k`` with ``j*_i = (i + 1/2) T_k / T_q - 1/2``, and for self-attention the mass on the
 offsets -1 / 0 / +1 and the mean signed offset; :meth:`AttentionStats.means` turns the
 sums into means (the offsets and the entropy relative to the uniform's over the rows with
-more than one key). The same pass feeds the cross heads' :class:`AlignmentCounts`.
+more than one key). The same pass feeds the cross heads' :class:`AlignmentCounts` and
+the self-attention heads' :class:`RelationCounts`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from tinymt.batching import eval_batches
 from tinymt.heads.alignment import AlignmentCounts
 from tinymt.heads.gates import SELF_KINDS, head_shapes, progress_bar
+from tinymt.heads.relations import RelationCounts
 from tinymt.metrics import attention_entropy
 from tinymt.model import KINDS, Transformer
 
@@ -86,19 +88,22 @@ def _row_stats(kind: str, w: torch.Tensor, q_len: torch.Tensor, k_len: torch.Ten
 @torch.inference_mode()
 def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 4096,
                    device="cpu", words: dict | None = None, progress: bool = False
-                   ) -> tuple[AttentionStats, AlignmentCounts | None]:
+                   ) -> tuple[AttentionStats, AlignmentCounts | None, RelationCounts | None]:
     """One teacher-forced pass with attention weights: entropy / distance statistics of
-    every head, and (with ``words``) the cross heads' alignment counts.
+    every head, and (with ``words``) the cross heads' alignment counts and the self heads'
+    relation counts.
 
-    ``words``: ``{"src_weights": [...], "tgt_weights": [...], "alignment": [...]}``, one
-    entry per sentence (``None`` entries skip a sentence); weights as
-    :func:`attention_links` takes them.
+    ``words``: ``{"src_weights": [...], "tgt_weights": [...], "alignment": [...],
+    "src_relations": [...], "tgt_relations": [...]}``, one entry per sentence (``None``
+    entries skip a sentence); weights as :func:`attention_links` takes them, relations as
+    :meth:`RelationCounts.add`.
     """
     was_training = model.training
     model.eval()
     stats = AttentionStats()
     shapes = head_shapes(model)
     counts = AlignmentCounts.zeros(*shapes["cross"]) if words is not None else None
+    relations = RelationCounts(shapes) if words and "src_relations" in words else None
     batches = eval_batches(src_ids, tgt_ids, batch_tokens)
     it = progress_bar(batches, desc="attention", unit="batch") if progress else batches
     try:
@@ -119,16 +124,31 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
                 stats.rows[kind] = stats.rows.get(kind, 0) + n_rows
                 stats.norm_rows[kind] = stats.norm_rows.get(kind, 0) + n_multi
             if counts is not None:
-                cross = torch.stack(attn["cross"], 1).float().cpu().numpy()  # (B, L, h, T, S)
-                for b, i in enumerate(idx):
-                    if words["src_weights"][i] is None:
-                        continue
-                    n_t, n_s = int(tgt_len[b]), int(src_len[b])
-                    counts.add(cross[b, :, :, :n_t, :n_s], words["src_weights"][i],
-                               words["tgt_weights"][i], words["alignment"][i])
+                _add_gold(attn, idx, src_len, tgt_len, words, counts, relations)
     finally:
         model.train(was_training)
-    return stats, counts
+    return stats, counts, relations
+
+
+def _add_gold(attn: dict, idx, src_len, tgt_len, words: dict, counts: AlignmentCounts,
+              relations: RelationCounts | None) -> None:
+    """One batch's attention into the alignment and relation counts."""
+    stacked = {k: torch.stack(attn[k], 1).float().cpu().numpy()  # (B, L, h, T_q, T_k)
+               for k in KINDS}
+    for b, i in enumerate(idx):
+        src_w, tgt_w = words["src_weights"][i], words["tgt_weights"][i]
+        if src_w is None:
+            continue
+        n_t, n_s = int(tgt_len[b]), int(src_len[b])
+        counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w, words["alignment"][i])
+        if relations is None:
+            continue
+        # decoder input = BOS + the target pieces: the rows of tgt_w (pieces + EOS) shifted
+        dec_w = np.concatenate([np.zeros((1, tgt_w.shape[1])), tgt_w[:-1]])
+        relations.add("encoder_self", stacked["encoder_self"][b, :, :, :n_s, :n_s], src_w,
+                      words["src_relations"][i])
+        relations.add("decoder_self", stacked["decoder_self"][b, :, :, :n_t, :n_t], dec_w,
+                      words["tgt_relations"][i])
 
 
 def head_labels(means: dict[str, np.ndarray], kind: str) -> list[list[str]]:

@@ -1,0 +1,158 @@
+"""Our checkpoint -> a CTranslate2 ``TransformerSpec``, built with CTranslate2's spec API.
+
+Every weight is copied from our modules as it is; nothing goes through another toolkit's
+checkpoint format. How our options map (each converts exactly; tests/test_export.py
+compares the float32 export with our decoder token for token):
+
+============================  ==============================================================
+ours                          CTranslate2
+============================  ==============================================================
+``norm_first`` (pre-LN)       ``pre_norm=True`` and the final encoder/decoder LayerNorms
+post-LN (the paper's)         ``pre_norm=False``: LayerNorm after each residual, no final one
+``activation`` relu / gelu    ``Activation.RELU`` / ``Activation.GELU`` (erf, as ``F.gelu``)
+positions, sinusoidal         our own table (``pe``: sin/cos *interleaved*) as the position
+                              encodings; CTranslate2's built-in table is sin|cos
+                              *concatenated*, so it is never used
+positions, learned            the trained table, the same way
+embeddings                    scaled by sqrt(d_model) (``scale_embeddings``), then positions
+tied / separate embeddings    the matrices as they are; CTranslate2 stores tied ones once
+joint / separate vocabularies one shared vocabulary, or a source and a target one: our
+                              sentencepiece pieces in id order (``<pad>``, ``<unk>``, ``<s>``,
+                              ``</s>``, ...), so piece ids are our ids
+attention                     fused ``in_proj`` rows ``[W_Q; W_K; W_V]`` (self) / ``W_Q`` and
+                              ``[W_K; W_V]`` (cross), biases included; ``W_O`` with head masks
+                              folded in (a pruned head's columns times its mask: exact)
+LayerNorm eps 1e-5            ``layer_norm_epsilon=1e-5`` (CTranslate2's default differs)
+source EOS                    ``add_source_eos=True``: feed pieces, CTranslate2 adds ``</s>``
+============================  ==============================================================
+
+An option this module does not know (a key of the checkpoint's model config not listed in
+``MODEL_KEYS``, or a value outside ``SUPPORTED``) is refused in one line naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from tinymt.errors import TinyMTError
+from tinymt.model import KINDS, Transformer
+from tinymt.tokenizer import Tokenizer
+
+# every key of ModelConfig, and the values the export maps exactly (None: any value)
+SUPPORTED: dict[str, tuple | None] = {
+    "activation": ("relu", "gelu"), "norm_first": (True, False),
+    "positional": ("sinusoidal", "learned"), "tie_embeddings": (True, False),
+}
+MODEL_KEYS = {"name", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff",
+              "dropout", "attention_dropout", "max_positions", *SUPPORTED}
+INSTALL = "CTranslate2 is not installed: pip install -e '.[ct2]'"
+
+
+def require_ct2():
+    """The ``ctranslate2`` module, imported here so that tinymt works without the extra."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise TinyMTError(INSTALL) from None
+    return ctranslate2
+
+
+def check_exportable(model_config: Mapping) -> None:
+    """Refuse, in one line naming it, any option the export cannot reproduce exactly."""
+    for key, value in model_config.items():
+        if key not in MODEL_KEYS:
+            raise TinyMTError(f"cannot export: model.{key}={value!r} is an option the "
+                              "CTranslate2 export does not know, so it cannot convert it exactly")
+        allowed = SUPPORTED.get(key)
+        if allowed is not None and value not in allowed:
+            raise TinyMTError(f"cannot export: model.{key}={value!r} has no exact CTranslate2 "
+                              f"equivalent (exportable: {', '.join(map(str, allowed))})")
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).contiguous().numpy().copy()
+
+
+def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    spec.weight = _np(weight)
+    if bias is not None:
+        spec.bias = _np(bias)
+
+
+def _norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _attention(spec, mha, mask: torch.Tensor, self_attention: bool) -> None:
+    """Our fused ``in_proj`` and ``W_O``; head ``i``'s mask scales its ``W_O`` columns."""
+    w, b, d = mha.in_proj.weight, mha.in_proj.bias, mha.d_model
+    if self_attention:
+        _linear(spec.linear[0], w, b)  # [W_Q; W_K; W_V], CTranslate2's fused layout too
+    else:
+        _linear(spec.linear[0], w[:d], None if b is None else b[:d])  # W_Q
+        _linear(spec.linear[1], w[d:], None if b is None else b[d:])  # [W_K; W_V]
+    out_w = mha.out_proj.weight * mask.repeat_interleave(mha.d_head)[None, :]  # (d, h * d_head)
+    _linear(spec.linear[-1], out_w, mha.out_proj.bias)
+
+
+def _ffn(spec, ff, norm: nn.LayerNorm) -> None:
+    _norm(spec.layer_norm, norm)
+    _linear(spec.linear_0, ff.linear1.weight, ff.linear1.bias)
+    _linear(spec.linear_1, ff.linear2.weight, ff.linear2.bias)
+
+
+def _inputs(spec, embedding: nn.Embedding, positions: nn.Module, max_positions: int) -> None:
+    emb = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    emb.weight = _np(embedding.weight)
+    spec.scale_embeddings = True  # times sqrt(d_model), as tinymt.model.embed
+    spec.position_encodings.encodings = _np(positions(max_positions))  # (P, d), ours
+
+
+def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
+    """The ``TransformerSpec`` of ``model``, vocabularies registered, not yet validated."""
+    require_ct2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.config
+    check_exportable({k: getattr(cfg, k) for k in SUPPORTED})
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
+        activation=act[cfg.activation])
+    enc, dec = spec.encoder, spec.decoder
+    _inputs(enc, model.src_embed, model.src_pos, model.max_positions)
+    _inputs(dec, model.tgt_embed, model.tgt_pos, model.max_positions)
+    masks = {k: model.head_mask(k) for k in KINDS}
+    for i, (ls, layer) in enumerate(zip(enc.layer, model.encoder_layers)):
+        _attention(ls.self_attention, layer.self_attn, masks["encoder_self"][i], True)
+        _norm(ls.self_attention.layer_norm, layer.norm1)
+        _ffn(ls.ffn, layer.ff, layer.norm2)
+    for i, (ls, layer) in enumerate(zip(dec.layer, model.decoder_layers)):
+        _attention(ls.self_attention, layer.self_attn, masks["decoder_self"][i], True)
+        _norm(ls.self_attention.layer_norm, layer.norm1)
+        _attention(ls.attention, layer.cross_attn, masks["cross"][i], False)
+        _norm(ls.attention.layer_norm, layer.norm2)
+        _ffn(ls.ffn, layer.ff, layer.norm3)
+    if cfg.norm_first:
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
+    _linear(dec.projection, model.output_proj.weight)  # no bias
+    spec.register_source_vocabulary(vocabulary(src_tok))
+    spec.register_target_vocabulary(vocabulary(tgt_tok))
+    spec.config.add_source_eos = True  # our encoder reads x + [eos]
+    spec.config.layer_norm_epsilon = float(model.encoder_layers[0].norm1.eps)
+    return spec
+
+
+def vocabulary(tok: Tokenizer) -> list[str]:
+    """The pieces of ``tok`` in id order; CTranslate2 maps tokens to ids by these strings,
+    so they must be unique (sentencepiece's are)."""
+    pieces = [tok.sp.id_to_piece(i) for i in range(tok.vocab_size)]
+    if len(set(pieces)) != len(pieces):
+        raise TinyMTError(f"cannot export: {tok.model_path} has duplicate pieces, which "
+                          "CTranslate2 could not tell apart")
+    return pieces

@@ -1,0 +1,161 @@
+"""Translating with an exported model: ``translate.py engine=ct2``, the benchmark's rows.
+
+:func:`translate_ids` takes and returns what :func:`tinymt.decoding.translate_ids` does, so
+the input and output path around it (normalising, truncating, n-best lines, ``ref=``) is
+the same for both engines. Our decoding rules, mapped onto ``translate_batch``:
+
+* the length cap (:func:`tinymt.decoding.max_output_length`) is per sentence and
+  ``max_decoding_length`` per call: greedy search runs under the largest cap and cuts each
+  output at its own, beam search goes in groups of equal cap (see :func:`translate_ids`);
+* ``min_decoding_length=0`` (an empty translation is allowed), ``pad`` and ``bos`` are never
+  generated (``suppress_sequences``), the source is not truncated (``max_input_length=0``);
+* ``return_end_token=True``: CTranslate2 then counts EOS in a hypothesis' length, as our
+  score ``sum(log p) / n ** len_penalty`` does (EOS is stripped from the tokens returned).
+
+What does not map exactly (docs/architecture.md, "Deploying"): greedy search is the same
+search, token for token. CTranslate2's beam search keeps ``beam`` hypotheses alive
+(a finished one is replaced by the next candidate) where ours lets the beam shrink, and a
+hypothesis reaching the length cap ends without EOS where ours forces EOS; the scores' log
+probabilities are normalised over the tokens that may be generated (``pad``/``bos`` left
+out), ours over the whole vocabulary. Beam outputs are therefore the same for most but not
+all sentences; tests/test_export.py holds CTranslate2 to its own rule on our model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tinymt.ct2.convert import require_ct2
+from tinymt.ct2.export import FORMAT, FORMAT_VERSION, META
+from tinymt.decoding import max_output_length
+from tinymt.errors import TinyMTError, first_line
+from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers, tokenizer_digest
+
+Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
+
+
+@dataclass
+class LoadedExport:
+    """An exported model, ready to translate: the counterpart of ``rundir.LoadedRun``."""
+
+    translator: object  # ctranslate2.Translator
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    meta: dict  # tinymt_export.json
+    path: Path
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.meta["max_positions"])
+
+    @property
+    def config(self) -> dict:
+        """The training config's ``data`` part, as ``LoadedRun.config`` holds it."""
+        return {"data": self.meta.get("data", {})}
+
+
+def ct2_device(device: str) -> tuple[str, int]:
+    """Our ``device=`` (auto, cpu, cuda, cuda:N) as CTranslate2's ``(device, index)``."""
+    m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)
+    if not m:
+        raise TinyMTError(f"device={device!r}: CTranslate2 runs on auto, cpu, cuda or cuda:N")
+    return m.group(1), int(m.group(2) or 0)
+
+
+def read_meta(path: Path) -> dict:
+    """``tinymt_export.json`` of ``path`` (plain JSON: reading it runs nothing), checked."""
+    if not path.is_dir():
+        raise TinyMTError(f"model_dir={path}: no such folder (make one with scripts/export.py)")
+    file = path / META
+    if not file.is_file():
+        raise TinyMTError(f"model_dir={path} is not a tinymt CTranslate2 export (no {META}); "
+                          "make one with scripts/export.py")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise TinyMTError(f"{file} is damaged ({first_line(e)}); export the model again"
+                          ) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise TinyMTError(f"{file} is not a tinymt CTranslate2 export description")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise TinyMTError(f"{file} has export format {meta.get('format_version')!r}, this "
+                          f"tinymt reads {FORMAT_VERSION}: export the model again")
+    return meta
+
+
+def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> LoadedExport:
+    """An export written by ``scripts/export.py``; ``threads``: CTranslate2's intra-op
+    threads (0 = its default). Nothing in the folder is unpickled or executed."""
+    path = Path(path)
+    meta = read_meta(path)
+    src_tok, tgt_tok = load_tokenizers(path)
+    if meta.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
+        raise TinyMTError(f"the sentencepiece model(s) in {path} are not the ones the model "
+                          "was exported with: export it again")
+    ct2 = require_ct2()
+    name, index = ct2_device(device)
+    try:
+        translator = ct2.Translator(str(path), device=name, device_index=index,
+                                    intra_threads=threads)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise TinyMTError(f"model_dir={path}: CTranslate2 cannot load it ({first_line(e)})"
+                          ) from None
+    return LoadedExport(translator, src_tok, tgt_tok, meta, path)
+
+
+def translate_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
+                  len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
+                  nbest: int = 1, batch_tokens: int = 4096, progress: bool = False) -> Hyps:
+    """Id lists (no EOS) -> per sentence ``nbest`` ``(ids, score)`` best first, in input
+    order; greedy (``beam=1``) scores ``nan``, as :func:`tinymt.decoding.translate_ids`.
+
+    Greedy search goes in one call under the largest cap, each output then cut at its own
+    cap: greedy picks do not depend on the cap, so that is exactly the search with its own
+    cap. Beam search's last step does (there every candidate finishes), so beam search
+    goes in groups of sentences with equal caps, one call each."""
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    caps = []
+    for s in src_ids:
+        if len(s) + 1 > export.max_positions:
+            raise TinyMTError(f"a source sentence of {len(s) + 1} tokens is longer than "
+                              f"model.max_positions={export.max_positions}; shorten the input")
+        caps.append(max_output_length(len(s) + 1, max_len_a, max_len_b, export.max_positions))
+    groups: dict[int, list[int]] = {}  # cap -> sentences (cap 0: no room for a token)
+    for i, cap in enumerate(caps):
+        if cap > 0:
+            groups.setdefault(cap if beam > 1 else max(caps), []).append(i)
+    results: Hyps = [[([], float("nan"))] for _ in src_ids]
+    for cap, idx in tqdm(sorted(groups.items()), desc="translate", unit="call",
+                         file=sys.stderr, mininterval=1.0, disable=not progress):
+        outs = _translate_batch(export, [src_ids[i] for i in idx], cap, beam=beam,
+                                num_hypotheses=nbest, length_penalty=len_penalty,
+                                max_batch_size=batch_tokens)
+        for i, hyps in zip(idx, outs):
+            results[i] = [(h[: caps[i]], s) for h, s in hyps]
+    return results
+
+
+def _translate_batch(export: LoadedExport, src_ids: list[Sequence[int]], cap: int, beam: int,
+                     **options) -> Hyps:
+    """One ``translate_batch`` call with our rules (module docstring); ids in and out."""
+    src, tgt = export.src_tokenizer, export.tgt_tokenizer
+    outs = export.translator.translate_batch(
+        [src.pieces(s) for s in src_ids], beam_size=beam,
+        max_decoding_length=cap, min_decoding_length=0, return_end_token=True,
+        return_scores=beam > 1, max_input_length=0, batch_type="tokens",
+        suppress_sequences=[[tgt.sp.id_to_piece(i)] for i in (PAD_ID, BOS_ID)], **options)
+    eos = tgt.sp.id_to_piece(EOS_ID)
+    hyps: Hyps = []
+    for out in outs:
+        scores = out.scores if beam > 1 else [float("nan")] * len(out.hypotheses)
+        hyps.append([([tgt.sp.piece_to_id(p) for p in (h[:-1] if h[-1:] == [eos] else h)],
+                      float(sc)) for h, sc in zip(out.hypotheses, scores)])
+    return hyps

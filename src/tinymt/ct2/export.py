@@ -1,0 +1,107 @@
+"""``scripts/export.py``: a run's checkpoint -> a CTranslate2 model folder, published whole.
+
+    <out>/model.bin, config.json         CTranslate2's model (float32 or int8 weights)
+    <out>/shared_vocabulary.json         our pieces in id order (or source_/target_vocabulary.json)
+    <out>/spm.model (+ spm.vocab)        the run's sentencepiece model(s) (or src.model, tgt.model)
+    <out>/tinymt_export.json             what tinymt reads: format, quantization, languages,
+                                         maximum positions, where it came from (plain JSON)
+    <out>/README.md                      how to load it, with tinymt or with plain Python
+
+The folder is built beside ``out`` and renamed into place (:func:`tinymt.checkpoint.publish_folder`):
+a failed export leaves nothing at ``out``, and an existing ``out`` is refused untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tinymt import __version__
+from tinymt.checkpoint import publish_folder
+from tinymt.ct2.convert import build_spec, check_exportable, require_ct2
+from tinymt.errors import TinyMTError, first_line
+from tinymt.rundir import LoadedRun
+from tinymt.tokenizer import save_tokenizers, tokenizer_digest
+
+META = "tinymt_export.json"
+README = "README.md"
+FORMAT = "tinymt-ct2"
+FORMAT_VERSION = 1
+QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
+
+
+def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> Path:
+    """Write the CTranslate2 model of ``run``'s loaded checkpoint to the new folder ``out``."""
+    if quantization not in QUANTIZATIONS:
+        raise TinyMTError(f"quantization={quantization!r}: choose one of "
+                          f"{', '.join(QUANTIZATIONS)}")
+    check_exportable(run.state["model_config"])
+    ct2 = require_ct2()
+    spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer)
+    try:
+        spec.validate()
+        spec.optimize(quantization=QUANTIZATIONS[quantization])
+    except (ValueError, TypeError) as e:
+        raise TinyMTError(f"cannot export: CTranslate2 refused the model ({first_line(e)})"
+                          ) from None
+    meta = export_meta(run, quantization, ct2.__version__)
+
+    def build(tmp: Path) -> None:
+        spec.save(str(tmp))
+        save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (tmp / README).write_text(readme(meta, str(out)), encoding="utf-8")
+
+    return publish_folder(build, out)
+
+
+def export_meta(run: LoadedRun, quantization: str, ct2_version: str) -> dict:
+    """The plain-JSON description of an export (read back by ``load_export``)."""
+    data = run.config.get("data", {}) or {}
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "quantization": quantization,
+        "tinymt_version": __version__, "ctranslate2_version": ct2_version,
+        "from": {"run_dir": str(run.run_dir), "checkpoint": str(run.checkpoint),
+                 "step": run.state.get("step")},
+        "tokenizer_sha256": tokenizer_digest(run.src_tokenizer, run.tgt_tokenizer),
+        "joint_vocab": run.src_tokenizer is run.tgt_tokenizer,
+        "data": {k: data.get(k) for k in ("name", "src_lang", "tgt_lang", "reverse")},
+        "model": dict(run.state["model_config"]),
+        "max_positions": run.model.max_positions,
+    }
+
+
+def readme(meta: dict, name: str) -> str:
+    """How to use the export, written beside it."""
+    sp = ("spm.model", "spm.model") if meta["joint_vocab"] else ("src.model", "tgt.model")
+    d, cap = meta["data"], meta["max_positions"] - 1
+    return f"""# {name}: a tinymt model for CTranslate2
+
+{d.get('src_lang')} -> {d.get('tgt_lang')}{' (reversed)' if d.get('reverse') else ''}, \
+weights {'int8' if meta['quantization'] == 'int8' else 'float32'}, exported by tinymt \
+{meta['tinymt_version']} (CTranslate2 {meta['ctranslate2_version']}) from
+`{meta['from']['checkpoint']}`. Details: `tinymt_export.json`.
+
+With tinymt (the same options, outputs and `ref=` scoring as the PyTorch engine):
+
+    python scripts/translate.py engine=ct2 model_dir={name} decode.beam=5 "a sentence"
+
+With plain Python (`pip install ctranslate2 sentencepiece`):
+
+    import ctranslate2, sentencepiece as spm
+    src, tgt = spm.SentencePieceProcessor(model_file="{name}/{sp[0]}"), \
+spm.SentencePieceProcessor(model_file="{name}/{sp[1]}")
+    translator = ctranslate2.Translator("{name}", device="cpu")
+    pieces = src.encode("a sentence", out_type=str)      # the source EOS is added for you
+    limit = min(int(1.5 * (len(pieces) + 1) + 10), {cap})  # tinymt's decode.max_len_a/b
+    result = translator.translate_batch(
+        [pieces], beam_size=5, length_penalty=1.0, max_decoding_length=limit,
+        min_decoding_length=0, return_end_token=True, max_input_length=0,
+        suppress_sequences=[["<pad>"], ["<s>"]])[0]
+    out = [p for p in result.hypotheses[0] if p != "</s>"]
+    print(tgt.decode(out))
+
+Normalise the input as tinymt does (Unicode NFKC, whitespace runs collapsed) for the same
+results. Sources longer than {cap} pieces need truncating first (the position tables hold
+{meta['max_positions']} positions).
+"""

@@ -2,23 +2,25 @@
 (float32 and int8 weights, :func:`tinymt.ct2.export_run`) into a temporary folder and
 decoded by :func:`tinymt.ct2.translate_ids`, the engine of ``translate.py engine=ct2``.
 
-They are measured in a child process (``python -m tinymt.bench.ct2 <in.json> <out.json>``),
-after our rows: CTranslate2's and torch's thread pools in one process slow each other down
-(measured: our greedy decoding 14% slower right after a CTranslate2 pass, CTranslate2 about
-as much), and a deployed model runs without torch beside it. The child uses as many threads
-as torch does in the parent, times each method like ours (``timed``: wall time and peak
-memory beyond what was resident), alternating float32 and int8, and counts the exported
-weights (``model.bin``) as the rows' static memory, as ours count the parameters.
+They run in a child process (``python -m tinymt.bench.ct2``), pass by pass on the parent's
+request, so that they alternate with ours as every method does: CTranslate2's and torch's
+thread pools in one process slow each other down (measured: our greedy decoding 14% slower
+right after a CTranslate2 pass, CTranslate2 about as much), and a deployed model runs without
+torch beside it. The child uses as many threads as torch does in the parent, times a pass as
+ours are timed (``timed``: wall time and peak memory beyond what was resident, measured in
+the child) and counts the exported weights (``model.bin``) as the rows' static memory, as
+ours count the parameters. Protocol: one JSON line each way per request on stdin/stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -30,77 +32,92 @@ from tinymt.ct2 import export_run, load_export, require_ct2, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.rundir import load_run
 
+Measured = tuple[list[list[int]], float, float]  # a pass's outputs, seconds, MiB
+REPLY = "tinymt-bench-ct2 "  # marks the child's protocol lines on its stdout
 
-def measure_ct2(job: dict) -> dict:
-    """``{search: {method: entry}}`` of the CTranslate2 rows (entries as ours, with their
-    last pass's ``outputs``), measured in a child process; ``{}`` without the extra.
 
-    ``job``: ``run``, ``checkpoint``, ``device`` (cpu | cuda), ``threads``, ``src_ids``,
-    ``max_len_a``, ``max_len_b``, ``batch_tokens``, ``repeats``, ``label``."""
+class Ct2Rows:
+    """The CTranslate2 methods of the trained run, measured in a child process."""
+
+    def __init__(self, job: dict):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tinymt.bench.ct2"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.static_mib: dict[str, float] = self._ask(job)["static_mib"]
+
+    def _ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(REPLY):
+                return json.loads(line[len(REPLY):])
+        raise TinyMTError(f"the CTranslate2 measurement failed (exit {self.proc.wait()}; "
+                          "its messages are above)")
+
+    def passes(self, search: str) -> dict[str, tuple[Callable[[], Measured], float]]:
+        """``{method: (measure one pass, static MiB)}``, as ``_our_passes`` gives ours."""
+        def measure(method: str) -> Measured:
+            r = self._ask({"search": search, "method": method})
+            return r["outputs"], r["seconds"], r["mib"]
+
+        return {m: (lambda m=m: measure(m), self.static_mib[m]) for m in CT2_METHODS}
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+@contextlib.contextmanager
+def ct2_rows(job: dict | None) -> Iterator[Ct2Rows | None]:
+    """The child for ``job`` (``run``, ``checkpoint``, ``device``, ``threads``, ``src_ids``,
+    ``max_len_a``, ``max_len_b``, ``batch_tokens``); None without a job or the extra."""
+    if job is None:
+        yield None
+        return
     try:
         require_ct2()
     except TinyMTError as e:
         log(f"decode: no CTranslate2 rows ({e})")
-        return {}
-    with tempfile.TemporaryDirectory(prefix="tinymt-bench-ct2-") as tmp:
-        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "rows.json"
-        job_file.write_text(json.dumps(job))
-        r = subprocess.run([sys.executable, "-m", "tinymt.bench.ct2", str(job_file),
-                            str(out_file)], env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if r.returncode != 0 or not out_file.is_file():
-            raise TinyMTError(f"the CTranslate2 measurement failed (exit {r.returncode}; its "
-                              "messages are above)")
-        return json.loads(out_file.read_text())
+        yield None
+        return
+    rows = Ct2Rows(job)
+    try:
+        yield rows
+    finally:
+        rows.close()
 
 
-def _child(job: dict, tmp: Path) -> dict:
-    """In the child process: export, load and time every CTranslate2 method."""
+def _reply(message: dict) -> None:
+    sys.stdout.write(REPLY + json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    """The child: export and load, then measure one pass per request until stdin ends."""
+    job = json.loads(sys.stdin.readline())
     torch.set_num_threads(job["threads"])
+    device = torch.device(job["device"])
+    meter = MemoryMeter(device)
     run = load_run(job["run"], job["checkpoint"], "cpu")
-    exports = {m: load_export(export_run(run, tmp / m, q), job["device"], job["threads"])
-               for m, q in CT2_METHODS.items()}
-    device, meter = torch.device(job["device"]), MemoryMeter(torch.device(job["device"]))
-    src_ids, n = job["src_ids"], len(job["src_ids"])
-    rows: dict = {}
-    for search, beam in SEARCHES.items():
-        times: dict[str, list[float]] = {m: [] for m in exports}
-        mems: dict[str, list[float]] = {m: [] for m in exports}
-        outputs = {}
-        for r in range(job["repeats"]):
-            for method, export in exports.items():
-                def one_pass(export=export, beam=beam) -> list[list[int]]:
-                    hyps = translate_ids(export, src_ids, beam=beam, max_len_a=job["max_len_a"],
-                                         max_len_b=job["max_len_b"],
-                                         batch_tokens=job["batch_tokens"])
-                    return [h[0][0] for h in hyps]
+    with tempfile.TemporaryDirectory(prefix="tinymt-bench-ct2-") as tmp:
+        exports = {m: load_export(export_run(run, Path(tmp) / m, q), device.type,
+                                  job["threads"]) for m, q in CT2_METHODS.items()}
+        _reply({"static_mib": {m: (e.path / "model.bin").stat().st_size / MIB
+                               for m, e in exports.items()}})
+        for line in sys.stdin:
+            request = json.loads(line)
+            export, beam = exports[request["method"]], SEARCHES[request["search"]]
 
-                outputs[method], dt, mib = timed(one_pass, meter, device)
-                times[method].append(dt)
-                mems[method].append(mib)
-                log(f"[decode {device.type} {job['label']}] {search} {method} pass {r + 1}/"
-                    f"{job['repeats']}: {n / dt:,.1f} sentences/s ({dt:.2f}s)")
-        rows[search] = {m: {"seconds": statistics.median(times[m]),
-                            "sentences_per_s": n / statistics.median(times[m]),
-                            "runs_seconds": times[m],
-                            "output_tokens": sum(len(o) for o in outputs[m]),
-                            "peak_mib": weights_mib(e) + statistics.median(mems[m]),
-                            "outputs": outputs[m]}
-                        for m, e in exports.items()}
-    return rows
+            def one_pass(export=export, beam=beam) -> list[list[int]]:
+                hyps = translate_ids(export, job["src_ids"], beam=beam,
+                                     max_len_a=job["max_len_a"], max_len_b=job["max_len_b"],
+                                     batch_tokens=job["batch_tokens"])
+                return [h[0][0] for h in hyps]
 
-
-def weights_mib(export) -> float:
-    """The exported weights' size (``model.bin``), the CTranslate2 rows' static memory."""
-    return (export.path / "model.bin").stat().st_size / MIB
-
-
-def main(argv: list[str]) -> int:
-    job_file, out_file = map(Path, argv)
-    with tempfile.TemporaryDirectory(prefix="tinymt-ct2-export-") as tmp:
-        rows = _child(json.loads(job_file.read_text()), Path(tmp))
-    out_file.write_text(json.dumps(rows))
+            outputs, seconds, mib = timed(one_pass, meter, device)
+            _reply({"outputs": outputs, "seconds": seconds, "mib": mib})
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tinymt.batching import Batch, collate, length_batches
-from tinymt.bench.ct2 import measure_ct2
+from tinymt.bench.ct2 import Measured, ct2_rows
 from tinymt.bench.measure import autocast, log, precision_label, timed
 from tinymt.bench.memory import MemoryMeter, tensor_mib
 from tinymt.bench.targets import CT2_METHODS, SEARCHES
@@ -39,7 +39,7 @@ class _Workload:
     refs: list[str] | None = None  # --run: the test references, for BLEU
 
 
-Pass = Callable[[], list[list[int]]]  # one pass over the test sentences -> their outputs
+Measure = Callable[[], Measured]  # one timed pass: (outputs in sentence order, seconds, MiB)
 
 
 def decode_once(model: nn.Module, use_cache: bool, beam: int, batches: list[Batch],
@@ -90,10 +90,11 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
 
 
 def _our_passes(ours: nn.Module, peer: nn.Module, batches: list[Batch], order: list[int],
-                beam: int, work: _Workload, device: torch.device) -> dict[str, tuple[Pass, float]]:
-    """``{method: (one pass, static MiB)}`` of our model (cached, uncached) and the peer;
-    a pass returns the outputs in sentence order (``order``: the batches' sentences)."""
-    def make(model: nn.Module, use_cache: bool) -> Pass:
+                beam: int, work: _Workload, device: torch.device, meter: MemoryMeter
+                ) -> dict[str, tuple[Measure, float]]:
+    """``{method: (measure one pass, static MiB)}`` of our model (cached, uncached) and the
+    peer; a pass's outputs come in sentence order (``order``: the batches' sentences)."""
+    def make(model: nn.Module, use_cache: bool) -> Measure:
         def one_pass() -> list[list[int]]:
             outs: list[list[int]] = []
             with autocast(device):
@@ -103,23 +104,23 @@ def _our_passes(ours: nn.Module, peer: nn.Module, batches: list[Batch], order: l
             for i, o in zip(order, outs):
                 in_order[i] = o
             return in_order
-        return one_pass
+        return lambda: timed(one_pass, meter, device)
 
     static = tensor_mib(ours.parameters())
     return {"ours_cache": (make(ours, True), static), "ours_nocache": (make(ours, False), static),
             "peer": (make(peer, False), static)}
 
 
-def _bench_search(label: str, search: str, passes: dict[str, tuple[Pass, float]], n: int,
-                  args: argparse.Namespace, device: torch.device, meter: MemoryMeter) -> dict:
+def _bench_search(label: str, search: str, passes: dict[str, tuple[Measure, float]], n: int,
+                  args: argparse.Namespace, device: torch.device) -> dict:
     """Every method with one search, ``args.decode_repeats`` passes each, alternating;
     each entry keeps its last pass's ``outputs`` (for :func:`_score`)."""
     times = {m: [] for m in passes}
     mems = {m: [] for m in passes}
     outputs = {}
     for r in range(args.decode_repeats):
-        for method, (one_pass, _) in passes.items():
-            outputs[method], dt, mib = timed(one_pass, meter, device)
+        for method, (measure, _) in passes.items():
+            outputs[method], dt, mib = measure()
             mems[method].append(mib)
             times[method].append(dt)
             log(f"[decode {device.type} {label}] {search} {method} pass {r + 1}/"
@@ -178,26 +179,24 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     batches = [collate([work.src_ids[i] for i in idx], [[] for _ in idx]).to(device)
                for idx in idx_batches]  # collated up front: the timing is decoding only
     order = [i for idx in idx_batches for i in idx]
+    job = None if work.run is None else {  # the CTranslate2 rows, in a process of their own
+        "run": str(work.run.run_dir), "checkpoint": str(work.run.checkpoint),
+        "device": device.type, "threads": torch.get_num_threads(), "src_ids": work.src_ids,
+        "max_len_a": work.max_len_a, "max_len_b": work.max_len_b,
+        "batch_tokens": args.batch_tokens}
     results = {}
-    for label, (ours, peer) in work.models.items():
-        ours.eval()
-        peer.eval()
-        row = {search: _bench_search(label, search, _our_passes(
-            ours, peer, batches, order, beam, work, device), n, args, device, meter)
-            for search, beam in SEARCHES.items()}
-        if work.run is not None:  # after ours: CTranslate2 beside torch slows both down
-            ct2_rows = measure_ct2({
-                "run": str(work.run.run_dir), "checkpoint": str(work.run.checkpoint),
-                "device": device.type, "threads": torch.get_num_threads(),
-                "src_ids": work.src_ids, "max_len_a": work.max_len_a,
-                "max_len_b": work.max_len_b, "batch_tokens": args.batch_tokens,
-                "repeats": args.decode_repeats, "label": label})
-            for search, entries in ct2_rows.items():
-                row[search].update(entries)
-        for search in SEARCHES:
-            _score(row[search], work)
-        row["ratios"] = _ratios(row)
-        results[label] = row
+    with ct2_rows(job) as ct2:
+        for label, (ours, peer) in work.models.items():
+            ours.eval()
+            peer.eval()
+            row = {}
+            for search, beam in SEARCHES.items():
+                passes = _our_passes(ours, peer, batches, order, beam, work, device, meter)
+                passes.update(ct2.passes(search) if ct2 else {})
+                row[search] = _bench_search(label, search, passes, n, args, device)
+                _score(row[search], work)
+            row["ratios"] = _ratios(row)
+            results[label] = row
     settings = {
         "sentences": n,
         "batches": len(batches),
@@ -208,6 +207,6 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
         "max_len_b": work.max_len_b,
         "length_rule": work.length_rule,
         "precision": precision_label(device),
-        "ct2_threads": torch.get_num_threads() if work.run is not None else None,
+        "ct2_threads": torch.get_num_threads() if job is not None else None,
     }
     return {"settings": settings, "sizes": results}

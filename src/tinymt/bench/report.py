@@ -43,9 +43,9 @@ METHOD_BULLETS = (
      "exported with `tinymt.ct2.export_run` (float32, and int8 weights) into a temporary "
      "folder and decoded through `tinymt.ct2.translate_ids` -- the code of "
      "`translate.py engine=ct2` -- with the same length rule, on as many intra-op threads as "
-     "torch uses, in a child process started after our rows were measured (CTranslate2's "
-     "and torch's thread pools in one process slow each other down by about 15%); "
-     "CTranslate2 batches the sentences itself."),
+     "torch uses, pass by pass in a child process, alternating with the other methods "
+     "(CTranslate2's and torch's thread pools in one process slow each other down by about "
+     "15%); CTranslate2 batches the sentences itself."),
 )
 PRECISION_BULLET = (
     "- **Precision**: fp32 on CPU; bf16 autocast for both models on CUDA (ours then uses "
@@ -195,8 +195,8 @@ def render_ct2(de: dict) -> list[str]:
     L = [(f"CTranslate2 rows: the same checkpoint exported by `scripts/export.py` "
           f"(float32, and int8 weights), decoded by `translate.py engine=ct2`'s code "
           f"(`tinymt.ct2.translate_ids`) with {plural(threads or 0, 'thread')}, in a process "
-          "of their own after ours (the two thread pools in one process slow each other "
-          "down); peak MiB counts the exported weights (`model.bin`). Greedy is the same "
+          "of their own, alternating with ours (the two thread pools in one process slow each "
+          "other down); peak MiB counts the exported weights (`model.bin`). Greedy is the same "
           "search as ours; beam search keeps the beam full where ours lets it shrink "
           "(docs/architecture.md), so beam outputs may differ from ours."), "",
          ("| model | search | float32 / ours | int8 / ours | float32 = ours (sentences) "

@@ -18,6 +18,7 @@ SECTIONS = {
     "What `make demo` does, and what you get": "`make demo` 做了什么，你会得到什么",
     "Tour": "导览",
     "Usage": "用法",
+    "Deploying a model": "部署模型",
     "What the heads learned": "各个头学到了什么",
     "What each head tracks": "每个头跟踪什么关系",
     "The built-in corpus": "内置语料",

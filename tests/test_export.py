@@ -293,6 +293,12 @@ def test_translate_engine_ct2_nbest(exports, capsys):
     assert res["engine"] == "ct2" and res["model"] == str(exports["none"])
 
 
+def test_export_help_shows_examples():
+    r = cli("export", "--help")
+    assert r.returncode == 0 and "quantization=int8" in r.stdout and "engine=ct2" in r.stdout
+    assert "out" in r.stdout and "checkpoint" in r.stdout
+
+
 # ----------------------------------------------------------------------------- failures
 FAKE_CT2 = "raise ImportError(\"No module named 'ctranslate2'\")\n"
 

@@ -237,6 +237,8 @@ def test_ctranslate2_rows_with_a_trained_run(tiny_run, tmp_path):
             assert "outputs" not in e  # scored, then dropped
         assert row[search]["ct2_int8"]["identical_to_ct2_float32"] >= 0
     assert row["greedy"]["ct2_float32"]["identical_to_ours"] == 12  # the same search
+    for search in ("greedy", "beam5"):  # ours by CTranslate2's rule: token for token
+        assert row[search]["ct2_float32"]["identical_to_ours_full_rule"] == 12
     assert row["greedy"]["peer"]["identical_to_ours"] == 12
     assert {"greedy_ct2_float32_over_cache", "beam5_ct2_int8_over_cache"} <= set(row["ratios"])
     md = "\n".join(render_decoding("cpu", dec, "a CPU"))

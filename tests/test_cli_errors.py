@@ -90,6 +90,10 @@ ROWS = [
     row("translate", "engine=ct2", "model_dir={tmp}/m", "attention={tmp}/a.png",
         expect="attention maps are drawn by the PyTorch engine only"),
     row("translate", "engine=ct2", "model_dir={tmp}/m", "device=mps", expect="device=mps"),
+    row("translate", "decode.beam_rule=wide", expect="decode.beam_rule='wide': choose one of "
+        "shrink, full"),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", "decode.beam_rule=shrink",
+        expect="CTranslate2 searches with beam_rule=full only"),
     row("translate", "engine=ct2", "model_dir={tmp}/m", expect="m: no such folder"),
     row("translate", "engine=ct2", "model_dir={tmp}/a_dir", make=("a_dir/",),
         expect="is not a tinymt CTranslate2 export"),

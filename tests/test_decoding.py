@@ -1,4 +1,5 @@
-"""Greedy and beam search: consistency between variants and exactness against enumeration."""
+"""Greedy and beam search (both rules): consistency between variants, exactness against
+enumeration, and the ``full`` rule against a plain one-sentence loop of CTranslate2's."""
 
 import itertools
 import math
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from tinymt.config import ModelConfig
-from tinymt.decoding import beam_search, greedy_decode
+from tinymt.decoding import beam_search, full_beam_search, greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
@@ -208,3 +209,99 @@ def test_nbest_larger_than_beam_is_an_error():
     model = tiny_model(9)
     with pytest.raises(TinyMTError, match="nbest"):
         beam_search(model, sources([3]), beam=2, nbest=3)
+
+
+# --------------------------------------------------------------------------- the full rule
+@torch.no_grad()
+def full_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
+    """CTranslate2's beam search as documented (its decoding.cc), one sentence, plain loops,
+    every prefix re-run through the whole model: each step the 2*beam best (hypothesis,
+    token) candidates by summed log p, normalised without pad and bos; of the first beam,
+    those ending in EOS -- all of them at the cap -- finish and are replaced, in order, by
+    the next candidates not ending in EOS; done at the cap, with beam finished, or, when
+    len_penalty is 0, once the best candidate of a step finished and nbest have."""
+    alive = [([], 0.0)]  # (tokens, summed log p)
+    finished, top_finished = [], False
+    for step in range(1, cap + 1):
+        cands = []
+        for toks, s in alive:
+            logits, _ = model(src_row[None], torch.tensor([[BOS] + toks]))
+            logits = logits[0, -1].clone()
+            logits[[PAD, BOS]] = float("-inf")
+            logp = logits.log_softmax(-1)
+            cands += [(toks + [t], s + logp[t].item()) for t in range(len(logp))
+                      if math.isfinite(logp[t].item())]
+        cands = sorted(cands, key=lambda c: -c[1])[: 2 * beam]
+        spares = [c for c in cands[beam:] if c[0][-1] != EOS]
+        alive = []
+        for j, (toks, s) in enumerate(cands[:beam]):
+            if toks[-1] == EOS or step == cap:
+                finished.append((toks[:-1] if toks[-1] == EOS else toks, s / step**len_penalty))
+                top_finished |= j == 0
+                alive += spares[:1]
+                spares = spares[1:]
+            else:
+                alive.append((toks, s))
+        if len_penalty == 0 and top_finished and len(finished) >= nbest:
+            break
+        if len_penalty != 0 and len(finished) >= beam:
+            break
+    return sorted(finished, key=lambda h: -h[1])[:nbest]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("len_penalty", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("beam,nbest", [(4, 3), (3, 3)])
+def test_full_rule_equals_the_plain_loop(seed, len_penalty, beam, nbest):
+    """Batched, cached and uncached, against :func:`full_rule_reference`, n-best lists and
+    scores, on sentences that end early and sentences that reach the cap."""
+    model = tiny_model(seed, vocab=12, sharpen=2.0)
+    lengths = [5, 2, 4, 1]
+    src = sources(lengths, vocab=12, seed=seed)
+    kw = {"beam": beam, "nbest": nbest, "len_penalty": len_penalty, "max_len_a": 1.0,
+          "max_len_b": 2}
+    cached = full_beam_search(model, src, **kw)
+    uncached = full_beam_search(model, src, use_cache=False, **kw)
+    for b, n in enumerate(lengths):
+        want = full_rule_reference(model, src[b, :n], beam, nbest, len_penalty, n + 2)
+        for got in (cached[b], uncached[b]):
+            assert [t for t, _ in got] == [t for t, _ in want]
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+
+
+def test_full_rule_at_the_cap_and_against_shrink():
+    """EOS least likely: the full rule ends every hypothesis at the cap without an EOS (its
+    score: L log p'(4) / L ** alpha, p' normalised without pad and bos), where shrink forces
+    a scored EOS after L tokens."""
+    logits = [0.0, -1.0, 9.0, -3.0, 0.5, -0.5, 0.2]  # pad unk bos eos 4 5 6
+    allowed = torch.tensor(logits, dtype=DT)
+    allowed[[PAD, BOS]] = float("-inf")
+    logp_full = allowed.log_softmax(0)
+    logp_all = torch.tensor(logits, dtype=DT).log_softmax(0)
+    model = unigram_model(logits)
+    src = sources([4, 1, 7], vocab=7, seed=7)
+    kw = {"beam": 3, "nbest": 2, "max_len_a": 0.5, "max_len_b": 1}
+    for alpha in (0.0, 1.0):
+        full = full_beam_search(model, src, len_penalty=alpha, **kw)
+        shrink = beam_search(model, src, len_penalty=alpha, **kw)
+        for f, s, L in zip(full, shrink, [3, 1, 4]):
+            assert f[0][0] == [4] * L == s[0][0]
+            assert f[0][1] == pytest.approx((L * logp_full[4]).item() / L**alpha, abs=1e-9)
+            assert s[0][1] == pytest.approx(
+                (L * logp_all[4] + logp_all[EOS]).item() / (L + 1) ** alpha, abs=1e-9)
+
+
+def test_full_rule_beam_one_is_greedy_and_translate_ids_picks_the_rule():
+    model = tiny_model(4, vocab=8)
+    src = sources([7, 3, 5, 1], vocab=8, seed=4)
+    greedy = greedy_decode(model, src, max_len_a=1.5, max_len_b=3)
+    assert [h[0][0] for h in full_beam_search(model, src, beam=1, max_len_b=3)] == greedy
+    ids = [row[row != PAD].tolist() for row in src]
+    ids = [i[:-1] if i and i[-1] == EOS else i for i in ids]
+    for rule, search in (("shrink", beam_search), ("full", full_beam_search)):
+        got = translate_ids(model, ids, beam=3, nbest=3, beam_rule=rule)
+        want = [search(model, torch.tensor([i + [EOS]]),
+                       beam=3, nbest=3)[0] for i in ids]
+        assert [[t for t, _ in h] for h in got] == [[t for t, _ in h] for h in want]
+    with pytest.raises(TinyMTError, match="beam_rule='wide'"):
+        translate_ids(model, ids, beam=3, beam_rule="wide")

@@ -12,6 +12,8 @@ from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401
 from conftest import compose_train
+from tinymt.data import normalize
+from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.rundir import find_run, load_run
 from tinymt.tokenizer import UNK_ID
@@ -128,6 +130,28 @@ def test_nbest_output(tiny_run, capsys):
     scores = [float(line.split("\t")[0]) for line in out[:3]]
     assert scores == sorted(scores, reverse=True)
     assert out[3] == ""
+
+
+def test_beam_rule_reaches_the_search(tiny_run, capsys):
+    """decode.beam_rule picks the search: each n-best list is that rule's, read back from
+    the printed lines and compared with translate_ids on the same ids."""
+    run = load_run(str(tiny_run), "best", "cpu")
+    lines = ["他喜欢猫吗？", "那只小猫昨天在公园里追了一只蝴蝶。", "我们每天去学校。"]
+    ids = [run.src_tokenizer.encode(normalize(s)) for s in lines]
+    printed = {}
+    for rule in ("shrink", "full"):
+        translate(cfg_for(tiny_run, "decode.beam=4", "decode.nbest=4",
+                          f"decode.beam_rule={rule}"), lines)
+        printed[rule] = capsys.readouterr().out
+        want = translate_ids(run.model, ids, beam=4, nbest=4, beam_rule=rule)
+        blocks = printed[rule].split("\n\n")[: len(lines)]
+        for block, hyps in zip(blocks, want):
+            got = [(float(s), text) for s, text in (ln.split("\t") for ln in block.split("\n"))]
+            assert [x for x, _ in got] == pytest.approx([s for _, s in hyps], abs=1e-4)
+            assert [x for _, x in got] == [run.tgt_tokenizer.decode(h) for h, _ in hyps]
+    assert printed["shrink"] != printed["full"]  # scores differ at least (normalisers)
+    translate(cfg_for(tiny_run, "decode.beam=4", "decode.nbest=4"), lines)
+    assert capsys.readouterr().out == printed["shrink"]  # the torch engine's own rule
 
 
 def test_ref_prints_sacrebleu(tiny_run, tmp_path, capsys):

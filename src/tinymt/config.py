@@ -240,6 +240,7 @@ class DecodeConfig:
     max_len_b: int = _r(10, _int(0, 10**6))
     nbest: int = _r(1, POSITIVE)
     batch_tokens: int = _r(4096, POSITIVE)
+    beam_rule: str | None = _r(None, _one_of("shrink", "full"))  # None: the engine's own
 
 
 @dataclass
@@ -346,6 +347,8 @@ TRANSLATE_CROSS: list[Cross] = [
      "model, read by engine=ct2: add engine=ct2 (or drop model_dir=)"),
     (lambda c: c.engine != "ct2" or not c.attention, "attention={c.attention}: attention maps "
      "are drawn by the PyTorch engine only; drop attention= or use engine=torch"),
+    (lambda c: c.engine != "ct2" or c.decode.beam_rule != "shrink", "decode.beam_rule=shrink: "
+     "CTranslate2 searches with beam_rule=full only; drop decode.beam_rule or use engine=torch"),
     (lambda c: c.engine != "ct2" or c.device != "mps",
      "device=mps: CTranslate2 runs on cpu or cuda (engine=ct2)"),
 ]

@@ -146,6 +146,8 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     kw = {"beam": d.beam, "len_penalty": d.len_penalty, "max_len_a": d.max_len_a,
           "max_len_b": d.max_len_b, "nbest": d.nbest, "batch_tokens": d.batch_tokens,
           "progress": len(todo) > 200}
+    if d.beam_rule:  # None: the engine's own rule
+        kw["beam_rule"] = d.beam_rule
     if isinstance(run, LoadedExport):  # the decoding step is the only difference
         outs = ct2_translate_ids(run, [ids[i] for i in todo], **kw)
     else:

@@ -20,7 +20,7 @@ from tinymt.bench.memory import MemoryMeter, tensor_mib
 from tinymt.bench.targets import CT2_METHODS, SEARCHES
 from tinymt.bench.workload import build_pair, model_config
 from tinymt.data import PreparedData, normalize, target_language
-from tinymt.decoding import beam_search, greedy_decode
+from tinymt.decoding import beam_search, greedy_decode, translate_ids
 from tinymt.metrics import score
 from tinymt.peer import PeerTransformer
 from tinymt.rundir import LoadedRun, load_run
@@ -134,21 +134,37 @@ def _bench_search(label: str, search: str, passes: dict[str, tuple[Measure, floa
             for m, (_, static) in passes.items()}
 
 
-def _score(entries: dict, work: _Workload) -> None:
+def _full_rule_outputs(work: _Workload, beam: int, args: argparse.Namespace,
+                       device: torch.device) -> list[list[int]]:
+    """Our translations by CTranslate2's beam rule (``beam_rule=full``; greedy for beam 1),
+    untimed: what the CTranslate2 rows are compared with."""
+    hyps = translate_ids(work.run.model, work.src_ids, beam=beam, max_len_a=work.max_len_a,
+                         max_len_b=work.max_len_b, batch_tokens=args.batch_tokens,
+                         device=device, beam_rule="full")
+    return [h[0][0] for h in hyps]
+
+
+def _score(entries: dict, work: _Workload, full_rule: list[list[int]] | None = None) -> None:
     """A trained run: each method's BLEU, and how many sentences it translates exactly as
-    ours (KV cache) does -- the int8 export also against the float32 one. Drops the
-    outputs."""
+    ours (KV cache) does -- the CTranslate2 rows also as ours by their beam rule
+    (``full_rule``), the int8 export also as the float32 one. Drops the outputs."""
     outputs = {m: e.pop("outputs") for m, e in entries.items()}
     if work.run is None:
         return
     lang = target_language(work.run.config.get("data", {}))
+
+    def same(a: list, b: list) -> int:
+        return sum(x == y for x, y in zip(a, b))
+
     for m, e in entries.items():
         texts = [work.run.tgt_tokenizer.decode(o) for o in outputs[m]]
         e["bleu"] = score(texts, work.refs, lang)[0]
-        e["identical_to_ours"] = sum(a == b for a, b in zip(outputs[m], outputs["ours_cache"]))
+        e["identical_to_ours"] = same(outputs[m], outputs["ours_cache"])
+        if m in CT2_METHODS and full_rule is not None:
+            e["identical_to_ours_full_rule"] = same(outputs[m], full_rule)
     if "ct2_int8" in entries:
-        entries["ct2_int8"]["identical_to_ct2_float32"] = sum(
-            a == b for a, b in zip(outputs["ct2_int8"], outputs["ct2_float32"]))
+        entries["ct2_int8"]["identical_to_ct2_float32"] = same(outputs["ct2_int8"],
+                                                               outputs["ct2_float32"])
 
 
 def _ratios(row: dict) -> dict:
@@ -194,7 +210,8 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
                 passes = _our_passes(ours, peer, batches, order, beam, work, device, meter)
                 passes.update(ct2.passes(search) if ct2 else {})
                 row[search] = _bench_search(label, search, passes, n, args, device)
-                _score(row[search], work)
+                _score(row[search], work,
+                       _full_rule_outputs(work, beam, args, device) if ct2 else None)
             row["ratios"] = _ratios(row)
             results[label] = row
     settings = {

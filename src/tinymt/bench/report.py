@@ -197,17 +197,21 @@ def render_ct2(de: dict) -> list[str]:
           f"(`tinymt.ct2.translate_ids`) with {plural(threads or 0, 'thread')}, in a process "
           "of their own, alternating with ours (the two thread pools in one process slow each "
           "other down); peak MiB counts the exported weights (`model.bin`). Greedy is the same "
-          "search as ours; beam search keeps the beam full where ours lets it shrink "
-          "(docs/architecture.md), so beam outputs may differ from ours."), "",
+          "search as ours; CTranslate2's beam search keeps the beam full where ours (the "
+          "default rule, `shrink`) lets it shrink, so it is compared both with ours and with "
+          "ours by its rule (`decode.beam_rule=full`, run untimed; docs/architecture.md)."), "",
          ("| model | search | float32 / ours | int8 / ours | float32 = ours (sentences) "
-          "| int8 = float32 (sentences) | BLEU ours | BLEU float32 | BLEU int8 |"),
-         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+          "| float32 = ours, `beam_rule=full` | int8 = float32 (sentences) | BLEU ours "
+          "| BLEU float32 | BLEU int8 |"),
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for label, search, r in rows:
         o, f, q = r["ours_cache"], r["ct2_float32"], r["ct2_int8"]
         n = de["settings"]["sentences"]
+        full_rule = (f"{f['identical_to_ours_full_rule']:,} of {n:,}"
+                     if "identical_to_ours_full_rule" in f else "not measured")
         L.append(f"| {label} | {search} | **{f['sentences_per_s'] / o['sentences_per_s']:.2f}×** | "
                  f"**{q['sentences_per_s'] / o['sentences_per_s']:.2f}×** | "
-                 f"{f['identical_to_ours']:,} of {n:,} | "
+                 f"{f['identical_to_ours']:,} of {n:,} | {full_rule} | "
                  f"{q['identical_to_ct2_float32']:,} of {n:,} | {o['bleu']:.2f} | "
                  f"{f['bleu']:.2f} | {q['bleu']:.2f} |")
     L.append("")

@@ -12,13 +12,12 @@ the same for both engines. Our decoding rules, mapped onto ``translate_batch``:
 * ``return_end_token=True``: CTranslate2 then counts EOS in a hypothesis' length, as our
   score ``sum(log p) / n ** len_penalty`` does (EOS is stripped from the tokens returned).
 
-What does not map exactly (docs/architecture.md, "Deploying"): greedy search is the same
-search, token for token. CTranslate2's beam search keeps ``beam`` hypotheses alive
-(a finished one is replaced by the next candidate) where ours lets the beam shrink, and a
-hypothesis reaching the length cap ends without EOS where ours forces EOS; the scores' log
-probabilities are normalised over the tokens that may be generated (``pad``/``bos`` left
-out), ours over the whole vocabulary. Beam outputs are therefore the same for most but not
-all sentences; tests/test_export.py holds CTranslate2 to its own rule on our model.
+The searches are ours: greedy search is ours token for token, and beam search is ours by the
+``full`` rule (:func:`tinymt.decoding.full_beam_search`, ``decode.beam_rule=full``: the beam
+stays full, no EOS is forced at the cap, log-probabilities are normalised without ``pad`` and
+``bos``). Our default rule, ``shrink``, differs from it on a few sentences; CTranslate2 has
+no such rule, so ``beam_rule=shrink`` is refused here. tests/test_export.py holds both
+searches to ours token for token.
 """
 
 from __future__ import annotations
@@ -112,14 +111,19 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
 
 def translate_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
                   len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
-                  nbest: int = 1, batch_tokens: int = 4096, progress: bool = False) -> Hyps:
+                  nbest: int = 1, batch_tokens: int = 4096, progress: bool = False,
+                  beam_rule: str = "full") -> Hyps:
     """Id lists (no EOS) -> per sentence ``nbest`` ``(ids, score)`` best first, in input
     order; greedy (``beam=1``) scores ``nan``, as :func:`tinymt.decoding.translate_ids`.
 
     Greedy search goes in one call under the largest cap, each output then cut at its own
     cap: greedy picks do not depend on the cap, so that is exactly the search with its own
     cap. Beam search's last step does (there every candidate finishes), so beam search
-    goes in groups of sentences with equal caps, one call each."""
+    goes in groups of sentences with equal caps, one call each. ``beam_rule``: ``full``
+    only, the rule CTranslate2 searches by."""
+    if beam_rule != "full":
+        raise TinyMTError(f"beam_rule={beam_rule!r}: CTranslate2 searches with beam_rule=full "
+                          "only; use engine=torch for the shrink rule")
     if beam < 1 or not 1 <= nbest <= beam:
         raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
     caps = []

@@ -102,6 +102,7 @@ spm.SentencePieceProcessor(model_file="{name}/{sp[1]}")
     print(tgt.decode(out))
 
 Normalise the input as tinymt does (Unicode NFKC, whitespace runs collapsed) for the same
-results. Sources longer than {cap} pieces need truncating first (the position tables hold
+results. Beam search here is CTranslate2's (the beam stays full): the PyTorch engine gives the
+same translations with `decode.beam_rule=full`; its default rule, `shrink`, differs on a few. Sources longer than {cap} pieces need truncating first (the position tables hold
 {meta['max_positions']} positions).
 """

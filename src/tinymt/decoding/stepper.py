@@ -1,0 +1,128 @@
+"""What greedy and beam search share: the decoder run one step (:class:`Stepper`, cached or
+recomputed), the length cap, the encoder pass and inference mode."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from tinymt.model import HeadGates, Transformer
+
+
+@contextlib.contextmanager
+def inference(model: Transformer) -> Iterator[None]:
+    """Eval mode and ``torch.inference_mode`` for the block; restore the mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def max_output_length(src_len: int, max_len_a: float, max_len_b: float,
+                      max_positions: int) -> int:
+    """The most tokens (EOS not counted) a sentence of ``src_len`` source tokens (its EOS
+    included) may produce: ``int(max_len_a * src_len + max_len_b)``, capped so that BOS and
+    the tokens before EOS fit in ``max_positions`` decoder positions."""
+    return max(0, min(int(max_len_a * src_len + max_len_b), max_positions - 1))
+
+
+def max_lengths(
+    model: Transformer, src_pad_mask: Tensor, max_len_a: float, max_len_b: float
+) -> list[int]:
+    """Per-sentence maximum number of output tokens (EOS not counted)."""
+    src_lens = (~src_pad_mask).sum(dim=1).tolist()
+    return [max_output_length(n, max_len_a, max_len_b, model.max_positions) for n in src_lens]
+
+
+class Stepper:
+    """Next-token logits for a batch of prefixes, cached or recomputed.
+
+    ``raw_logits(prefix)`` takes the whole prefix ``(R, t)`` (BOS first) either way: the
+    cached path feeds only its last token, the uncached path re-runs the decoder on all of
+    it. Rows start as one per sentence; ``keep`` drops sentences (greedy), ``set_beams``
+    makes the rows hypotheses in beam slots (see ``DecoderCache.set_beams``).
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        memory: Tensor,
+        src_pad_mask: Tensor,
+        use_cache: bool,
+        head_gates: HeadGates,
+        banned: list[int],
+    ):
+        self.model = model
+        self.use_cache = use_cache
+        self.head_gates = head_gates
+        self.banned = [i for i in banned if 0 <= i < model.tgt_vocab_size]
+        if use_cache:
+            self.cache = model.init_cache(memory, src_pad_mask)
+        else:
+            self.memory = memory  # (N, S, d) one row per sentence
+            self.src_pad_mask = src_pad_mask  # (N, S)
+            self.sentence_of_row: Tensor | None = None  # (R,) beam layout
+
+    def logits(self, prefix: Tensor) -> Tensor:
+        """Float logits ``(R, V)`` of the next token; banned tokens get ``-inf``."""
+        logits = self.raw_logits(prefix)
+        logits[:, self.banned] = float("-inf")
+        return logits
+
+    def raw_logits(self, prefix: Tensor) -> Tensor:
+        """Float logits ``(R, V)`` of the next token for every row of ``prefix``."""
+        if self.use_cache:
+            assert self.cache.step == prefix.size(1) - 1, "cache and prefix out of step"
+            logits, _ = self.model.decode_step(
+                prefix[:, -1:], self.cache, head_gates=self.head_gates
+            )  # (R, V)
+        else:
+            memory, mask = self.memory, self.src_pad_mask
+            if self.sentence_of_row is not None:
+                memory = memory.index_select(0, self.sentence_of_row)  # (R, S, d)
+                mask = mask.index_select(0, self.sentence_of_row)  # (R, S)
+            logits, _ = self.model.decode(
+                prefix, memory, mask, head_gates=self.head_gates, last_only=True
+            )  # (R, V)
+        return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+    def keep(self, index: Tensor) -> None:
+        """One row per sentence: keep rows ``index``."""
+        if self.use_cache:
+            self.cache.reorder(index)
+        else:
+            self.memory = self.memory.index_select(0, index)
+            self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+
+    def set_beams(
+        self, rows: Tensor | None, slots: Tensor, beam: int, sentences: Tensor | None = None
+    ) -> None:
+        """Rows ``rows`` (None: as they are) are now slots ``slots`` of an (N, beam) grid;
+        ``sentences`` (None: all) stay."""
+        if self.use_cache:
+            self.cache.set_beams(rows, slots, beam, sentences)
+            return
+        if sentences is not None:
+            self.memory = self.memory.index_select(0, sentences)
+            self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
+        self.sentence_of_row = torch.div(slots, beam, rounding_mode="floor")  # (R,)
+
+
+def logsumexp_(x: Tensor) -> Tensor:
+    """``x.logsumexp(-1, keepdim=True)``, overwriting ``x`` (no (N, V) temporaries: on CPU
+    allocating those costs more than the arithmetic)."""
+    top = x.amax(dim=-1, keepdim=True)  # (N, 1)
+    return x.sub_(top).exp_().sum(dim=-1, keepdim=True).log_().add_(top)
+
+
+def encode(model, src, src_pad_mask, head_gates):
+    if src_pad_mask is None:
+        src_pad_mask = src.eq(model.pad_id)  # (B, S)
+    memory, _ = model.encode(src, src_pad_mask, head_gates=head_gates)  # (B, S, d)
+    return memory, src_pad_mask

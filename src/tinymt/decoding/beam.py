@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tinymt.decoding.stepper import Stepper, encode, inference, logsumexp_, max_lengths
+from tinymt.decoding.stepper import (
+    Stepper,
+    advance_beams,
+    drop_done,
+    encode,
+    inference,
+    logsumexp_,
+    max_lengths,
+)
 from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
@@ -113,19 +121,11 @@ def beam_search(
             # 3. the others stay alive; sentences with no room or no live hypothesis leave
             alive = taken & ~is_eos  # (N, k)
             done = room.le(0) | force_eos | ~alive.any(dim=1)  # (N,)
-            keep = None
-            if done.any():
-                keep = (~done).nonzero().flatten()  # (N',)
-                sent_ids = [sent_ids[n] for n in keep.tolist()]
-                sent_max, room = sent_max[keep], room[keep]
-                alive, top_scores, top_slot, top_tok = (
-                    alive[keep], top_scores[keep], top_slot[keep], top_tok[keep])
+            keep, sent_ids, (sent_max, room, alive, top_scores, top_slot, top_tok) = drop_done(
+                done, sent_ids, sent_max, room, alive, top_scores, top_slot, top_tok)
             if sent_ids:
-                rows = row_of[top_slot[alive]]  # (R',) old rows of the new live slots
-                tokens = torch.cat([tokens.index_select(0, rows), top_tok[alive][:, None]], 1)
-                sums = top_scores.masked_fill(~alive, float("-inf"))  # (N', k)
-                slots = alive.view(-1).nonzero().flatten()  # (R',) in row order
-                stepper.set_beams(rows, slots, k, sentences=keep)
+                tokens, sums = advance_beams(stepper, tokens, row_of, top_slot, top_tok, top_scores,
+                                             alive, keep)
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]
 

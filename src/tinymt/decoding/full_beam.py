@@ -24,7 +24,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tinymt.decoding.stepper import Stepper, encode, inference, logsumexp_, max_lengths
+from tinymt.decoding.stepper import (
+    Stepper,
+    advance_beams,
+    drop_done,
+    encode,
+    inference,
+    logsumexp_,
+    max_lengths,
+)
 from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
@@ -128,18 +136,11 @@ def full_beam_search(model: Transformer, src: Tensor, src_pad_mask: Tensor | Non
             alive = new_scores.isfinite()  # (N, k)
             enough = top_done & n_done.ge(nbest) if len_penalty == 0 else n_done.ge(k)
             done = at_cap | enough | ~alive.any(dim=1)  # (N,)
-            keep = None
-            if done.any():
-                keep = (~done).nonzero().flatten()  # (N',)
-                sent_ids = [sent_ids[n] for n in keep.tolist()]
-                sent_max, n_done, top_done = sent_max[keep], n_done[keep], top_done[keep]
-                alive, new_scores, new_slot, new_tok = (
-                    alive[keep], new_scores[keep], new_slot[keep], new_tok[keep])
+            keep, sent_ids, (sent_max, n_done, top_done, alive, new_scores, new_slot, new_tok) = \
+                drop_done(done, sent_ids, sent_max, n_done, top_done, alive, new_scores,
+                          new_slot, new_tok)
             if sent_ids:
-                rows = row_of[new_slot[alive]]  # (R',) old rows of the new live slots
-                tokens = torch.cat([tokens.index_select(0, rows), new_tok[alive][:, None]], 1)
-                sums = new_scores.masked_fill(~alive, float("-inf"))  # (N', k)
-                slots = alive.view(-1).nonzero().flatten()  # (R',) in row order
-                stepper.set_beams(rows, slots, k, sentences=keep)
+                tokens, sums = advance_beams(stepper, tokens, row_of, new_slot, new_tok, new_scores,
+                                             alive, keep)
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]

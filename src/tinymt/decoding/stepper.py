@@ -126,3 +126,28 @@ def encode(model, src, src_pad_mask, head_gates):
         src_pad_mask = src.eq(model.pad_id)  # (B, S)
     memory, _ = model.encode(src, src_pad_mask, head_gates=head_gates)  # (B, S, d)
     return memory, src_pad_mask
+
+
+def drop_done(done: Tensor, sent_ids: list[int], *per_sentence: Tensor
+              ) -> tuple[Tensor | None, list[int], tuple[Tensor, ...]]:
+    """Sentences marked ``done`` ``(N,)`` leave the search: returns ``keep`` (the indices of
+    the others, None when none is done), their ``sent_ids`` and each ``per_sentence``
+    tensor (first dimension ``N``) cut to them."""
+    if not done.any():
+        return None, sent_ids, per_sentence
+    keep = (~done).nonzero().flatten()  # (N',)
+    return keep, [sent_ids[n] for n in keep.tolist()], tuple(x[keep] for x in per_sentence)
+
+
+def advance_beams(stepper: Stepper, tokens: Tensor, row_of: Tensor, slot: Tensor, tok: Tensor,
+                  scores: Tensor, alive: Tensor, keep: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Beam search's hand-over: the hypotheses that go on (``alive`` ``(N', k)``, each the
+    one of old slot ``slot`` extended by ``tok``, summing ``scores``) become the decoder
+    rows, in slot order; ``row_of`` maps old slots to old rows, ``keep`` the sentences
+    still searching (None: all). Returns the new ``tokens`` ``(R', t + 1)`` and ``sums``
+    ``(N', k)`` (``-inf`` where no hypothesis lives)."""
+    rows = row_of[slot[alive]]  # (R',) old rows of the new live slots
+    tokens = torch.cat([tokens.index_select(0, rows), tok[alive][:, None]], 1)
+    slots = alive.view(-1).nonzero().flatten()  # (R',) in row order
+    stepper.set_beams(rows, slots, alive.size(1), sentences=keep)
+    return tokens, scores.masked_fill(~alive, float("-inf"))

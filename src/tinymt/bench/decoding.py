@@ -136,8 +136,8 @@ def _bench_search(label: str, search: str, passes: dict[str, tuple[Measure, floa
 
 def _full_rule_outputs(work: _Workload, beam: int, args: argparse.Namespace,
                        device: torch.device) -> list[list[int]]:
-    """Our translations by CTranslate2's beam rule (``beam_rule=full``; greedy for beam 1),
-    untimed: what the CTranslate2 rows are compared with."""
+    """Our beam-search translations by CTranslate2's rule (``beam_rule=full``), untimed:
+    what the CTranslate2 rows are compared with."""
     hyps = translate_ids(work.run.model, work.src_ids, beam=beam, max_len_a=work.max_len_a,
                          max_len_b=work.max_len_b, batch_tokens=args.batch_tokens,
                          device=device, beam_rule="full")
@@ -147,7 +147,8 @@ def _full_rule_outputs(work: _Workload, beam: int, args: argparse.Namespace,
 def _score(entries: dict, work: _Workload, full_rule: list[list[int]] | None = None) -> None:
     """A trained run: each method's BLEU, and how many sentences it translates exactly as
     ours (KV cache) does -- the CTranslate2 rows also as ours by their beam rule
-    (``full_rule``), the int8 export also as the float32 one. Drops the outputs."""
+    (``full_rule``; None: greedy, where it is ours), the int8 export also as the float32
+    one. Drops the outputs."""
     outputs = {m: e.pop("outputs") for m, e in entries.items()}
     if work.run is None:
         return
@@ -160,8 +161,8 @@ def _score(entries: dict, work: _Workload, full_rule: list[list[int]] | None = N
         texts = [work.run.tgt_tokenizer.decode(o) for o in outputs[m]]
         e["bleu"] = score(texts, work.refs, lang)[0]
         e["identical_to_ours"] = same(outputs[m], outputs["ours_cache"])
-        if m in CT2_METHODS and full_rule is not None:
-            e["identical_to_ours_full_rule"] = same(outputs[m], full_rule)
+        if m in CT2_METHODS:
+            e["identical_to_ours_full_rule"] = same(outputs[m], full_rule or outputs["ours_cache"])
     if "ct2_int8" in entries:
         entries["ct2_int8"]["identical_to_ct2_float32"] = same(outputs["ct2_int8"],
                                                                outputs["ct2_float32"])
@@ -210,8 +211,8 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
                 passes = _our_passes(ours, peer, batches, order, beam, work, device, meter)
                 passes.update(ct2.passes(search) if ct2 else {})
                 row[search] = _bench_search(label, search, passes, n, args, device)
-                _score(row[search], work,
-                       _full_rule_outputs(work, beam, args, device) if ct2 else None)
+                _score(row[search], work,  # greedy is its own full rule: ours_cache
+                       _full_rule_outputs(work, beam, args, device) if ct2 and beam > 1 else None)
             row["ratios"] = _ratios(row)
             results[label] = row
     settings = {

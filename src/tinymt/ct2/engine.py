@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from tinymt.ct2.convert import require_ct2
 from tinymt.ct2.export import FORMAT, FORMAT_VERSION, META
-from tinymt.decoding import max_output_length
+from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers, tokenizer_digest
 
@@ -124,8 +124,7 @@ def translate_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, bea
     if beam_rule != "full":
         raise TinyMTError(f"beam_rule={beam_rule!r}: CTranslate2 searches with beam_rule=full "
                           "only; use engine=torch for the shrink rule")
-    if beam < 1 or not 1 <= nbest <= beam:
-        raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    check_beam(beam, nbest)
     caps = []
     for s in src_ids:
         if len(s) + 1 > export.max_positions:

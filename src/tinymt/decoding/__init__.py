@@ -9,8 +9,8 @@
 All searches run on the KV cache (``use_cache=True``: one new token per sentence per step) or,
 as a baseline, recompute the whole decoder prefix every step (``use_cache=False``).
 Sentences that finish leave the batch (their rows are dropped from the decoder state), so
-a batch costs as much as its longest translation, not ``batch x longest``; in beam search
-finished hypotheses leave too (the beam shrinks).
+a batch costs as much as its longest translation, not ``batch x longest``; by the
+``shrink`` rule finished hypotheses leave too.
 
 Conventions:
 
@@ -19,7 +19,7 @@ Conventions:
   fits in ``model.max_positions``. Beam search by the ``shrink`` rule forces EOS after
   that many tokens; greedy search and the ``full`` rule simply stop.
 * ``pad`` and ``bos`` are never generated.
-* Beam scores: a finished hypothesis of ``n`` tokens (EOS included) scores
+* Beam scores: a finished hypothesis of ``n`` tokens (its EOS, if it has one, included) scores
   ``sum(log p) / n ** len_penalty``.
 * Returned token lists hold neither BOS nor EOS.
 """
@@ -35,11 +35,11 @@ from tinymt.batching import collate, length_batches
 from tinymt.decoding.beam import beam_search
 from tinymt.decoding.full_beam import full_beam_search
 from tinymt.decoding.greedy import greedy_decode
-from tinymt.decoding.stepper import max_output_length
+from tinymt.decoding.stepper import check_beam, max_output_length
 from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 
-__all__ = ["BEAM_RULES", "beam_search", "full_beam_search", "greedy_decode",
+__all__ = ["BEAM_RULES", "beam_search", "check_beam", "full_beam_search", "greedy_decode",
            "max_output_length", "translate_ids"]
 
 BEAM_RULES = {"shrink": beam_search, "full": full_beam_search}  # beam_rule -> search

@@ -8,13 +8,13 @@ from torch import Tensor
 from tinymt.decoding.stepper import (
     Stepper,
     advance_beams,
+    check_beam,
     drop_done,
     encode,
     inference,
     logsumexp_,
     max_lengths,
 )
-from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
 
@@ -48,8 +48,7 @@ def beam_search(
     Returns, per sentence in input order, up to ``nbest`` ``(tokens, score)`` pairs, best
     first, with ``score = sum(log p) / n ** len_penalty`` (``n`` counts EOS).
     """
-    if beam < 1 or not 1 <= nbest <= beam:
-        raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    check_beam(beam, nbest)
     k = beam
     with inference(model):
         memory, src_pad_mask = encode(model, src, src_pad_mask, head_gates)

@@ -27,13 +27,13 @@ from torch import Tensor
 from tinymt.decoding.stepper import (
     Stepper,
     advance_beams,
+    check_beam,
     drop_done,
     encode,
     inference,
     logsumexp_,
     max_lengths,
 )
-from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
 
@@ -78,8 +78,7 @@ def full_beam_search(model: Transformer, src: Tensor, src_pad_mask: Tensor | Non
                      ) -> list[list[tuple[list[int], float]]]:
     """Beam search by CTranslate2's rule (module docstring); returns what ``beam_search``
     does. A sentence with no room for a token gets ``[([], nan)]``, as the ct2 engine."""
-    if beam < 1 or not 1 <= nbest <= beam:
-        raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
+    check_beam(beam, nbest)
     k = beam
     with inference(model):
         memory, src_pad_mask = encode(model, src, src_pad_mask, head_gates)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from tinymt.errors import TinyMTError
 from tinymt.model import HeadGates, Transformer
 
 
@@ -22,6 +23,12 @@ def inference(model: Transformer) -> Iterator[None]:
             yield
     finally:
         model.train(was_training)
+
+
+def check_beam(beam: int, nbest: int) -> None:
+    """The beam options every search (and the ct2 engine) takes, or one error line."""
+    if beam < 1 or not 1 <= nbest <= beam:
+        raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
 
 
 def max_output_length(src_len: int, max_len_a: float, max_len_b: float,

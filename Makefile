@@ -21,13 +21,13 @@ install: $(VENV)/.installed
 
 demo: install
 	$(PY) scripts/train.py
-	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.png \
+	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.html \
 		"我请李雷帮我订了去北京的机票。"
 	$(PY) scripts/translate.py run=latest decode.beam=5 \
 		"那只小猫昨天在公园里追了一只蝴蝶。" "韩梅梅明天会在图书馆里看三本书。" "他喜欢猫吗？"
 	@echo
-	@echo "attention maps of the showcase sentence: outputs/showcase_attention.png"
-	@echo "TensorBoard: $(VENV)/bin/tensorboard --logdir outputs"
+	@echo "every head of the showcase sentence, interactive (open in a browser): outputs/showcase_attention.html"
+	@echo "every head across training, in TensorBoard's Attention tab: $(VENV)/bin/tensorboard --logdir outputs"
 
 test: install
 	$(PY) -m pytest -q

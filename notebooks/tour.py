@@ -66,11 +66,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
-from IPython.display import Image, display
+from IPython.display import HTML, Image, display
 
 from tinymt.attention import MultiHeadAttention
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import collate
+from tinymt.corpus import SHOWCASE
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -88,6 +89,8 @@ from tinymt.heads import (
 from tinymt.model import KINDS
 from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
+from tinymt.viewer.document import Probe, build_document, probe_from_pair
+from tinymt.viewer.html import html_page, iframe
 
 
 def checkout_root() -> Path:
@@ -395,6 +398,29 @@ print(f"\ncross-attention: queries {tuple(q.shape)} from the decoder, keys {tupl
 maps = collect_attention(model, src_ids, out_ids)  # {kind: [(h, T_q, T_k) per layer]}
 for _, fig in attention_figures(maps, src_tok, tgt_tok, src_ids, out_ids, kinds=KINDS):
     show(fig)
+
+# %% [markdown]
+# The same maps, interactive: pick the kind and layer, hover a token to see what it looks
+# at (and what looks at it) with the numbers, switch heads off, draw them as lines. The
+# boxes outline the corpus's gold: cross-attention cells of aligned words, and self-attention
+# cells of words joined by a gold relation (hover one for its name). This is the view of
+# TensorBoard's **Attention** tab and of `translate.py attention=maps.html`: one page, no
+# server.
+#
+# 同样的图，可以交互：选择注意力种类和层，把鼠标放在一个词元上，看它关注什么（以及谁在关注它）和
+# 具体数值，关掉某些头，或改成连线图。方框标出语料的金标准：交叉注意力中对齐的词，自注意力中由
+# 金标准关系相连的词（悬停可看关系名）。这和 TensorBoard 的 **Attention** 标签页、
+# `translate.py attention=maps.html` 是同一个视图：一个网页，不需要服务器。
+
+# %%
+showcase = {pair.zh: pair for pair in SHOWCASE}
+translation = tgt_tok.decode(out_ids)
+view = build_document(
+    maps, src_tok.pieces(src_ids), tgt_tok.pieces(out_ids),
+    probe_from_pair(showcase[SENTENCE]) if SENTENCE in showcase else Probe(SENTENCE),
+    translation, int(run.state.get("step", 0)),
+    forced_reference=SENTENCE in showcase and translation == showcase[SENTENCE].en)
+display(HTML(iframe(html_page(run.run_dir.name, [view]))))
 
 # %%
 data, _, _ = load_sentences(run, "valid", 200, log=print)  # the run's own validation split

@@ -1,11 +1,14 @@
 """Benchmark tinymt against the same model built from ``torch.nn.Transformer``.
 
-    python scripts/benchmark.py --quick                      # < 2 min on a CPU: structure check
-    python scripts/benchmark.py --device cpu --json docs/benchmarks.json    # the CPU report
+    python scripts/benchmark.py --quick    # < 2 min on a CPU: a smoke run of the benchmark
+    python scripts/benchmark.py --device cpu --json docs/benchmarks.json \\
+        --out docs/benchmarks.md                              # the published CPU report
     python scripts/benchmark.py --device cuda --merge docs/benchmarks.json \\
-        --json docs/benchmarks-cuda.json                      # add the GPU sections
+        --json docs/benchmarks-cuda.json --out docs/benchmarks.md   # add the GPU sections
 
-`--help` lists the options; the benchmark itself is ``tinymt.bench`` (see docs/benchmarks.md).
+Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; docs/ is
+written only when named, from a clean working tree. `--help` lists the options; the
+benchmark itself is ``tinymt.bench`` (see docs/benchmarks.md).
 """
 
 import os

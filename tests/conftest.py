@@ -12,10 +12,22 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # must precede any import of datasets / hugg
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
+import importlib.util
+import json
 import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from functools import cache
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,6 +177,14 @@ def compose_train(tmp_path, *overrides):
             f"run_dir={tmp_path / 'run'}", *overrides])
 
 
+def compose_translate(*overrides: str):
+    """The real translate config, composed by Hydra, on the CPU."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        return compose(config_name="translate", overrides=["device=cpu", *overrides])
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny run dir (40 steps, step checkpoints kept)."""
@@ -174,3 +194,189 @@ def tiny_run(tmp_path_factory) -> Path:
     train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
                         "trainer.keep_last=2"))
     return tmp / "run"
+
+
+# A briefly but truly trained run: the built-in corpus, the tiny model with one decoder
+# layer, TRAINED_STEPS steps (about a minute on 2 CPU cores). It translates held-out
+# sentences exactly (tests/test_trained_model.py proves it); the tour runs on it.
+TRAINED_STEPS = 450
+TRAINED_OVERRIDES = [
+    "data.train_size=30000", "data.valid_size=100", "data.test_size=300",
+    "data.vocab_size=1000", "model.n_decoder_layers=1", "optim.lr=3e-3",
+    "optim.warmup_steps=50", f"trainer.max_steps={TRAINED_STEPS}", "trainer.max_minutes=0",
+    f"trainer.valid_every={TRAINED_STEPS}", "trainer.valid_sentences=100",
+    "trainer.test_beam=1", "trainer.n_probes=0", "trainer.log_every=100",
+    "trainer.device=cpu",
+]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """``(run dir, its config, its metrics)``: the briefly trained run of TRAINED_OVERRIDES."""
+    from hydra import compose, initialize_config_dir
+
+    from tinymt.trainer import train
+
+    tmp = tmp_path_factory.mktemp("trained_run")
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        cfg = compose(config_name="train", overrides=[
+            *TRAINED_OVERRIDES, f"data.cache_dir={tmp / 'cache'}", f"run_dir={tmp / 'run'}"])
+    return tmp / "run", cfg, train(cfg)
+
+
+# ----------------------------------------------------------------------------- heads
+QUIET = lambda *_: None  # noqa: E731  (a log= that prints nothing)
+
+
+def analyze_cfg(run, *overrides):
+    """The real analyze_heads config, composed by Hydra, on the CPU."""
+    from hydra import compose, initialize_config_dir
+
+    import tinymt.config  # noqa: F401
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        return compose(config_name="analyze_heads",
+                       overrides=[f"run={run}", "device=cpu", *overrides])
+
+
+def copy_run(run: Path, dest: Path) -> Path:
+    """A private copy of a shared run (an analysis or a resume writes into its run dir)."""
+    shutil.copytree(run, dest)
+    return dest
+
+
+HEAD_ANALYSIS = ("max_sentences=30", "prune=0.5")
+
+
+@pytest.fixture(scope="session")
+def head_analysis(tiny_run, tmp_path_factory):
+    """``(run dir, result)``: the one head analysis of the suite, ``analyze()`` exactly as
+    scripts/analyze_heads.py calls it (progress and log on), on a copy of the tiny run:
+    ``HEAD_ANALYSIS`` (30 validation sentences, half the heads pruned into
+    ``checkpoints/pruned.pt``), writing heads.md, heads/*.png and TensorBoard events."""
+    from tinymt.heads import analyze
+
+    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("heads") / "run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run_dir, analyze(analyze_cfg(run_dir, *HEAD_ANALYSIS))
+    finally:
+        torch.set_num_threads(threads)
+
+
+class FixedAttention(torch.nn.Module):
+    """Stands in for a Transformer with 1 layer of 2 heads of each kind whose attention
+    weights are given: ``{kind: [head 0 rows, head 1 rows]}``, for one sentence."""
+
+    def __init__(self, weights: dict[str, list]):
+        super().__init__()
+        self.weights = {k: torch.tensor(w, dtype=torch.float64) for k, w in weights.items()}
+
+    def head_mask(self, kind: str) -> torch.Tensor:
+        return torch.ones(1, 2)
+
+    def forward(self, src, tgt_in, need_weights=False):
+        S, T = src.shape[1], tgt_in.shape[1]
+        assert need_weights and src.shape[0] == 1
+        for kind, shape in (("encoder_self", (S, S)), ("decoder_self", (T, T)),
+                            ("cross", (T, S))):
+            assert tuple(self.weights[kind].shape) == (2, *shape), kind
+        return None, {k: [w[None]] for k, w in self.weights.items()}  # (B=1, h, T_q, T_k)
+
+
+# ----------------------------------------------------------------------------- scripts
+@cache
+def script_module(script: str):
+    """``scripts/<script>.py`` imported (its ``__main__`` part not run)."""
+    spec = importlib.util.spec_from_file_location(f"{script}_script",
+                                                  REPO_ROOT / "scripts" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script_in_process(script: str, args: list[str], capsys) -> tuple[int, str]:
+    """``(exit status, stderr)`` of ``scripts/<script>.py`` on ``args``, in this process:
+    ``run_hydra`` around Hydra's composition of ``configs/<script>.yaml`` and the script's
+    ``main``, as its ``__main__`` does. Hydra's run-dir handling and the process boundary are left
+    out; ``capsys`` is the test's."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from tinymt.cli import run_hydra
+
+    module = script_module(script)
+    overrides = list(args)
+    if script == "translate":  # its __main__ splits off the sentences first
+        overrides, module.SENTENCES[:] = module.split_args(list(args))
+
+    def main():
+        with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+            cfg = compose(config_name=script, overrides=overrides, return_hydra_config=True)
+        cfg.hydra.runtime.output_dir = cfg.hydra.run.dir  # as Hydra's run would set it
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return module.main(cfg)  # hydra.main passes a given config straight through
+
+    capsys.readouterr()
+    try:
+        run_hydra(main)
+        status = 0
+    except SystemExit as e:
+        status = e.code
+    finally:
+        HydraConfig.instance().cfg = None
+    return status, capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+@pytest.fixture(scope="session")
+def tensorboard(tiny_run):
+    """``tensorboard --logdir <the tiny run>`` exactly as a user starts it (the Attention
+    tab found through its entry point), on a loopback port; yields its base URL."""
+    port = free_port()
+    tb = Path(sys.executable).with_name("tensorboard")
+    proc = subprocess.Popen([str(tb), "--logdir", str(tiny_run), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                status, _ = http_get(f"{base}/data/plugin/tinymt_attention/steps?run=.&tag=probe_2")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"tensorboard did not serve: {proc.stderr.read()[-2000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def inline_data(page: str) -> dict:
+    """The view data a self-contained attention page (tinymt.viewer.html) carries."""
+    match = re.search(r'<script type="application/json" id="tinymt-data">(.*?)</script>',
+                      page, re.S)
+    return json.loads(match.group(1).replace("<\\/", "</"))

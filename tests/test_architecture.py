@@ -43,7 +43,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("attention",),  # multi-head attention, KV caches
     ("layers",),  # positions, feed-forward, encoder and decoder layers
     ("model",),  # the encoder-decoder Transformer
-    ("attention_maps", "rundir", "peer"),  # built on a model: maps, a run on disk, nn peer
+    ("words",),  # pieces -> words (gold alignments and relations are between words)
+    ("attention_maps", "rundir", "peer", "viewer"),  # built on a model: maps, a run on disk,
+    # nn peer, the interactive attention viewer (its data, TensorBoard plugin, HTML file)
     ("decoding",),  # greedy and beam search, translate_ids
     ("ct2",),  # export to CTranslate2 (a run's model) and translating with it (its length rule)
     ("translate", "bench"),  # translating a run; the benchmark (times decoding, loads runs)
@@ -413,3 +415,20 @@ def test_checker_reports_unknown_modules_and_sizes(tmp_path):
             "model.py:5 forward: 91 lines (limit 80; or put '# long: <reason>' on the "
             "line above)",  # a mark without a reason does not count
         ])
+
+
+# ----------------------------------------------------------------------------- the doc
+def doc_layers(text: str) -> tuple[list[tuple[str, ...]], tuple[str, ...]]:
+    """docs/architecture.md's layer picture: its rows (names before the two-space gap, down
+    to the ``▼`` line) and the shared leaves (its last line)."""
+    block = text.split("## Layers: imports run one way", 1)[1].split("```")[1]
+    lines = [line for line in block.splitlines() if line.strip()]
+    rows = [tuple(n.strip() for n in re.split(r"\s{2,}", line)[0].split("·"))
+            for line in lines[:[line.strip() for line in lines].index("▼")]]
+    return rows, tuple(n.strip() for n in lines[-1].split("·"))
+
+
+def test_the_architecture_doc_draws_these_layers():
+    rows, leaves = doc_layers((REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert rows == LAYERS, "docs/architecture.md's layer picture: one row per LAYERS entry"
+    assert leaves == tuple(name for name in SHARED if name != "__init__")

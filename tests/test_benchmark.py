@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import torch
 
 from conftest import REPO_ROOT
 from tinymt.batching import collate
+from tinymt.bench import cli, machine
 from tinymt.bench.decoding import bench_decoding, decode_once
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.report import render_decoding, render_markdown
@@ -31,17 +33,25 @@ METHODS = ("ours_cache", "ours_nocache", "peer")
 # --------------------------------------------------------------------------- the script
 @pytest.mark.slow
 def test_quick_benchmark_writes_report_and_json(tmp_path):
-    out, js = tmp_path / "x.md", tmp_path / "x.json"
+    """With no --out the report and its JSON go to outputs/benchmarks/<date>/<time>/ under
+    the current directory, and the project's docs/ stay as they were."""
+    docs = {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")}
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     cmd = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--quick",
-           "--device", "cpu", "--threads", "1", "--cache-dir", str(tmp_path / "cache"),
-           "--out", str(out), "--json", str(js)]
+           "--device", "cpu", "--threads", "1", "--cache-dir", str(tmp_path / "cache")]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")} == docs
+    folders = list((tmp_path / "outputs" / "benchmarks").glob("*/*"))
+    assert len(folders) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d",
+                                               folders[0].relative_to(folders[0].parents[1]).as_posix())
+    out, js = folders[0] / "benchmarks.md", folders[0] / "benchmarks.json"
 
     md = out.read_text()
+    assert re.search(r"^\| CPU run: code \| git [0-9a-f]{7,}( and uncommitted changes)? \|$",
+                     md, flags=re.M)
     for heading in ("# Benchmarks", "## Machine and command", "## Targets", "## CPU",
                     "### Training throughput", "### Decoding throughput", "## CUDA",
                     "## Method", "## Commands"):
@@ -91,6 +101,35 @@ def test_quick_benchmark_writes_report_and_json(tmp_path):
     assert set(row["ratios"]) == {"greedy_cache_over_peer", "greedy_cache_over_nocache",
                                   "beam5_cache_over_peer", "beam5_over_greedy_time"}
     assert all({"target", "where", "measured", "met"} <= set(t) for t in res["targets"])
+
+
+def test_docs_are_written_from_a_clean_working_tree_only(monkeypatch, tmp_path, capsys):
+    """--out or --json into docs/ with uncommitted changes: one line, exit 2, before any
+    measuring, docs/ untouched; a report outside docs/ is not held to it."""
+    monkeypatch.chdir(tmp_path)  # main() moves to the repo root; this moves back after
+    monkeypatch.setattr(cli, "uncommitted_changes", lambda: ["src/tinymt/model.py"])
+    monkeypatch.setattr(cli, "measure", lambda *a: pytest.fail("measured before refusing"))
+    docs = {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")}
+    for argv in (["--out", str(REPO_ROOT / "docs" / "benchmarks.md")],
+                 ["--out", str(tmp_path / "x.md"), "--json", str(REPO_ROOT / "docs" / "x.json")]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["--quick", "--device", "cpu", *argv])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: docs/")
+        assert "uncommitted changes (src/tinymt/model.py)" in err
+        monkeypatch.chdir(tmp_path)
+    assert {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")} == docs
+    cli.check_docs_output([str(tmp_path / "x.md"), None])  # elsewhere: no question asked
+    monkeypatch.setattr(cli, "uncommitted_changes", lambda: [])
+    cli.check_docs_output([str(REPO_ROOT / "docs" / "benchmarks.md")])  # clean: allowed
+
+
+def test_uncommitted_changes_reads_git_status(monkeypatch):
+    monkeypatch.setattr(machine, "_git", lambda *a: " M src/a.py\nA  b.py\n?? new dir/\n")
+    assert machine.uncommitted_changes() == ["src/a.py", "b.py", "new dir/"]
+    monkeypatch.setattr(machine, "_git", lambda *a: None)  # not a git checkout
+    assert machine.uncommitted_changes() == [] and machine.git_revision() == "unknown"
 
 
 def test_help_lists_the_options():

@@ -1,5 +1,5 @@
 """Every bad value given to a script is one line ``error: ...`` on stderr, exit status 2, no
-traceback, and nothing written: one table, each row run through the real CLI.
+traceback, and nothing written: one table.
 
 A row is ``row(script, *overrides, expect=..., make=...)``: ``{tmp}`` in an override is the
 row's own empty folder (also the working dir), ``make`` lists files (``name``) and folders
@@ -8,17 +8,24 @@ so a row cannot pass on some other error. Each script also gets ``BASE`` overrid
 it fail fast on a missing corpus / run, should the checked value ever be let through. To add
 a row that needs a trained run, build the run in ``make``'s place with a fixture and pass
 its path (these rows check values before any run is read).
+
+Rows run in this process through the script's own code: Hydra composes the script's config,
+and the script's ``main`` (its checks, then its work) is called inside ``run_hydra`` exactly
+as ``__main__`` does, so a composition error, a check and a later error each take the real
+path. ``SUBPROCESS`` rows (one per script) run the script itself, as a user does: the
+process boundary, Hydra's run dir (made and removed again) and the exit status.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_script_in_process, script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "他喜欢猫吗？"
@@ -37,6 +44,13 @@ UNWRITABLE = "/sys/tinymt-test.txt" if os.geteuid() == 0 else "{tmp}/ro/out.txt"
 
 def row(script: str, *overrides: str, expect: str, make: tuple[str, ...] = ()):
     return pytest.param(script, overrides, expect, make, id=f"{script} {' '.join(overrides)}")
+
+
+# the rows run as a real process: one per script (a check error, a composition error, and
+# errors found after the checks: no such export folder, no such run)
+SUBPROCESS = {"train trainer.max_tokens=0", "prepare_data data.cache_dirr={tmp}/c",
+              "translate engine=ct2 model_dir={tmp}/m", "export checkpoint=avg",
+              "analyze_heads split=train", "average_checkpoints last=0"}
 
 
 ROWS = [
@@ -61,6 +75,9 @@ ROWS = [
     row("train", "trainer.test_beam=0", expect="trainer.test_beam=0"),
     row("train", "trainer.n_probes=-1", expect="trainer.n_probes=-1"),
     row("train", "trainer.average_last=3", expect="trainer.keep_last"),
+    row("train", "trainer.nan_policy=ignore",
+        expect="trainer.nan_policy='ignore': choose one of stop, skip"),
+    row("train", "trainer.resume={tmp}/nothing", expect="cannot resume"),
     row("train", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
     row("train", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
     # Hydra's own composition errors, made one line by tinymt.config.run_hydra
@@ -68,6 +85,7 @@ ROWS = [
     row("train", "model.d_model=wide", expect="model.d_model=wide"),
     row("train", "model=huge", expect="model/huge"),
     row("prepare_data", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
+    row("prepare_data", "data.cache_dirr={tmp}/c", expect="cache_dirr"),
     row("prepare_data", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
     row("prepare_data", "data.cache_dir={tmp}/a_file/sub", expect="a_file is a file",
         make=("a_file",)),
@@ -106,6 +124,7 @@ ROWS = [
     row("export", "checkpoint=avg", expect="no-run does not exist"),
     row("analyze_heads", "split=train", expect="split='train'"),
     row("analyze_heads", "prune_output={tmp}/a_dir", expect="prune_output=", make=("a_dir/",)),
+    row("analyze_heads", "run={tmp}/nope", expect="nope does not exist"),
     row("average_checkpoints", "last=0", expect="last=0"),
     row("average_checkpoints", "last=-1", expect="last=-1"),
     row("average_checkpoints", "output={tmp}/a_dir", expect="output=", make=("a_dir/",)),
@@ -130,7 +149,8 @@ def _merge(base: list[str], overrides: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("script,overrides,expect,make", ROWS)
-def test_bad_value_is_one_line_error(tmp_path, script, overrides, expect, make):
+def test_bad_value_is_one_line_error(tmp_path, monkeypatch, capsys, script, overrides, expect,
+                                     make, request):
     for name in make:
         target = tmp_path / name
         target.mkdir() if name.endswith("/") else target.write_text("x\n")
@@ -140,31 +160,29 @@ def test_bad_value_is_one_line_error(tmp_path, script, overrides, expect, make):
     args = [a.format(tmp=tmp_path) for a in _merge(BASE[script], overrides)]
     if script == "translate":
         args.append(SENTENCE)  # something to translate, should the value be let through
-    r = run_script(script, args, cwd=tmp_path)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert lines and lines[-1].startswith("error: "), r.stderr[-2000:]
-    assert sum(ln.startswith("error:") for ln in lines) == 1, r.stderr
+    if request.node.callspec.id in SUBPROCESS:
+        r = run_script(script, args, cwd=tmp_path)
+        status, stderr = r.returncode, r.stderr
+    else:
+        monkeypatch.chdir(tmp_path)
+        status, stderr = run_script_in_process(script, args, capsys)
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert status == 2, stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert lines and lines[-1].startswith("error: "), stderr[-2000:]
+    assert sum(ln.startswith("error:") for ln in lines) == 1, stderr
     assert expect in lines[-1], lines[-1]
     assert _files(tmp_path) == before  # nothing written: no run dir, no cache, no outputs/
 
 
-def test_everything_after_double_dash_is_a_sentence(tmp_path):
-    """``x=1`` after ``--`` is a sentence, not an override: the run is looked up (and is
-    missing here) instead of Hydra refusing a key ``x``."""
-    r = run_script("translate", [f"run={tmp_path}/no-run", "--", "x=1", "a=b c", "-5"],
-                   cwd=tmp_path)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "no-run" in lines[0] and "x=1" not in lines[0]
+def test_every_script_has_a_subprocess_row():
+    scripts = {r.values[0] for r in ROWS if r.id in SUBPROCESS}
+    assert scripts == set(BASE) and len(SUBPROCESS) == len(BASE)
+    assert SUBPROCESS <= {r.id for r in ROWS}
 
 
 def test_split_args():
-    spec = importlib.util.spec_from_file_location("translate_script", ROOT / "scripts" / "translate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    split = module.split_args
+    split = script_module("translate").split_args
     assert split(["run=r", "他", "decode.beam=5", "-m"]) == (["run=r", "decode.beam=5", "-m"], ["他"])
     assert split(["run=r", "--", "x=1", "-5 a", "--"]) == (["run=r"], ["x=1", "-5 a", "--"])
     assert split(["--", "a"]) == ([], ["a"]) and split([]) == ([], [])

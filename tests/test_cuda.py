@@ -2,8 +2,8 @@
 training, torchrun with NCCL, translate and the attention figures, all on a GPU.
 
 Every test here is marked ``cuda`` and skipped, with the reason, on a machine without a
-GPU. On the GPU machine (docs/benchmarks.md, "GPU machine: one command per step"):
-``python -m pytest -q -m cuda tests/test_cuda.py``.
+GPU. With a CUDA build of torch (docs/benchmarks.md, "On a CUDA GPU, step by step"):
+``python -m pytest -q -m cuda``.
 """
 
 import subprocess

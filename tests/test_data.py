@@ -10,8 +10,9 @@ import time
 import pytest
 
 import tinymt.data.summary
-from conftest import REPO_ROOT, make_pairs, write_text_corpus
-from tinymt.data import COMPLETE, cache_path, load_source, prepare, summary_table
+from conftest import REPO_ROOT, make_pairs, run_script_in_process, write_text_corpus
+from tinymt.data import COMPLETE, cache_path, prepare, summary_table
+from tinymt.data.sources import load_columns, to_dataset
 from tinymt.errors import TinyMTError
 
 
@@ -290,11 +291,11 @@ def test_tsv_seeded_split(tmp_path, data_cfg):
     assert d.stats["pairs"] == {"train": 350, "valid": 30, "test": 20}
     assert (d.splits["train"][0]["src"], d.splits["train"][0]["tgt"]) in pairs  # columns 1 -> 0
     # the same seed gives the same split (fresh cache), another seed another one
-    raw = load_source(data_cfg(**cfg))
-    assert raw["valid"]["src"][:] == d.splits["valid"]["src"][:]
-    other = load_source(data_cfg(**{**cfg, "split_seed": 8}))
-    assert other["valid"]["src"][:] != raw["valid"]["src"][:]
-    assert len(set(raw["test"]["src"][:]) | set(raw["valid"]["src"][:])) <= 50
+    raw = load_columns(data_cfg(**cfg), _quiet)
+    assert raw["valid"]["src"] == d.splits["valid"]["src"][:]
+    other = load_columns(data_cfg(**{**cfg, "split_seed": 8}), _quiet)
+    assert other["valid"]["src"] != raw["valid"]["src"]
+    assert len(set(raw["test"]["src"]) | set(raw["valid"]["src"])) <= 50
 
 
 def test_tsv_row_with_too_few_columns(tmp_path, data_cfg):
@@ -407,24 +408,31 @@ def test_builtin_source_with_alignments(data_cfg):
     assert {"src_words", "tgt_words", "alignment"} <= set(row)
     for s, t in row["alignment"]:
         assert 0 <= s < len(row["src_words"]) and 0 <= t < len(row["tgt_words"])
-    rev = load_source(data_cfg(**{**cfg.__dict__, "reverse": True}))
-    fwd = load_source(cfg)
-    assert rev["valid"][0]["src"] == fwd["valid"][0]["tgt"]
-    assert rev["valid"][0]["src_words"] == fwd["valid"][0]["tgt_words"]
-    assert rev["valid"][0]["alignment"] == [[t, s] for s, t in fwd["valid"][0]["alignment"]]
+    rev = {k: v[0] for k, v in load_columns(data_cfg(**{**cfg.__dict__, "reverse": True}),
+                                            _quiet)["valid"].items()}
+    fwd = {k: v[0] for k, v in load_columns(cfg, _quiet)["valid"].items()}
+    assert rev["src"] == fwd["tgt"]
+    assert list(rev["src_words"]) == list(fwd["tgt_words"])
+    assert [list(a) for a in rev["alignment"]] == [[t, s] for s, t in fwd["alignment"]]
     # relations are per side: reversing swaps the two lists, each (relation, dep, head)
     # still indexes its own side's words
-    assert rev["valid"][0]["src_relations"] == fwd["valid"][0]["tgt_relations"]
-    assert rev["valid"][0]["tgt_relations"] == fwd["valid"][0]["src_relations"]
-    assert fwd["valid"][0]["src_relations"]  # the Chinese side has relations
+    assert rev["src_relations"] == fwd["tgt_relations"]
+    assert rev["tgt_relations"] == fwd["src_relations"]
+    assert fwd["src_relations"]  # the Chinese side has relations
     for _rel, dep, head in row["src_relations"]:
         assert dep < len(row["src_words"]) and head < len(row["src_words"])
 
 
+def raw_splits(cfg) -> dict:
+    """The raw corpus of ``cfg`` per split as the Arrow datasets the pipeline builds (lists
+    where the generator has tuples): no normalisation, no tokenization."""
+    return {name: to_dataset(cols) for name, cols in load_columns(cfg, _quiet).items()}
+
+
 def test_builtin_en_to_zh_alignment_pairs_are_en_zh(data_cfg):
     sizes = {"source": "builtin", "train_size": 300, "valid_size": 20, "test_size": 20}
-    en_zh = load_source(data_cfg(src_lang="en", tgt_lang="zh", **sizes))
-    zh_en = load_source(data_cfg(src_lang="zh", tgt_lang="en", **sizes))
+    en_zh = raw_splits(data_cfg(src_lang="en", tgt_lang="zh", **sizes))
+    zh_en = raw_splits(data_cfg(src_lang="zh", tgt_lang="en", **sizes))
     for split in ("train", "valid", "test"):
         a, b = en_zh[split].to_dict(), zh_en[split].to_dict()
         assert a["src"] == b["tgt"] and a["src_words"] == b["tgt_words"]
@@ -513,7 +521,7 @@ def _script(*overrides, cwd):
     )
 
 
-def test_script_summary_and_one_line_error(tmp_path, text_corpus):
+def test_script_summary_and_one_line_error(tmp_path, text_corpus, monkeypatch, capsys):
     common = [
         "data=text_files",
         f"data.cache_dir={tmp_path / 'cache'}",
@@ -525,9 +533,11 @@ def test_script_summary_and_one_line_error(tmp_path, text_corpus):
     assert ok.returncode == 0, ok.stderr
     assert "split" in ok.stdout and "pairs" in ok.stdout and "300" in ok.stdout
     assert "40 joint" in ok.stdout
-    bad = _script(*common, f"data.path={tmp_path / 'missing'}", cwd=tmp_path)
-    assert bad.returncode == 2
-    err = bad.stderr.strip().splitlines()
+    monkeypatch.chdir(tmp_path)
+    status, stderr = run_script_in_process(
+        "prepare_data", [*common, f"data.path={tmp_path / 'missing'}"], capsys)
+    assert status == 2
+    err = stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "missing" in err[0]
-    assert "Traceback" not in bad.stderr
+    assert "Traceback" not in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "corpus"]  # no litter

@@ -1,10 +1,12 @@
-"""torchrun --nproc_per_node=2 on CPU (gloo): same global batches, same losses, same weights
-and the same translations as one process; only rank 0 writes, and the checkpoint resumes in
-a single process."""
+"""torchrun --nproc_per_node=2 on CPU (gloo): same global batches, same losses, the same
+function (logits to float rounding) and the same translations as one process; only rank 0
+writes, and the checkpoint resumes in a single process. The ranks decide the wall-clock
+budget together, even when one of them runs slower."""
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from tinymt.corpus import SHOWCASE, generate_splits
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.rundir import load_run
+from tinymt.runtime import SLOW_RANK_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -111,3 +114,52 @@ def test_torchrun_two_processes_matches_single_process(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed" in r.stdout and "at step 12" in r.stdout
     assert json.loads((ddp / "metrics.json").read_text())["steps"] == 15
+
+
+# train(cfg) under torchrun, each rank writing the metrics it returns to <dir>/rank<r>.json
+DRIVER = """
+import json, os, sys
+from hydra import compose, initialize_config_dir
+import tinymt.config
+from tinymt.trainer import train
+with initialize_config_dir(version_base="1.3", config_dir=sys.argv[1]):
+    cfg = compose(config_name="train", overrides=sys.argv[3:])
+metrics = train(cfg)
+with open(os.path.join(sys.argv[2], "rank%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(metrics, f)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which(str(TORCHRUN)), reason="torchrun not installed")
+def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
+    """``trainer.max_minutes`` under torchrun with rank 1 sleeping 0.1 s before every step
+    (outside the timed part: ``SLOW_RANK_ENV``, test only), so that rank 0's own clock
+    (which waits for rank 1 in the gradient all-reduce) runs far ahead of rank 1's. The
+    run still ends cleanly, the budget spent, both ranks at the same step with the same
+    training seconds. Each rank deciding by its own clock, rank 0 validated and stopped
+    while rank 1 trained on, and the two hung in mismatched collectives."""
+    driver = tmp_path / "drive.py"
+    driver.write_text(DRIVER)
+    overrides = [o for o in TINY_TRAIN_OVERRIDES if not o.startswith("trainer.max_minutes=")]
+    overrides += ["model.dropout=0.0", "trainer.max_minutes=0.05", "trainer.max_steps=100000",
+                  "trainer.valid_every=100000", "trainer.valid_sentences=10",
+                  "trainer.test_beam=1", f"data.cache_dir={tmp_path / 'cache'}",
+                  f"run_dir={tmp_path / 'run'}"]
+    log = tmp_path / "torchrun.log"
+    with log.open("w") as f:  # a file, not a pipe: ranks that outlive torchrun cannot block
+        proc = subprocess.Popen(
+            [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
+             str(ROOT / "configs"), str(tmp_path), *overrides], cwd=ROOT,
+            env={**_env(), SLOW_RANK_ENV: "1:0.1"}, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks
+            proc.wait(timeout=60)
+            pytest.fail(f"the ranks hung (stopped after 300 s):\n{log.read_text()[-3000:]}")
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [m["stop_reason"] for m in ranks] == ["max_minutes"] * 2
+    assert ranks[0]["steps"] == ranks[1]["steps"] > 5
+    assert ranks[0]["train_seconds"] == ranks[1]["train_seconds"] >= 3.0

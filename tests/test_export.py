@@ -25,8 +25,7 @@ from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.corpus import sample_pairs
-from tinymt.ct2 import check_exportable, export_run, load_export
-from tinymt.ct2 import translate_ids as ct2_ids
+from tinymt.ct2 import check_exportable, export_run, load_export, translate_export_ids
 from tinymt.data import normalize
 from tinymt.decoding import max_output_length, translate_ids
 from tinymt.errors import TinyMTError
@@ -118,7 +117,7 @@ def test_forced_targets_score_as_in_our_model(run, exports, src_ids):
 def test_greedy_is_ours_token_for_token(run, exports, src_ids):
     ex = load_export(exports["none"], "cpu", threads=1)
     ours = translate_ids(run.model, src_ids, beam=1, batch_tokens=300)
-    theirs = ct2_ids(ex, src_ids, beam=1, batch_tokens=300)
+    theirs = translate_export_ids(ex, src_ids, beam=1, batch_tokens=300)
     assert [h[0][0] for h in theirs] == [h[0][0] for h in ours]
     caps = [max_output_length(len(s) + 1, 1.5, 10, run.model.max_positions) for s in src_ids]
     assert any(len(h[0][0]) == c for h, c in zip(ours, caps))  # the cap is exercised too
@@ -131,7 +130,7 @@ def test_beam_search_is_ours_token_for_token(run, exports, src_ids, beam, nbest,
     lists token for token, the scores within ``SCORE_TOL``. Ours with its default rule
     (``shrink``) may differ on a few sentences: counted, not asserted."""
     ex = load_export(exports["none"], "cpu", threads=1)
-    theirs = ct2_ids(ex, src_ids, beam=beam, nbest=nbest, len_penalty=len_penalty)
+    theirs = translate_export_ids(ex, src_ids, beam=beam, nbest=nbest, len_penalty=len_penalty)
     full = translate_ids(run.model, src_ids, beam=beam, nbest=nbest, len_penalty=len_penalty,
                          beam_rule="full")
     shrink = translate_ids(run.model, src_ids, beam=beam, len_penalty=len_penalty)
@@ -150,7 +149,8 @@ def test_beam_search_is_ours_token_for_token(run, exports, src_ids, beam, nbest,
 def test_int8_differs_little(run, exports, src_ids):
     f32 = load_export(exports["none"], "cpu", threads=1)
     int8 = load_export(exports["int8"], "cpu", threads=1)
-    same = sum(a[0][0] == b[0][0] for a, b in zip(ct2_ids(f32, src_ids), ct2_ids(int8, src_ids)))
+    same = sum(a[0][0] == b[0][0] for a, b in zip(translate_export_ids(f32, src_ids),
+                                                  translate_export_ids(int8, src_ids)))
     assert same >= 0.9 * len(src_ids), f"int8 greedy equals float32 on {same} of {len(src_ids)}"
 
 
@@ -206,7 +206,8 @@ def test_every_architecture_option_converts_exactly(name, run, toy_tokenizers, t
     ours = logits.log_softmax(-1).gather(-1, b.tgt_out[..., None])[..., 0]
     for k, r in enumerate(results):
         assert ours[k, : len(tgts[k]) + 1].tolist() == pytest.approx(r.log_probs, abs=LOGP_TOL)
-    assert [h[0][0] for h in ct2_ids(ex, srcs)] == [h[0][0] for h in translate_ids(model, srcs)]
+    assert [h[0][0] for h in translate_export_ids(ex, srcs)] == [
+        h[0][0] for h in translate_ids(model, srcs)]
 
 
 def test_an_option_the_export_does_not_know_is_refused(tiny_run, tmp_path):
@@ -264,6 +265,7 @@ def test_export_help_shows_examples():
 FAKE_CT2 = "raise ImportError(\"No module named 'ctranslate2'\")\n"
 
 
+@pytest.mark.slow
 def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, tmp_path):
     fake = tmp_path / "site" / "ctranslate2"
     fake.mkdir(parents=True)

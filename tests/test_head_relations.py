@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_heads import QUIET, FixedAttention, analyze_cfg, copy_run
 
+from conftest import QUIET, FixedAttention, analyze_cfg, copy_run
 from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
 from tinymt.errors import TinyMTError
@@ -148,17 +148,8 @@ def test_baseline_offset_margin_and_tracking():
 
 
 # ----------------------------------------------------------------------------- the report
-@pytest.fixture(scope="module")
-def analysed(tiny_run, tmp_path_factory):
-    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("relations") / "run")
-    r = analyze(analyze_cfg(run_dir, "max_sentences=40", "pruning=false"), progress=False,
-                log=QUIET)
-    return run_dir, r
-
-
-def test_report_on_a_briefly_trained_model(analysed):
-    run_dir, r = analysed
-    assert r["pruning"] is None
+def test_report_on_a_briefly_trained_model(head_analysis):
+    run_dir, r = head_analysis
     for kind, shape in (("encoder_self", (2, 2)), ("decoder_self", (1, 2))):
         rows = r["relations"][kind]["rows"]
         assert rows and r["relations"][kind]["shape"] == shape
@@ -171,7 +162,6 @@ def test_report_on_a_briefly_trained_model(analysed):
     dec = {(row["relation"], row["direction"]) for row in r["relations"]["decoder_self"]["rows"]}
     assert ("determiner", "head->dep") in dec and ("determiner", "dep->head") not in dec
     report = (run_dir / "heads.md").read_text(encoding="utf-8")
-    assert "## 2. Pruning without retraining" in report and "pruning=false" in report
     assert "## 5. Which relation does each head track?" in report
     for name in ("relations_encoder_self", "relations_decoder_self",
                  "relations_showcase_encoder_self", "relations_showcase_decoder_self"):
@@ -194,8 +184,8 @@ def test_report_on_a_briefly_trained_model(analysed):
     assert acc.Scalars(tag)[0].value == pytest.approx(row["best_accuracy"])
 
 
-def test_showcase_links_use_the_showcase_gold(analysed):
-    _, r = analysed
+def test_showcase_links_use_the_showcase_gold(head_analysis):
+    _, r = head_analysis
     enc = r["showcase"]["encoder_self"]
     pair = SHOWCASE[0]
     assert enc["words"] == list(pair.zh_words)
@@ -205,13 +195,14 @@ def test_showcase_links_use_the_showcase_gold(analysed):
     assert not (enc["attended"] == np.arange(len(pair.zh_words))).any()  # never itself
 
 
-def test_sweep_folder_analyses_every_run_and_compares_them(tiny_run, tmp_path):
-    """run=<a train.py -m folder>: each run analysed, heads_sweep.md side by side, labelled
-    by the setting that differs."""
+def test_sweep_folder_analyses_every_run_and_compares_them(head_analysis, tmp_path):
+    """run=<a train.py -m folder>: each run analysed (pruning=false), heads_sweep.md side by
+    side, labelled by the setting that differs. The runs are copies of one analysed already:
+    analysing again replaces that analysis's report and events instead of adding to them."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("{}\n")
-    runs = [copy_run(tiny_run, sweep / name) for name in ("0_a", "1_b")]
+    runs = [copy_run(head_analysis[0], sweep / name) for name in ("0_a", "1_b")]
     cfg = (runs[1] / "config.yaml").read_text(encoding="utf-8")
     assert "  seed: 1\n" in cfg
     (runs[1] / "config.yaml").write_text(cfg.replace("  seed: 1\n", "  seed: 7\n"))
@@ -224,7 +215,16 @@ def test_sweep_folder_analyses_every_run_and_compares_them(tiny_run, tmp_path):
     row = out["results"][0]["relations"]["encoder_self"]["rows"][0]
     assert f"| {row['relation']} " in report
     for r in runs:
-        assert (r / "heads.json").is_file() and (r / "heads.md").is_file()
+        assert (r / "heads.json").is_file()
+        report = (r / "heads.md").read_text(encoding="utf-8")
+        assert "## 2. Pruning without retraining" in report and "pruning=false" in report
+        assert len(list(r.glob("events.out.tfevents.*.heads"))) == 1
+        acc = EventAccumulator(str(r), size_guidance={"scalars": 0})
+        acc.Reload()
+        assert "heads/pruning_bleu/all" not in acc.Tags()["scalars"]  # the first one's, gone
+        assert len(acc.Scalars("heads/aer/best")) == 1
+        assert len(acc.Scalars("valid/bleu")) == 2  # the training run's own events intact
+    assert all(result["pruning"] is None for result in out["results"])
     with pytest.raises(TinyMTError, match="prune_output"):
         analyze(analyze_cfg(sweep, f"prune_output={tmp_path / 'p.pt'}"), progress=False,
                 log=QUIET)

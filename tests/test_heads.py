@@ -1,23 +1,21 @@
 """Head analysis on real (tiny) runs: importance, gating = removing a layer's heads,
 statistics and alignment error rates of constructed attention worked out by hand, pruned
-checkpoints that differ from their run's in the masked heads only, the script end to end
-(report, PNGs, TensorBoard) and its one-line errors."""
+checkpoints that differ from their run's in the masked heads only, the analysis end to end
+(report, PNGs, TensorBoard; the suite's one analysis, ``head_analysis`` in conftest) and
+its one-line errors (the script's own: tests/test_cli_errors.py)."""
 
+import io
 import math
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tinymt.config  # noqa: F401
-from conftest import compose_train
+from conftest import QUIET, FixedAttention, analyze_cfg, compose_train, compose_translate
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
@@ -44,10 +42,7 @@ from tinymt.heads import (
 )
 from tinymt.model import KINDS, Transformer
 from tinymt.rundir import checkpoint_path, load_run
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "scripts" / "analyze_heads.py")
-QUIET = lambda *_: None  # noqa: E731
+from tinymt.translate import translate
 
 
 @pytest.fixture(autouse=True)
@@ -56,33 +51,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
-
-
-def analyze_cfg(run, *overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        return compose(config_name="analyze_heads",
-                       overrides=[f"run={run}", "device=cpu", *overrides])
-
-
-def cli(*args):
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env)
-
-
-def copy_run(tiny_run, dest: Path) -> Path:
-    """A private copy of the shared run (the analysis writes into its run dir)."""
-    shutil.copytree(tiny_run, dest)
-    return dest
-
-
-@pytest.fixture(scope="module")
-def analysis(tiny_run, tmp_path_factory):
-    """``analyze()`` in-process on a copy of the tiny run, with a pruned checkpoint."""
-    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("heads") / "run")
-    result = analyze(analyze_cfg(run_dir, "max_sentences=30", "prune=0.5"), progress=False,
-                     log=QUIET)
-    return run_dir, result
 
 
 @pytest.fixture(scope="module")
@@ -335,26 +303,6 @@ def test_piece_word_weights_split_spanning_pieces():
 
 
 # ----------------------------------------------------------------------------- constructed
-class FixedAttention(torch.nn.Module):
-    """Stands in for a Transformer with 1 layer of 2 heads of each kind whose attention
-    weights are given: ``{kind: [head 0 rows, head 1 rows]}``, for one sentence."""
-
-    def __init__(self, weights: dict[str, list]):
-        super().__init__()
-        self.weights = {k: torch.tensor(w, dtype=torch.float64) for k, w in weights.items()}
-
-    def head_mask(self, kind: str) -> torch.Tensor:
-        return torch.ones(1, 2)
-
-    def forward(self, src, tgt_in, need_weights=False):
-        S, T = src.shape[1], tgt_in.shape[1]
-        assert need_weights and src.shape[0] == 1
-        for kind, shape in (("encoder_self", (S, S)), ("decoder_self", (T, T)),
-                            ("cross", (T, S))):
-            assert tuple(self.weights[kind].shape) == (2, *shape), kind
-        return None, {k: [w[None]] for k, w in self.weights.items()}  # (B=1, h, T_q, T_k)
-
-
 def _uniform(n_q: int, n_k: int) -> list:
     return [[[1.0 / n_k] * n_k] * n_q] * 2
 
@@ -448,11 +396,11 @@ def test_alignment_error_rates_of_constructed_attention():
 
 
 # ----------------------------------------------------------------------------- pruning
-def test_pruned_checkpoint_differs_in_the_masked_heads_only(analysis):
+def test_pruned_checkpoint_differs_in_the_masked_heads_only(head_analysis):
     """The pruned checkpoint against its run's: head masks 0 exactly at the heads it lists
     (the least important half) and 1 elsewhere, every other tensor identical; its model
     computes what the unpruned one does with those heads' gates at 0."""
-    run_dir, r = analysis
+    run_dir, r = head_analysis
     p = r["pruned"]
     assert Path(p["path"]) == checkpoint_path(run_dir, "pruned")
     pruned_ckpt = load_checkpoint(p["path"])
@@ -502,23 +450,20 @@ def test_pruned_checkpoint_differs_in_the_masked_heads_only(analysis):
 SENTENCES = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "这个男孩认识西安。"]
 
 
-def test_translate_script_translates_with_the_pruned_checkpoint(analysis):
-    """scripts/translate.py with checkpoint=<pruned> prints the pruned model's
-    translations (greedy, the default)."""
-    run_dir, r = analysis
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "translate.py"), f"run={run_dir}",
-         f"checkpoint={r['pruned']['path']}", "device=cpu", *SENTENCES],
-        capture_output=True, text=True, cwd=ROOT, env={**__import__("os").environ,
-                                                      "OMP_NUM_THREADS": "1"})
-    assert out.returncode == 0, out.stderr
+def test_translate_translates_with_the_pruned_checkpoint(head_analysis):
+    """translate with checkpoint=<pruned> prints the pruned model's translations (greedy,
+    the default)."""
+    run_dir, r = head_analysis
+    out = io.StringIO()
+    translate(compose_translate(f"run={run_dir}", f"checkpoint={r['pruned']['path']}"),
+              SENTENCES, stdout=out)
     pruned = load_run(str(run_dir), r["pruned"]["path"], "cpu")
     outs = translate_ids(pruned.model, pruned.src_tokenizer.encode_batch(SENTENCES))
-    assert out.stdout.splitlines() == [pruned.tgt_tokenizer.decode(o[0][0]) for o in outs]
+    assert out.getvalue().splitlines() == [pruned.tgt_tokenizer.decode(o[0][0]) for o in outs]
 
 
-def test_analysis_results(analysis, loaded):
-    run_dir, r = analysis
+def test_analysis_results(head_analysis, loaded):
+    run_dir, r = head_analysis
     assert r["sentences"] == 30 and r["n_heads"] == 8
     assert r["shapes"] == {"encoder_self": (2, 2), "decoder_self": (1, 2), "cross": (1, 2)}
     for k in KINDS:
@@ -540,23 +485,13 @@ def test_analysis_results(analysis, loaded):
     assert a["oracle_aer"] == pytest.approx(1 - 2 * n_linked / (n_linked + n_gold))
 
 
-# ----------------------------------------------------------------------------- the script
-@pytest.fixture(scope="module")
-def script_run(tiny_run, tmp_path_factory):
-    run_dir = copy_run(tiny_run, tmp_path_factory.mktemp("heads_cli") / "run")
-    out = cli(f"run={run_dir}", "device=cpu", "max_sentences=25", "prune=0.3",
-              f"prune_output={run_dir / 'small.pt'}")
-    return run_dir, out
-
-
-def test_script_writes_report_figures_and_tensorboard(script_run):
-    run_dir, out = script_run
-    assert out.returncode == 0, out.stderr
+# ----------------------------------------------------------------------------- the report
+def test_report_figures_and_tensorboard(head_analysis):
+    run_dir, _ = head_analysis
     report = (run_dir / "heads.md").read_text(encoding="utf-8")
     for section in ("## 1. Importance", "## 2. Pruning", "## 3. Cross-attention",
-                    "## 4. Entropy and distance", "Best head:", "small.pt"):
+                    "## 4. Entropy and distance", "Best head:", "pruned.pt"):
         assert section in report, section
-    assert (run_dir / "small.pt").is_file()
     for name in [f"importance_{k}.png" for k in KINDS] + ["pruning.png", "aer_cross.png",
                                                           "entropy_vs_distance.png"]:
         png = run_dir / "heads" / name
@@ -573,21 +508,7 @@ def test_script_writes_report_figures_and_tensorboard(script_run):
         [round(100 * n / 8) for n in range(9)]
     assert "heads/aer/best" in tags["scalars"] and "heads/prunable/all" in tags["scalars"]
     assert "valid/bleu" in tags["scalars"]  # the training run's own events are intact
-    # analysing again replaces the previous analysis's events instead of adding to them
-    analyze(analyze_cfg(run_dir, "max_sentences=10", "prune_step=0.5"), progress=False,
-            log=QUIET)
-    assert len(list(run_dir.glob("events.out.tfevents.*.heads"))) == 1
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    acc.Reload()
-    assert [e.step for e in acc.Scalars("heads/pruning_bleu/all")] == [0, 50, 100]
-    assert len(acc.Scalars("valid/bleu")) == 2
-
-
-def test_bad_run_dir_is_one_line_exit_2(tmp_path):
-    r = cli(f"run={tmp_path / 'nope'}")
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "does not exist" in r.stderr
-    assert "Traceback" not in r.stderr
+    # analysing again replaces these events: tests/test_head_relations.py (the sweep)
 
 
 def test_bad_options_are_errors(tiny_run):

@@ -157,6 +157,7 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
     assert sorted(p.name for p in (run_dir / "maps").iterdir()) == ["line1.png", "line2.png"]
 
 
+@pytest.mark.slow
 def test_compile_on_cpu(tmp_path):
     """``trainer.compile=true`` (inductor, CPU) trains like eager: the same losses to float
     rounding, finite, falling; its checkpoint loads without compile's parameter names."""

@@ -1,6 +1,6 @@
 """README.zh-CN.md keeps in step with README.md: they link each other, the Chinese one has
-a section for each of the English front-door sections (and links the others), and both
-give the same commands there, the same figures and the tour."""
+a section for each English section (or links it), and both give the same commands there,
+the same figures, the same topic links and the tour."""
 
 from __future__ import annotations
 
@@ -11,19 +11,16 @@ from conftest import REPO_ROOT
 README = REPO_ROOT / "README.md"
 README_ZH = REPO_ROOT / "README.zh-CN.md"
 
-# English front-door section -> its Chinese counterpart; every other English section is
-# linked from the Chinese README's last section (README.md#<anchor>)
+# Every English section -> its Chinese counterpart (README.md is the front door: its topics
+# live in docs/, linked from both READMEs' last section)
 SECTIONS = {
     "Two commands": "两条命令",
     "What `make demo` does, and what you get": "`make demo` 做了什么，你会得到什么",
+    "Every head, interactive": "每个头，可交互",
     "Tour": "导览",
     "Usage": "用法",
-    "Deploying a model": "部署模型",
-    "What the heads learned": "各个头学到了什么",
-    "What each head tracks": "每个头跟踪什么关系",
-    "The built-in corpus": "内置语料",
     "Layout": "目录结构",
-    "Tests": "测试",
+    "Topics": "专题（英文）",
 }
 
 
@@ -101,3 +98,15 @@ def test_both_give_the_same_commands_figures_and_the_tour():
         lines = [c for body in text.values() for c in commands(body)]
         assert {"make demo", "make test", "make tour"} <= set(lines)
     assert "notebooks/tour.py" in en["Tour"] and "notebooks/tour.py" in zh["导览"]
+
+
+def links(text: str) -> list[str]:
+    """Link targets of [text](target), in order."""
+    return re.findall(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)", text)
+
+
+def test_both_link_the_same_topics():
+    en = sections(README.read_text(encoding="utf-8"))
+    zh = sections(README_ZH.read_text(encoding="utf-8"))
+    assert links(en["Topics"]) == links(zh["专题（英文）"])
+    assert len(links(en["Topics"])) >= 8

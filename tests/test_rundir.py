@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import TINY_TRAIN_OVERRIDES, compose_train
+from conftest import TINY_TRAIN_OVERRIDES, compose_train, run_script_in_process
 from tinymt.checkpoint import average_checkpoints, load_checkpoint
 from tinymt.corpus import sample_pairs
 from tinymt.errors import TinyMTError
@@ -66,17 +65,18 @@ def test_a_named_folder_holding_a_run_is_refused(tiny_run, tmp_path):
     assert snapshot(tiny_run) == before
 
 
-def test_train_into_an_existing_run_is_an_error_and_changes_nothing(tiny_run, tmp_path):
-    """The CLI with hydra.run.dir / run_dir naming a finished run: one line, no writes."""
+def test_train_into_an_existing_run_is_an_error_and_changes_nothing(tiny_run, tmp_path,
+                                                                    capsys):
+    """scripts/train.py with hydra.run.dir naming a finished run: one line, no writes."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     before = snapshot(run)
-    r = subprocess.run([sys.executable, "scripts/train.py", *TINY_TRAIN_OVERRIDES,
-                        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}",
-                        "trainer.max_steps=2"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "already holds a run" in r.stderr and "Traceback" not in r.stderr
+    status, err = run_script_in_process("train", [
+        *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={run}",
+        "trainer.max_steps=2"], capsys)
+    assert status == 2, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("error: ")
+    assert "already holds a run" in err and "Traceback" not in err
     assert snapshot(run) == before
 
 
@@ -100,14 +100,15 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["model=small"], "cannot be applied to an existing run"),
     (["+trainer.foo=1"], "cannot be applied to an existing run"),
 ])
-def test_failed_resume_leaves_the_run_byte_identical(tiny_run, tmp_path, overrides, expected):
+def test_failed_resume_leaves_the_run_byte_identical(tiny_run, tmp_path, capsys, overrides,
+                                                     expected):
+    """scripts/train.py trainer.resume=<run> with overrides the run cannot take."""
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     before = snapshot(run)
-    r = subprocess.run([sys.executable, "scripts/train.py", f"trainer.resume={run}",
-                        *overrides], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = r.stderr.strip().splitlines()
+    status, err = run_script_in_process("train", [f"trainer.resume={run}", *overrides], capsys)
+    assert status == 2, err[-2000:]
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert snapshot(run) == before
 

@@ -1,6 +1,12 @@
 """scripts/translate.py on a real (tiny) run: arguments, stdin, files, n-best, references,
-attention figures, and every bad-input path (one-line errors, line counts kept)."""
+attention figures, and every bad-input path (its message; line counts kept).
 
+Most tests call ``translate()`` in this process, the script's own work; the script itself
+runs where only a process shows it (argv, its exit status): how a ``TinyMTError`` becomes
+one line and exit status 2 is tests/test_cli_errors.py's.
+"""
+
+import io
 import shutil
 import subprocess
 import sys
@@ -9,15 +15,16 @@ from pathlib import Path
 import pytest
 import sacrebleu
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import tinymt.config  # noqa: F401
-from conftest import compose_train
+from tinymt.checkpoint import load_checkpoint, save_checkpoint
+from tinymt.config import TranslateConfig
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.rundir import find_run, load_run
 from tinymt.tokenizer import UNK_ID
-from tinymt.trainer import train
 from tinymt.translate import translate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,20 +42,21 @@ def cli(*args, stdin=None):
                           text=True, cwd=ROOT)
 
 
+def piped(data: bytes):
+    """A stdin that is a pipe of these bytes (not a terminal), as the script gets it."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+
+
 def test_sentences_as_arguments(tiny_run):
+    """The script: every argument not of the form key=value is a sentence, and after ``--``
+    every argument is one (``x=1`` too); printed in order, one line each."""
     sentences = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "Hello"]
-    r = cli(f"run={tiny_run}", *sentences)
+    r = cli(f"run={tiny_run}", *sentences, "--", "x=1", "他喜欢猫吗？")
     assert r.returncode == 0, r.stderr
     # the CLI prints what the library translates, in order, one line each
-    assert r.stdout.splitlines() == translate(cfg_for(tiny_run), sentences)["translations"]
-
-
-def test_any_sentence_after_double_dash(tiny_run):
-    """`x=1` after `--` is a sentence, not an override."""
-    r = cli(f"run={tiny_run}", "--", "x=1", "他喜欢猫吗？")
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == translate(cfg_for(tiny_run), ["x=1", "他喜欢猫吗？"])[
-        "translations"]
+    assert r.stdout.splitlines() == translate(
+        cfg_for(tiny_run), [*sentences, "x=1", "他喜欢猫吗？"])["translations"]
+    assert len(r.stdout.splitlines()) == 5
 
 
 def test_input_is_normalised_like_the_training_text(tiny_run):
@@ -58,11 +66,11 @@ def test_input_is_normalised_like_the_training_text(tiny_run):
 
 
 def test_bad_utf8_on_stdin_or_as_argument(tiny_run):
-    r = subprocess.run([sys.executable, SCRIPT, f"run={tiny_run}"],
-                       input="他喜欢猫吗？\n".encode() + b"\xff\xfe\x00garbage\n",
-                       capture_output=True, cwd=ROOT)
-    assert r.returncode == 2
-    assert r.stderr.decode().strip().splitlines() == ["error: stdin: line 2 is not valid UTF-8"]
+    stdin = piped("他喜欢猫吗？\n".encode() + b"\xff\xfe\x00garbage\n")
+    with pytest.raises(TinyMTError) as e:
+        translate(cfg_for(tiny_run), stdin=stdin, stdout=io.StringIO())
+    assert str(e.value) == "stdin: line 2 is not valid UTF-8"
+    # an argument: Python decodes argv itself (bytes kept as surrogates): a real process
     r = subprocess.run([sys.executable.encode(), SCRIPT.encode(), f"run={tiny_run}".encode(),
                         b"\xff\xfe"], capture_output=True, cwd=ROOT)
     assert r.returncode == 2
@@ -86,12 +94,16 @@ def test_failed_translation_leaves_an_existing_output_file(tiny_run, tmp_path):
 
 
 def test_stdin_pipe_keeps_line_count_with_empty_lines(tiny_run):
-    r = cli(f"run={tiny_run}", stdin="他喜欢猫吗？\n\n   \n那只小猫昨天在公园里追了一只蝴蝶。\n")
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.split("\n")[:-1]
+    out = io.StringIO()
+    res = translate(cfg_for(tiny_run), stdout=out, stdin=piped(
+        "他喜欢猫吗？\n\n   \n那只小猫昨天在公园里追了一只蝴蝶。\n".encode()))
+    lines = out.getvalue().split("\n")[:-1]
     assert len(lines) == 4
     assert lines[1] == "" and lines[2] == ""
     assert lines[0] and lines[3]
+    assert [lines[0], lines[3]] == translate(cfg_for(tiny_run), [
+        "他喜欢猫吗？", "那只小猫昨天在公园里追了一只蝴蝶。"])["translations"]
+    assert res["translations"] == lines
 
 
 def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
@@ -106,10 +118,11 @@ def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
 
 def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
     long_line = "我请李雷帮我订了去北京的机票。" * 20  # far over max_positions=64
-    r = cli(f"run={tiny_run}", stdin=f"他喜欢猫吗？\n{long_line}\n")
-    assert r.returncode == 0, r.stderr
-    assert "line 2" in r.stderr and "truncat" in r.stderr
-    assert len(r.stdout.splitlines()) == 2
+    warnings, out = [], io.StringIO()
+    translate(cfg_for(tiny_run), stdin=piped(f"他喜欢猫吗？\n{long_line}\n".encode()),
+              stdout=out, warn=warnings.append)
+    assert len(warnings) == 1 and "line 2" in warnings[0] and "truncat" in warnings[0]
+    assert len(out.getvalue().splitlines()) == 2
 
 
 def test_characters_outside_the_vocabulary_do_not_crash(tiny_run):
@@ -197,45 +210,50 @@ def test_run_latest_picks_the_newest(tiny_run, tmp_path):
 
 
 # ----------------------------------------------------------------------------- errors
-def test_missing_run_dir_is_one_line_error(tmp_path):
-    r = cli(f"run={tmp_path / 'nope'}", "他喜欢猫吗？")
-    assert r.returncode == 2
-    assert r.stderr.strip() == f"error: run dir {tmp_path / 'nope'} does not exist"
+def error_of(cfg, sentences=("他喜欢猫吗？",)) -> str:
+    with pytest.raises(TinyMTError) as e:
+        translate(cfg, list(sentences), stdout=io.StringIO())
+    return str(e.value)
+
+
+def test_missing_run_dir_is_a_clear_error(tmp_path):
+    assert error_of(cfg_for(tmp_path / "nope")) == f"run dir {tmp_path / 'nope'} does not exist"
 
 
 def test_missing_checkpoint_names_the_expected_path(tiny_run):
-    r = cli(f"run={tiny_run}", "checkpoint=avg", "他喜欢猫吗？")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert str(tiny_run / "checkpoints" / "avg.pt") in r.stderr
+    assert str(tiny_run / "checkpoints" / "avg.pt") in error_of(cfg_for(tiny_run,
+                                                                         "checkpoint=avg"))
 
 
-def test_missing_tokenizer_is_one_line_error(tiny_run, tmp_path):
+def test_missing_tokenizer_is_a_clear_error(tiny_run, tmp_path):
     broken = tmp_path / "run"
     shutil.copytree(tiny_run, broken)
     shutil.rmtree(broken / "tokenizer")
-    r = cli(f"run={broken}", "他喜欢猫吗？")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "tokenizer" in r.stderr and "Traceback" not in r.stderr
+    assert str(broken / "tokenizer") in error_of(cfg_for(broken))
 
 
-def test_truncated_checkpoint_is_one_line_error(tiny_run, tmp_path):
+def test_truncated_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     broken = tmp_path / "run"
     shutil.copytree(tiny_run, broken)
     best = broken / "checkpoints" / "best.pt"
     best.write_bytes(best.read_bytes()[:1000])
-    r = cli(f"run={broken}", "他喜欢猫吗？")
-    assert r.returncode == 2 and "damaged or truncated" in r.stderr
+    assert "damaged or truncated" in error_of(cfg_for(broken))
 
 
-def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path):
-    other = tmp_path / "other"
-    train(compose_train(other, "data.vocab_size=900", "trainer.max_steps=2",
-                        "trainer.valid_every=2", "trainer.valid_sentences=2",
-                        "trainer.test_beam=1"))
-    r = cli(f"run={tiny_run}", f"checkpoint={other / 'run' / 'checkpoints' / 'best.pt'}",
-            "他喜欢猫吗？")
-    assert r.returncode == 2
-    assert "belongs to another run" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("forge,words", [
+    (lambda s: s["vocab"].update(src_size=900, tgt_size=900), "vocab sizes 900/900"),
+    (lambda s: s.update(tokenizer_sha256="0" * 64), "another tokenizer"),
+], ids=["vocab sizes", "tokenizer"])
+def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path, forge, words):
+    """A checkpoint of another run (forged: the tiny run's own, its vocabulary sizes or its
+    tokenizer's digest changed) next to this run's tokenizer."""
+    state = load_checkpoint(tiny_run / "checkpoints" / "best.pt")
+    forge(state)
+    other = tmp_path / "other.pt"
+    save_checkpoint(state, other)
+    message = error_of(cfg_for(tiny_run, f"checkpoint={other}"))
+    assert message.startswith(f"{other} was trained with {words}")
+    assert message.endswith("the checkpoint belongs to another run")
 
 
 def test_bad_decode_options(tiny_run):
@@ -252,6 +270,15 @@ def test_input_file_errors(tiny_run, tmp_path):
         translate(cfg_for(tiny_run, f"input={bad}"))
 
 
-def test_help_lists_options():
+def test_help_shows_the_examples_and_every_option():
+    """--help: configs/translate.yaml's header (the examples) and footer, and every key of
+    the translate config with its default."""
     r = cli("--help")
-    assert r.returncode == 0 and "decode" in r.stdout and "attention" in r.stdout
+    assert r.returncode == 0, r.stderr
+    help_ = OmegaConf.load(ROOT / "configs" / "translate.yaml").hydra.help
+    assert r.stdout.startswith(help_.header) and help_.footer.strip() in r.stdout
+    config = r.stdout.split("== Config ==", 1)[1]
+    composed = cfg_for("latest")
+    for key in TranslateConfig.__dataclass_fields__:
+        assert f"\n{key}:" in config, key
+    assert f"  beam: {composed.decode.beam}\n" in config

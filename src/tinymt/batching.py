@@ -131,14 +131,6 @@ def _cut(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[int]:
     return bounds
 
 
-def batch_cost(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> int:
-    """Padded tokens of the larger side: ``len * (longest + 1)`` (what ``max_tokens`` bounds)."""
-    if not src_ids:
-        return 0
-    longest = max(max(len(s) for s in src_ids), max(len(t) for t in tgt_ids))
-    return len(src_ids) * (longest + 1)
-
-
 @dataclass
 class Batch:
     """Padded tensors of one batch: ``src`` (B, S), ``tgt_in`` / ``tgt_out`` (B, T)."""
@@ -162,10 +154,6 @@ class Batch:
     def n_tgt_tokens(self) -> int:
         """Target tokens to predict (eos included, padding excluded)."""
         return int((self.tgt_out != self.pad_id).sum())
-
-    @property
-    def n_src_tokens(self) -> int:
-        return int((self.src != self.pad_id).sum())
 
     def __len__(self) -> int:
         return self.src.shape[0]

@@ -48,6 +48,9 @@ def _one_line(e: BaseException) -> str:
     return "; ".join(out)
 
 
+_HYDRA_FLAG_CONFLICT = "Only one of --run, --multirun, --cfg"
+
+
 def run_hydra(main: Callable[[], Any]) -> Any:
     """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
     ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
@@ -59,6 +62,11 @@ def run_hydra(main: Callable[[], Any]) -> Any:
         return main()
     except HydraException as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    except ValueError as e:  # Hydra's own flags in conflict: "-m ... --cfg job"
+        if not str(e).startswith(_HYDRA_FLAG_CONFLICT):
+            raise
+        print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)

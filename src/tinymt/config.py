@@ -105,10 +105,10 @@ def _creatable_folder(value, write: bool = False) -> bool | str:
 
 def _attention(value) -> bool | str:
     path = Path(value).expanduser()
-    if path.suffix.lower() == ".png":
+    if path.suffix.lower() in (".png", ".html"):
         return _writable_file(path, make_parents=True)
     if path.exists() and not path.is_dir():
-        return f"{path} is an existing file that is not a .png"
+        return f"{path} is an existing file that is not a .png or .html"
     return _creatable_folder(path)
 
 
@@ -214,6 +214,7 @@ class TrainerConfig:
     test_beam: int = _r(5, POSITIVE)
     probe_sentences: list[str] = field(default_factory=list)
     n_probes: int = _r(1, COUNT)
+    attention_images: bool = True
     n_text_samples: int = _r(3, COUNT)
     resume: str | None = None
 
@@ -251,7 +252,7 @@ class TranslateConfig:
     output: str | None = _r(None, (lambda v: _writable_file(v, make_parents=False),
                                    "must be a file to write, in an existing writable folder"))
     ref: str | None = None
-    attention: str | None = _r(None, (_attention, "must be a .png file (one sentence) or a folder"))
+    attention: str | None = _r(None, (_attention, "must be a .png file (one sentence), an .html file (the interactive view of every sentence) or a folder"))
     attention_kinds: list[str] = _r(["cross"], (
         lambda v: len(v) > 0 and all(k in ATTENTION_KINDS for k in v),
         "must be a non-empty list of " + ", ".join(ATTENTION_KINDS)))

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from tinymt.attention import KVCache, MultiHeadAttention
 
 
+# --------------------------------------------------------------------------- positions
 class SinusoidalPositions(nn.Module):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d))."""
 
@@ -45,7 +46,7 @@ class LearnedPositions(nn.Module):
         return self.embedding.weight[offset : offset + length]  # (T, d)
 
 
-# --------------------------------------------------------------------------- sub-layers
+# ----------------------------------------------- feed-forward, encoder and decoder layers
 class FeedForward(nn.Module):
     """FFN(x) = W_2 dropout(act(W_1 x + b_1)) + b_2."""
 
@@ -168,6 +169,3 @@ class DecoderLayer(nn.Module):
             x = self.norm2(x + self.dropout2(h))
             x = self.norm3(x + self.dropout3(self.ff(x)))
         return x, self_w, cross_w  # (B, T, d), (B, h, T, T_k) or None, (B, h, T, S) or None
-
-
-# --------------------------------------------------------------------------- model

@@ -38,9 +38,7 @@ HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads) (or (n_layer
 KINDS = ("encoder_self", "decoder_self", "cross")
 
 
-# --------------------------------------------------------------------------- positions
-
-
+# --------------------------------------------------------------------------- the model
 class Transformer(nn.Module):
     """Encoder-decoder Transformer for translation.
 

@@ -149,9 +149,32 @@ def all_gather_objects(rt: Runtime, obj) -> list:
     return out
 
 
+# Test only (tests/test_distributed.py): "<rank>:<seconds>" makes that torchrun rank sleep
+# before every training step, outside the timed part, so that its own clock runs behind.
+SLOW_RANK_ENV = "TINYMT_TEST_SLOW_RANK"
+
+
+def slow_rank_delay(rt: Runtime) -> float:
+    """Seconds this rank sleeps before each training step: 0 unless ``SLOW_RANK_ENV``
+    names this rank of a distributed run."""
+    rank, _, seconds = os.environ.get(SLOW_RANK_ENV, "").partition(":")
+    return float(seconds) if rt.distributed and rank == str(rt.rank) else 0.0
+
+
 def all_reduce_sum(rt: Runtime, values: list[float]) -> list[float]:
+    """Each value summed over the ranks, on every rank."""
+    return _all_reduce(rt, values, dist.ReduceOp.SUM)
+
+
+def all_reduce_max(rt: Runtime, values: list[float]) -> list[float]:
+    """Each value's largest over the ranks, on every rank: what they must decide together
+    (the wall-clock budget: the slowest rank's step time)."""
+    return _all_reduce(rt, values, dist.ReduceOp.MAX)
+
+
+def _all_reduce(rt: Runtime, values: list[float], op) -> list[float]:
     if not rt.distributed:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=rt.device)
-    dist.all_reduce(t)
+    dist.all_reduce(t, op=op)
     return t.tolist()

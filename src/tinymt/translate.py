@@ -4,9 +4,10 @@ Input comes from the command line's sentences, a file (``input=``) or stdin; eve
 is normalised exactly as the training text was (:func:`tinymt.data.normalize`), decoded
 in length-sorted batches (:func:`tinymt.decoding.translate_ids`) and written one line per
 input line. ``ref=`` scores the result, ``attention=`` draws every head's map
-(:mod:`tinymt.attention_maps`).
+(:mod:`tinymt.attention_maps`: PNG) or writes the interactive view of every sentence as
+one self-contained page (``attention=maps.html``, :mod:`tinymt.viewer.html`).
 
-``engine=ct2`` decodes with CTranslate2 instead (:func:`tinymt.ct2.translate_ids`, a model
+``engine=ct2`` decodes with CTranslate2 instead (:func:`tinymt.ct2.translate_export_ids`, a model
 folder written by ``scripts/export.py``); everything around the decoding step -- input,
 normalisation, truncation, n-best lines, output file, ``ref=`` -- is this module's, the same
 for both engines. Attention maps need the PyTorch engine.
@@ -25,8 +26,8 @@ import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import check_translate
-from tinymt.ct2 import LoadedExport, load_export
-from tinymt.ct2 import translate_ids as ct2_translate_ids
+from tinymt.corpus import SHOWCASE
+from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
 from tinymt.data import normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -34,6 +35,8 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
+from tinymt.viewer.document import Probe, build_document, probe_from_pair
+from tinymt.viewer.html import html_page
 
 
 # ----------------------------------------------------------------------------- translate
@@ -111,8 +114,9 @@ def _stdin_lines(stdin) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _output(path: str | None, stdout) -> Iterator:
-    """``stdout``, or a temp file beside ``path`` that replaces it only when complete."""
+def _output(path: str | None, stdout, key: str = "output") -> Iterator:
+    """``stdout``, or a temp file beside ``path`` that replaces it only when complete
+    (``key``: the option named on error)."""
     if not path:
         yield stdout
         return
@@ -123,7 +127,7 @@ def _output(path: str | None, stdout) -> Iterator:
             yield f
         os.replace(tmp, target)
     except OSError as e:
-        raise TinyMTError(f"cannot write output={path}: {e.strerror}") from None
+        raise TinyMTError(f"cannot write {key}={path}: {e.strerror}") from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -149,7 +153,7 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     if d.beam_rule:  # None: the engine's own rule
         kw["beam_rule"] = d.beam_rule
     if isinstance(run, LoadedExport):  # the decoding step is the only difference
-        outs = ct2_translate_ids(run, [ids[i] for i in todo], **kw)
+        outs = translate_export_ids(run, [ids[i] for i in todo], **kw)
     else:
         outs = translate_ids(run.model, [ids[i] for i in todo], device=device, **kw)
     nbests: list[list[tuple[list[int], float]]] = [[] for _ in ids]
@@ -171,9 +175,14 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
 
 
 def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line):
-    """One PNG per sentence: the grids of every requested kind and layer, stacked."""
+    """``attention=`` ending in ``.html``: one interactive page, every sentence a probe;
+    otherwise one PNG per sentence: the grids of every requested kind and layer, stacked."""
     target = Path(cfg.attention)
     nonempty = [i for i, t in enumerate(ids) if t]
+    if target.suffix.lower() == ".html":
+        _save_html(run, target, [lines[i] for i in nonempty], [ids[i] for i in nonempty],
+                   [nbests[i][0][0] for i in nonempty], device)
+        return
     single = target.suffix.lower() == ".png"
     if single and len(nonempty) > 1:
         raise TinyMTError(f"attention={target} is one file but there are {len(nonempty)} "
@@ -191,3 +200,28 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line)
         path = target if single else target / f"line{first_line + i}.png"
         matplotlib.image.imsave(path, image)
         print(f"attention map: {path}", file=sys.stderr)
+
+
+def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
+    """Every head of all three kinds for each sentence, teacher-forced on the model's own
+    translation, in one self-contained page (written whole: temp file, then rename). The
+    built-in corpus's showcase sentences bring their gold words."""
+    data = run.config.get("data", {})
+    showcase = {normalize(p.zh): p for p in SHOWCASE} \
+        if data.get("source") == "builtin" and not data.get("reverse") else {}
+    step = int(run.state.get("step", 0))
+    docs = []
+    for line, src, out in zip(lines, ids, outs):
+        translation = run.tgt_tokenizer.decode(out)
+        pair = showcase.get(normalize(line))
+        probe = probe_from_pair(pair) if pair else Probe(line.strip())
+        attn = collect_attention(run.model, src, out, device)
+        docs.append(build_document(
+            attn, run.src_tokenizer.pieces(src), run.tgt_tokenizer.pieces(out), probe,
+            translation, step, forced_reference=bool(pair) and translation == pair.en))
+    name = f"{run.run_dir.name} · {run.checkpoint.name}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _output(str(target), None, key="attention") as f:
+        f.write(html_page(name, docs, title=f"tinymt attention: {lines[0].strip()}"
+                          if docs else "tinymt attention"))
+    print(f"attention view: {target}", file=sys.stderr)

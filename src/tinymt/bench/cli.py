@@ -12,7 +12,10 @@ Measures, in one process:
   BLEU of every method;
 * peak memory of each measurement;
 
-and writes a markdown report (``--out``) and, with ``--json``, the raw numbers.
+and writes a markdown report and the raw numbers as JSON: by default into a folder of their
+own, ``outputs/benchmarks/<date>/<time>/`` under the current directory; into the project's
+``docs/`` only when ``--out`` / ``--json`` name it, and only from a clean working tree, so
+that a published report names the commit it measured.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 import torch
 
 from tinymt.bench.decoding import bench_decoding
-from tinymt.bench.machine import REPO_ROOT, machine_info
+from tinymt.bench.machine import REPO_ROOT, machine_info, uncommitted_changes
 from tinymt.bench.measure import log
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.report import mark, render_markdown
@@ -37,8 +40,12 @@ from tinymt.bench.training import bench_training
 from tinymt.bench.workload import DEFAULT_DATA, load_data, model_config
 from tinymt.cli import one_line_errors
 from tinymt.errors import TinyMTError
+from tinymt.rundir import clock_run_dir
 
 PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
+OUTPUTS = "outputs/benchmarks"  # default: <cwd>/outputs/benchmarks/<date>/<time>/
+REPORT, RESULTS = "benchmarks.md", "benchmarks.json"
+DOCS = REPO_ROOT / "docs"  # the published report: written from a clean working tree only
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -104,9 +111,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "outputs/.cache)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="GPU bf16 dense peak for MFU when the GPU is not in the built-in table")
-    p.add_argument("--out", default="docs/benchmarks.md",
-                   help="markdown report to write (default docs/benchmarks.md)")
-    p.add_argument("--json", default=None, help="also write the raw results here")
+    p.add_argument("--out", default=None,
+                   help=f"markdown report to write (default {OUTPUTS}/<date>/<time>/{REPORT}, "
+                        f"with {RESULTS} beside it); the project's docs/ only from a clean "
+                        "working tree")
+    p.add_argument("--json", default=None,
+                   help="the raw results (default: beside the default report; none when --out "
+                        "is given without --json)")
     p.add_argument("--merge", default=None,
                    help="JSON of an earlier run on another device (e.g. the CPU run): its "
                         "sections are included in this report")
@@ -153,6 +164,19 @@ def pick_device(args: argparse.Namespace) -> torch.device:
     return device
 
 
+def check_docs_output(paths: Sequence[str | None]) -> None:
+    """Refuse to write into the project's ``docs/`` from a working tree that differs from
+    its commit: the published report names one commit, the code it measured."""
+    into_docs = [p for p in paths if p and Path(p).resolve().is_relative_to(DOCS.resolve())]
+    changed = uncommitted_changes() if into_docs else []
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise TinyMTError(
+            f"{os.path.relpath(into_docs[0])}: the working tree has uncommitted changes "
+            f"({', '.join(changed[:3])}{more}); a report in docs/ names the commit it "
+            f"measured: commit first, or leave out --out/--json to write under {OUTPUTS}/")
+
+
 def read_merge(path: str | None) -> dict:
     """The ``devices`` of an earlier run's JSON (``--merge``), or nothing."""
     if not path:
@@ -194,6 +218,7 @@ def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -
 
 @one_line_errors
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    check_docs_output([args.out, args.json])
     device = pick_device(args)
     resolve_defaults(args, device.type)
     for size in args.size_list:
@@ -221,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     cwd = Path.cwd()
+    if args.out is None:  # a folder of its own, never the project's docs/
+        folder = cwd / clock_run_dir(OUTPUTS)
+        args.out = str(folder / REPORT)
+        args.json = args.json or str(folder / RESULTS)
     for name in PATH_ARGS:
         value = getattr(args, name)
         if value and not (name == "run" and value == "latest"):

@@ -1,6 +1,6 @@
 """The decoding benchmark's CTranslate2 rows: the trained run (``--run``) exported twice
 (float32 and int8 weights, :func:`tinymt.ct2.export_run`) into a temporary folder and
-decoded by :func:`tinymt.ct2.translate_ids`, the engine of ``translate.py engine=ct2``.
+decoded by :func:`tinymt.ct2.translate_export_ids`, the engine of ``translate.py engine=ct2``.
 
 They run in a child process (``python -m tinymt.bench.ct2``), pass by pass on the parent's
 request, so that they alternate with ours as every method does: CTranslate2's and torch's
@@ -28,7 +28,7 @@ import torch
 from tinymt.bench.measure import log, timed
 from tinymt.bench.memory import MIB, MemoryMeter
 from tinymt.bench.targets import CT2_METHODS, SEARCHES
-from tinymt.ct2 import export_run, load_export, require_ct2, translate_ids
+from tinymt.ct2 import export_run, load_export, require_ct2, translate_export_ids
 from tinymt.errors import TinyMTError
 from tinymt.rundir import load_run
 
@@ -109,9 +109,10 @@ def main() -> int:
             export, beam = exports[request["method"]], SEARCHES[request["search"]]
 
             def one_pass(export=export, beam=beam) -> list[list[int]]:
-                hyps = translate_ids(export, job["src_ids"], beam=beam,
-                                     max_len_a=job["max_len_a"], max_len_b=job["max_len_b"],
-                                     batch_tokens=job["batch_tokens"])
+                hyps = translate_export_ids(export, job["src_ids"], beam=beam,
+                                            max_len_a=job["max_len_a"],
+                                            max_len_b=job["max_len_b"],
+                                            batch_tokens=job["batch_tokens"])
                 return [h[0][0] for h in hyps]
 
             outputs, seconds, mib = timed(one_pass, meter, device)

@@ -35,16 +35,24 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_revision() -> str:
+def _git(*args: str) -> str | None:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                             capture_output=True, text=True, timeout=10, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO_ROOT, capture_output=True, text=True,
-                               timeout=10, check=False).stdout.strip()
+        proc = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{rev}{' (with uncommitted changes)' if dirty else ''}" if rev else "unknown"
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def git_revision() -> str:
+    """The short hash of the checked-out commit, or ``unknown`` outside a git checkout."""
+    return (_git("rev-parse", "--short", "HEAD") or "").strip() or "unknown"
+
+
+def uncommitted_changes() -> list[str]:
+    """The paths that differ from the commit: modified, staged or untracked (ignored files
+    such as outputs/ are not changes); empty when the working tree is clean or not git."""
+    return [line[3:] for line in (_git("status", "--porcelain") or "").splitlines() if line]
 
 
 def gpu_peak_tflops(name: str, override: float | None) -> float | None:
@@ -62,6 +70,7 @@ def machine_info(device: torch.device, argv: Sequence[str]) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python scripts/benchmark.py " + shlex.join(argv),
         "git": git_revision(),
+        "uncommitted_changes": bool(uncommitted_changes()),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),

@@ -17,7 +17,8 @@ INTRO = (
     "vocabulary, dropout, pre-LN with final norms, batch-first, same scaled tied "
     "embeddings, sinusoidal positions and output projection -- the same parameter count, "
     "and the same weights in every comparison). "
-    "Written by `scripts/benchmark.py`; do not edit the numbers by hand, rerun it.")
+    "Written by `scripts/benchmark.py` (the commands are at the end) with its raw numbers "
+    "in `docs/benchmarks.json`; do not edit it by hand, rerun it.")
 
 METHOD_BULLETS = (
     ("- **One process, same work.** For every size our model is built from the size's "
@@ -67,34 +68,38 @@ def gpu_command(cpu_json: str | None) -> str:
             "--out docs/benchmarks.md")
 
 
-# The GPU work of the project, one command per step, for the `device` tool's machine
-# (../shared/gpu/README.md): it lacks hydra, datasets, the font and the corpora.
+# What a user with a CUDA GPU runs, one command per step.
 GPU_STEPS = (
-    "# 0. here, once per session: pack what the GPU machine lacks into .gpu/ (git-ignored)",
-    "bash ../shared/gpu/pack.sh",
-    "# every device call: carry [\".gpu\"]; its command starts with",
-    "bash .gpu/setup.sh && export PYTHONPATH=/tmp/site:$PWD/src "
-    "TINYMT_SHARED_DATA=$PWD/.gpu/data PYTHONUNBUFFERED=1 && ...",
-    "# 1. the CUDA tests (bf16 SDPA vs explicit, cached decoding, bf16 + fused AdamW + "
-    "compile,",
-    "#    torchrun --nproc_per_node=1 with NCCL, translate, figures), then the whole suite",
-    "python -m pytest -q -rs -m cuda tests/test_cuda.py && python -m pytest -q -x",
-    "# 2. training tok/s ours vs peer at base in bf16 (+ MFU), decoding, peak memory; then "
-    "compiled",
-    "python scripts/benchmark.py --device cuda --merge docs/benchmarks.json "
-    "--json docs/benchmarks-cuda.json --out docs/benchmarks.md",
-    "python scripts/benchmark.py --device cuda --compile --sizes base "
-    "--json docs/benchmarks-cuda-compile.json --out docs/benchmarks-cuda-compile.md",
-    "# 3. the recipe: test_2016 sacreBLEU (cased, detok, signature printed at the end); the",
-    "#    validation lines print valid BLEU and the training seconds so far (also",
-    "#    valid/bleu against valid/train_seconds in TensorBoard)",
-    "python scripts/train.py experiment=multi30k_de_en "
-    "data.path=.gpu/data/multi30k-hub-layout run_dir=outputs/m30k_gpu | tee $OUT/recipe.log",
-    "# 4. time to 38 BLEU: the same recipe within 120 s of training, validated every 100 steps",
-    "python scripts/train.py experiment=multi30k_de_en "
-    "data.path=.gpu/data/multi30k-hub-layout trainer.max_minutes=2 trainer.valid_every=100 "
-    "run_dir=outputs/m30k_gpu_120s | tee $OUT/recipe_120s.log",
+    "# 1. a venv with a CUDA build of torch (a new venv: rm -rf .venv first if there is one;",
+    "#    pick the wheel index of your CUDA version at https://pytorch.org/get-started/locally/),",
+    "#    then the whole suite, the CUDA tests included",
+    "make test TORCH='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'",
+    "# 2. the CUDA tests alone: bf16 SDPA against explicit weights, cached decoding, bf16 +",
+    "#    fused AdamW + compile training, torchrun --nproc_per_node=1 with NCCL, translate, figures",
+    ".venv/bin/python -m pytest -q -rs -m cuda",
+    "# 3. training tok/s ours vs peer at base in bf16 (+ MFU), decoding, peak memory, keeping",
+    "#    the CPU sections (from a clean working tree: the report names the commit); then compiled",
+    gpu_command("docs/benchmarks.json"),
+    "python scripts/benchmark.py --device cuda --compile --sizes base",
+    "# 4. the GPU recipe: ends with the test_2016 sacreBLEU (cased, detokenized); validation lines",
+    "#    print valid BLEU and the training seconds so far (TensorBoard: valid/bleu against",
+    "#    valid/train_seconds). Offline: add data.path=<a local copy in the hub layout>",
+    "python scripts/train.py experiment=multi30k_de_en",
+    "# 5. time to 38 BLEU: the same recipe within 120 s of training, validated every 100 steps",
+    "python scripts/train.py experiment=multi30k_de_en trainer.max_minutes=2 "
+    "trainer.valid_every=100",
 )
+
+
+CPU_COMMAND = ("python scripts/benchmark.py --device cpu --json docs/benchmarks.json "
+               "--out docs/benchmarks.md")
+
+
+def code(machine: dict) -> str:
+    """The commit a run measured; a run from a changed working tree (never one in docs/:
+    the benchmark refuses) says so."""
+    return machine["git"] + (" and uncommitted changes" if machine.get("uncommitted_changes")
+                             else "")
 
 
 def plural(n: int, word: str) -> str:
@@ -236,7 +241,7 @@ def render_machines(devices: dict) -> list[str]:
         m, D = res["machine"], dev.upper()
         L += [f"| {D} run: date | {m['date']} |",
               f"| {D} run: command | `{m['command']}` |",
-              f"| {D} run: code | git {m['git']} |",
+              f"| {D} run: code | git {code(m)} |",
               f"| {D} run: software | torch {m['torch']}"
               + (f" (CUDA {m['cuda']})" if m.get("cuda") else "")
               + f", Python {m['python']}, {m['platform']} |",
@@ -271,17 +276,14 @@ def render_sections(meta: dict, devices: dict) -> list[str]:
         elif dev == "cuda":
             why = ("no GPU on this machine" if not meta.get("cuda_available")
                    else "this run used --device cpu")
-            L += [(f"Not measured: {why}. On a machine with a GPU run (`--merge` keeps the "
-                   "CPU sections; add `--data-path <dir>/multi30k-hub-layout` where "
+            L += [(f"Not measured: {why}. On a machine with a CUDA GPU run (`--merge` keeps "
+                   "the CPU sections; add `--data-path <dir>/multi30k-hub-layout` where "
                    "`../shared/data` is not beside the repo):"), "", "```",
                   gpu_command(meta.get("json")), "```", "",
-                  "### GPU machine: one command per step", "",
-                  "On the `device` tool's GPU machine (`../shared/gpu/README.md`), each "
-                  "step in one device call:", "", "```", *GPU_STEPS, "```", ""]
+                  "### On a CUDA GPU, step by step", "", "```", *GPU_STEPS, "```", ""]
         else:
-            L += ["Not measured in this run. On the CPU machine run:", "", "```",
-                  "python scripts/benchmark.py --device cpu --json docs/benchmarks.json", "```",
-                  ""]
+            L += ["Not measured in this run. On a CPU run:", "", "```",
+                  CPU_COMMAND, "```", ""]
     return L
 
 
@@ -308,12 +310,15 @@ def render_markdown(results: dict) -> str:
     L += render_sections(meta, devices)
     L += render_method(meta)
     L += ["", "## Commands", "", "```",
-          "# CPU report (this file) + raw numbers; --quick for a < 2 min smoke run",
-          "python scripts/benchmark.py --device cpu --json docs/benchmarks.json",
-          "# GPU sections, keeping the CPU ones",
-          gpu_command("docs/benchmarks.json"),
+          "# a < 2 min smoke run of the benchmark itself (its numbers mean nothing); like",
+          "# every run without --out it writes outputs/benchmarks/<date>/<time>/benchmarks.{md,json}",
+          "python scripts/benchmark.py --quick",
           "# decoding with a trained model instead of random weights (+ BLEU, and the",
           "# CTranslate2 float32 / int8 rows when the ct2 extra is installed)",
           "python scripts/benchmark.py --run outputs/<date>/<time>",
+          "# this report and its raw numbers (docs/ is written from a clean working tree only)",
+          CPU_COMMAND,
+          "# GPU sections, keeping the CPU ones",
+          gpu_command("docs/benchmarks.json"),
           "```", ""]
     return "\n".join(L)

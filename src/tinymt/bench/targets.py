@@ -4,7 +4,6 @@ from __future__ import annotations
 
 CPU_SIZES = ("tiny", "small")
 CUDA_SIZES = ("tiny", "small", "base")
-METHODS = ("ours_cache", "ours_nocache", "peer")
 # with --run (a trained model) and CTranslate2 installed: the run exported, weights as named
 CT2_METHODS = {"ct2_float32": "none", "ct2_int8": "int8"}  # method -> export quantization=
 METHOD_LABELS = {

@@ -21,10 +21,10 @@ synonyms, so each Chinese sentence has exactly one translation. See docs/corpus.
 
 Public API::
 
-    from tinymt.corpus import Pair, generate_splits, build_dataset_dict, SHOWCASE
+    from tinymt.corpus import Pair, generate_splits, SHOWCASE
 """
 
-from tinymt.corpus.generate import SHOWCASE, build_dataset_dict, generate_splits, sample_pairs
+from tinymt.corpus.generate import SHOWCASE, generate_splits, sample_pairs
 from tinymt.corpus.pair import Pair
 
 # bump when the grammar or lexicon changes what a seed generates (data caches key on it)
@@ -34,7 +34,6 @@ __all__ = [
     "CORPUS_VERSION",
     "SHOWCASE",
     "Pair",
-    "build_dataset_dict",
     "generate_splits",
     "sample_pairs",
 ]

@@ -89,33 +89,3 @@ def _fill(r, pairs, total, seen_zh, seen_en, budget) -> None:
             pairs.append(p)
             if len(pairs) == total:
                 return
-
-
-def build_dataset_dict(
-    seed: int = 1234,
-    train_size: int = 200_000,
-    valid_size: int = 1000,
-    test_size: int = 1000,
-):
-    """The splits as a ``datasets.DatasetDict`` with columns zh, en, zh_words, en_words,
-    alignment (a list of ``[zh_index, en_index]`` per row), zh_relations and en_relations
-    (``[relation, dependent, head]`` per row, see :mod:`tinymt.corpus.relations`)."""
-    import datasets
-
-    splits = generate_splits(seed, train_size, valid_size, test_size)
-    out = {}
-    for name, pairs in splits.items():
-        # tuples go straight to Arrow (lists of strings / of [int, int]); no features=
-        # argument, which would re-encode every row in Python (~10x slower)
-        out[name] = datasets.Dataset.from_dict(
-            {
-                "zh": ["".join(p.zh_words) for p in pairs],
-                "en": [join_english(p.en_words) for p in pairs],
-                "zh_words": [p.zh_words for p in pairs],
-                "en_words": [p.en_words for p in pairs],
-                "alignment": [p.alignment for p in pairs],
-                "zh_relations": [p.zh_relations for p in pairs],
-                "en_relations": [p.en_relations for p in pairs],
-            }
-        )
-    return datasets.DatasetDict(out)

@@ -36,7 +36,3 @@ RELATION_DOCS: dict[str, tuple[str, str, str]] = {
 }
 RELATIONS: tuple[str, ...] = tuple(RELATION_DOCS)
 
-
-def relation_name(index: int) -> str:
-    """``RELATIONS[index]`` (the first element of a relation triple)."""
-    return RELATIONS[index]

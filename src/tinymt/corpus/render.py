@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 
-from tinymt.corpus.lexicon import NUMERALS, Verb, verb
+from tinymt.corpus.lexicon import NUMERALS, verb
 from tinymt.corpus.pair import Pair
 from tinymt.corpus.relations import RELATIONS
 from tinymt.corpus.structures import (
@@ -705,7 +705,3 @@ _new_pair = object.__new__
 _set = object.__setattr__
 _TAGSETS: dict[frozenset, frozenset] = {}
 
-
-def verb_forms(v: Verb) -> dict[str, tuple[str, ...]]:
-    """The English forms of a verb by name (used by tests and docs)."""
-    return {"base": v.base, "s3": v.s3, "past": v.past, "pp": v.pp, "ing": v.ing}

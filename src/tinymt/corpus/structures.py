@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 from tinymt.corpus.lexicon import Adjective, Name, Noun, Place, Pronoun, Time, Verb
 
-# determiners of a common-noun phrase (Chinese -> English):
+# determiners of a common-noun phrase (NounPhrase.det, Chinese -> English):
 #   bare   猫 cats (generic plural) / 茶 tea (mass)      num  一只猫 a cat, 三只猫 three cats
 #   this   这只猫 this cat     that  那只猫 the cat     these  这些猫 these cats
 #   those  那些猫 the cats
-DETERMINERS = ("bare", "num", "this", "that", "these", "those")
 
 
 @dataclass(slots=True)
@@ -150,8 +149,6 @@ class GoDo:
 
 VP = VerbPhrase | Copula | Pivot | Want | GoDo
 
-TENSES = ("present", "past", "progressive", "future")
-MOODS = ("declarative", "yn_question", "wh_object", "wh_subject", "wh_place")
 
 
 @dataclass(slots=True)

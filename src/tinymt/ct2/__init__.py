@@ -10,7 +10,7 @@
 """
 
 from tinymt.ct2.convert import INSTALL, build_spec, check_exportable, require_ct2
-from tinymt.ct2.engine import LoadedExport, load_export, translate_ids
+from tinymt.ct2.engine import LoadedExport, load_export, translate_export_ids
 from tinymt.ct2.export import META, QUANTIZATIONS, export_run
 
 __all__ = [
@@ -23,5 +23,5 @@ __all__ = [
     "export_run",
     "load_export",
     "require_ct2",
-    "translate_ids",
+    "translate_export_ids",
 ]

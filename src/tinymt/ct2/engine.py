@@ -1,12 +1,12 @@
 """Translating with an exported model: ``translate.py engine=ct2``, the benchmark's rows.
 
-:func:`translate_ids` takes and returns what :func:`tinymt.decoding.translate_ids` does, so
+:func:`translate_export_ids` takes and returns what :func:`tinymt.decoding.translate_ids` does, so
 the input and output path around it (normalising, truncating, n-best lines, ``ref=``) is
 the same for both engines. Our decoding rules, mapped onto ``translate_batch``:
 
 * the length cap (:func:`tinymt.decoding.max_output_length`) is per sentence and
   ``max_decoding_length`` per call: greedy search runs under the largest cap and cuts each
-  output at its own, beam search goes in groups of equal cap (see :func:`translate_ids`);
+  output at its own, beam search goes in groups of equal cap (see :func:`translate_export_ids`);
 * ``min_decoding_length=0`` (an empty translation is allowed), ``pad`` and ``bos`` are never
   generated (``suppress_sequences``), the source is not truncated (``max_input_length=0``);
 * ``return_end_token=True``: CTranslate2 then counts EOS in a hypothesis' length, as our
@@ -109,7 +109,7 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     return LoadedExport(translator, src_tok, tgt_tok, meta, path)
 
 
-def translate_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
+def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
                   len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                   nbest: int = 1, batch_tokens: int = 4096, progress: bool = False,
                   beam_rule: str = "full") -> Hyps:

@@ -30,7 +30,7 @@ folder layout; :mod:`tinymt.data.summary` the stats and their table.
 from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
 from tinymt.data.pipeline import normalize, prepare, target_language
 from tinymt.data.prepared import PreparedData
-from tinymt.data.sources import SPLITS, load_source, read_lines
+from tinymt.data.sources import SPLITS, read_lines
 from tinymt.data.summary import summary_table
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "PreparedData",
     "cache_key",
     "cache_path",
-    "load_source",
     "normalize",
     "prepare",
     "read_lines",

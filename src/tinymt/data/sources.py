@@ -360,12 +360,3 @@ def to_dataset(cols: Columns) -> datasets.Dataset:
     )
     return datasets.Dataset(table)
 
-
-def load_source(cfg) -> datasets.DatasetDict:
-    """The raw corpus of ``cfg`` as splits train/valid/test, columns src/tgt (+ builtin's).
-
-    No normalisation, no tokenization: what the source holds, in our split/column names,
-    direction already swapped when ``data.reverse`` is set.
-    """
-    splits = load_columns(cfg, lambda _: None)
-    return datasets.DatasetDict({name: to_dataset(cols) for name, cols in splits.items()})

@@ -66,9 +66,6 @@ from tinymt.heads.alignment import (
     alignment_summary,
     attention_links,
     gold_matrix,
-    one_hot,
-    piece_word_weights,
-    pieces_to_words,
 )
 from tinymt.heads.analysis import analyze
 from tinymt.heads.gates import SELF_KINDS, all_heads, gates_without, head_shapes
@@ -99,6 +96,7 @@ from tinymt.heads.stats import (
     attention_pass,
     head_labels,
 )
+from tinymt.words import one_hot, piece_word_weights, pieces_to_words
 
 __all__ = [
     "BLEU_DROP", "BROAD_ENTROPY", "CURVES", "MARGIN", "MIN_INSTANCES", "POSITIONAL_MASS",

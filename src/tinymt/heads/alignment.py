@@ -1,6 +1,6 @@
 """Cross-attention as word alignment: pieces -> words, links, alignment error rate.
 
-Pieces are mapped to words by their characters (:func:`piece_word_weights`); a target
+Pieces are mapped to words by their characters (:func:`tinymt.words.piece_word_weights`); a target
 word is linked to the source word whose pieces get the most of its pieces' attention
 (:func:`attention_links`, the source EOS acting as NULL), and
 :class:`AlignmentCounts` adds up ``|A & G|``, ``|A|`` and ``|G|`` over a split for
@@ -9,76 +9,12 @@ word is linked to the source word whose pieces get the most of its pieces' atten
 
 from __future__ import annotations
 
-import difflib
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-_SPECIAL = frozenset({"<unk>", "<s>", "</s>", "<pad>"})
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
-
-
-def _chars(text: str) -> str:
-    """NFKC, sentencepiece's word marker and all whitespace removed."""
-    return "".join(unicodedata.normalize("NFKC", text).replace("\u2581", " ").split())
-
-
-def piece_word_weights(pieces: Sequence[str], words: Sequence[str]) -> np.ndarray:
-    """How much of each piece belongs to each word: ``(n_pieces, n_words)``, by characters.
-
-    Pieces and words are compared as character strings with whitespace and ``▁``
-    removed (after NFKC, as the data pipeline normalises text), so this works for English
-    (pieces start with ``▁`` at word starts, punctuation attached to a word) and for
-    Chinese (no spaces; words given by the corpus) alike. Row ``p`` holds the fraction of
-    piece ``p``'s characters in each word: one 1 for a piece inside a word, fractions for
-    a piece spanning words (Chinese BPE merges frequent pairs such as 一个). A bare ``▁``
-    copies the next piece's row. When the two strings differ (``<unk>`` pieces,
-    normalisation differences) the characters are matched with difflib; pieces with no
-    matched character, and special pieces (``<unk>``, ``</s>``, ...), get a row of zeros.
-    """
-    owner: list[int] = []  # word of each character of the joined words
-    for w, word in enumerate(words):
-        owner += [w] * len(_chars(word))
-    target_text = "".join(_chars(w) for w in words)
-    texts = ["" if p in _SPECIAL else _chars(p) for p in pieces]
-    joined = "".join(texts)
-    # character i of `joined` -> character of target_text, or -1
-    if joined == target_text:
-        to_target = list(range(len(joined)))
-    else:
-        to_target = [-1] * len(joined)
-        matcher = difflib.SequenceMatcher(None, joined, target_text, autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            to_target[a:a + size] = range(b, b + size)
-    weights = np.zeros((len(pieces), len(words)))
-    pos = 0
-    for p, text in enumerate(texts):
-        hits = [owner[to_target[c]] for c in range(pos, pos + len(text)) if to_target[c] >= 0]
-        pos += len(text)
-        for w in hits:
-            weights[p, w] += 1.0 / len(hits)
-    for p in range(len(pieces) - 2, -1, -1):  # bare "▁" pieces join the following word
-        if pieces[p] not in _SPECIAL and not texts[p]:
-            weights[p] = weights[p + 1]
-    return weights
-
-
-def pieces_to_words(pieces: Sequence[str], words: Sequence[str]) -> list[int]:
-    """The word holding most of each piece (the first on a tie; -1: none); see
-    :func:`piece_word_weights`."""
-    weights = piece_word_weights(pieces, words)
-    return [int(row.argmax()) if row.sum() > 0 else -1 for row in weights]
-
-
-def one_hot(mapping: Sequence[int], n_words: int) -> np.ndarray:
-    """``(len(mapping), n_words)`` weights of a hard position -> word map (-1: none)."""
-    out = np.zeros((len(mapping), n_words))
-    for i, w in enumerate(mapping):
-        if w >= 0:
-            out[i, w] = 1.0
-    return out
 
 
 def attention_links(attn: np.ndarray, src_weights: np.ndarray,

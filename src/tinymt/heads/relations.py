@@ -10,7 +10,7 @@ word attends to most is its gold partner, per relation and **direction**:
 * ``head->dep``: the query is the head, the partner its dependent(s).
 
 Word attention is piece attention summed, as the alignment error rate does it
-(:func:`tinymt.heads.alignment.piece_word_weights`): the attention rows of a word's
+(:func:`tinymt.words.piece_word_weights`): the attention rows of a word's
 pieces are added, and what they give each key piece is added per key word; EOS / BOS
 belong to no word and count for nothing. The attended word is the *other* word with the
 most mass: what a word gives itself is set aside (it is never a partner, and many heads

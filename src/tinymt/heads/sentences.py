@@ -12,8 +12,8 @@ from omegaconf import OmegaConf
 from tinymt.config import DataConfig
 from tinymt.data import prepare, target_language
 from tinymt.errors import TinyMTError
-from tinymt.heads.alignment import piece_word_weights
 from tinymt.rundir import LoadedRun
+from tinymt.words import piece_word_weights
 
 
 @dataclass

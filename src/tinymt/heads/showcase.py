@@ -18,9 +18,9 @@ from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize
-from tinymt.heads.alignment import piece_word_weights
 from tinymt.heads.relations import attended_words
 from tinymt.rundir import LoadedRun
+from tinymt.words import piece_word_weights
 
 
 def showcase_sides(data_cfg: dict) -> dict | None:

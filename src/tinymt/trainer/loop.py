@@ -231,9 +231,12 @@ def global_batches(t: Training):
 
 
 def run_loop(t: Training) -> str:
-    """Train until a budget runs out; returns why it stopped."""
+    """Train until a budget runs out; returns why it stopped. Every rank decides alike
+    (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
+    rank's time of each step), or one would stop while another waits in a collective."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
+    delay = runtime.slow_rank_delay(t.rt)  # test only: 0 unless the test asks
     batches = global_batches(t)
     window = _Window()
     skips = 0  # non-finite losses in a row
@@ -245,6 +248,8 @@ def run_loop(t: Training) -> str:
                 return "max_epochs"
             if state["train_seconds"] >= budget_s:
                 return "max_minutes"
+            if delay:
+                time.sleep(delay)
             t0 = time.time()
             loss, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             if not math.isfinite(loss):
@@ -252,7 +257,7 @@ def run_loop(t: Training) -> str:
                 continue
             skips = 0
             grad_norm = optimizer_step(t)
-            dt = time.time() - t0
+            dt = runtime.all_reduce_max(t.rt, [time.time() - t0])[0]  # one clock for all ranks
             state["train_seconds"] += dt
             window.add(loss, n_tokens, dt)
             bar.update(1)

@@ -3,14 +3,16 @@
 :func:`validate` gives teacher-forced loss / perplexity on a whole split and sacreBLEU /
 chrF of greedy (or beam) translations of its first ``limit`` sentences; under torchrun
 each rank does a share and the results are gathered. :func:`log_validation` writes the
-numbers, source/reference/hypothesis samples, every head's attention map of the probe
-sentences and each head's mean attention entropy; :func:`log_hparams` the final numbers
+numbers, source/reference/hypothesis samples, every head's attention of the probe
+sentences (as view documents for the Attention tab, :mod:`tinymt.viewer`, and as PNG grids)
+and each head's mean attention entropy; :func:`log_hparams` the final numbers
 for TensorBoard's HPARAMS tab.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import torch
@@ -27,6 +29,8 @@ from tinymt.decoding import translate_ids
 from tinymt.metrics import attention_entropy, score, token_nll
 from tinymt.model import KINDS
 from tinymt.plotting import figure_to_array
+from tinymt.viewer.document import GOLD_COLUMNS, Probe, build_document, probe_from_pair
+from tinymt.viewer.summary import probe_summary
 
 
 @torch.inference_mode()
@@ -67,18 +71,24 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
             "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
 
 
-def probe_sentences(cfg: DictConfig, data: PreparedData) -> list[str]:
-    """Sentences whose attention maps are drawn at every validation: the configured ones,
-    the built-in corpus's showcase sentences (zh→en) and the first ``n_probes`` of valid."""
-    probes = list(cfg.trainer.probe_sentences)
+def probe_sentences(cfg: DictConfig, data: PreparedData) -> list[Probe]:
+    """Sentences whose every head is drawn at every validation: the configured ones (the
+    model's own translation is forced), the built-in corpus's showcase sentences (zh→en)
+    and the first ``n_probes`` of valid (their references are forced, with the gold words
+    where the corpus has them)."""
+    probes = [Probe(s) for s in cfg.trainer.probe_sentences]
     if cfg.data.source == "builtin" and not cfg.data.reverse:
-        probes += [pair.zh for pair in SHOWCASE]
-    probes += list(data.splits["valid"]["src"][: cfg.trainer.n_probes])
+        probes += [probe_from_pair(pair) for pair in SHOWCASE]
+    valid = data.splits["valid"]
+    n = min(cfg.trainer.n_probes, len(valid))
+    gold = {c: valid[c][:n] for c in GOLD_COLUMNS if c in valid.column_names}
+    for i, (src, tgt) in enumerate(zip(valid["src"][:n], valid["tgt"][:n])):
+        probes.append(Probe(src, tgt, **{c: gold[c][i] for c in gold}))
     return probes
 
 
 def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: PreparedData,
-                   metrics: dict, probes: list[str], rt: runtime.Runtime, step: int) -> None:
+                   metrics: dict, probes: list[Probe], rt: runtime.Runtime, step: int) -> None:
     for name in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"valid/{name}", metrics[name], step)
     k = cfg.trainer.n_text_samples
@@ -89,27 +99,49 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
     _log_probes(writer, model, cfg, data, probes, rt, step)
 
 
-def _log_probes(writer, model, cfg, data, probes, rt, step) -> None:
-    """Every head's attention maps of the probes, and each head's mean entropy over them."""
+def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step) -> None:
+    """Every head of every probe: the view document for the Attention tab, the PNG grids
+    for the Images tab (``trainer.attention_images``) and each head's mean entropy over the
+    probes as scalars. A probe
+    with a reference is teacher-forced on it (the axes stay put from step to step). What
+    the two kinds of logging cost is logged too (``logging/*``: seconds, bytes)."""
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
+    cap = cfg.model.max_positions - 1
     entropy: dict[tuple[str, int], list[np.ndarray]] = {}
-    for p, sentence in enumerate(probes):
-        ids = src_tok.encode(normalize(sentence))[: cfg.model.max_positions - 1]
+    cost = {"attention_view_seconds": 0.0, "attention_view_bytes": 0,
+            "attention_png_seconds": 0.0}
+    for p, probe in enumerate(probes):
+        ids = src_tok.encode(normalize(probe.sentence))[:cap]
         out = translate_ids(model, [ids], beam=1, device=rt.device,
                             max_len_b=cfg.trainer.valid_max_len_b)[0][0][0]
-        attn = collect_attention(model, ids, out, rt.device)
-        for tag, fig in attention_figures(attn, src_tok, tgt_tok, ids, out, kinds=KINDS,
-                                          title=sentence):
-            kind, layer = tag.split("/")
-            writer.add_image(f"attention/{kind}/{layer}/probe_{p}", figure_to_array(fig), step,
-                             dataformats="HWC")
+        translation = tgt_tok.decode(out)
+        forced = tgt_tok.encode(normalize(probe.reference))[:cap] \
+            if probe.reference is not None else out
+        attn = collect_attention(model, ids, forced, rt.device)
+        t0 = time.perf_counter()
+        doc = build_document(attn, src_tok.pieces(ids), tgt_tok.pieces(forced), probe,
+                             translation, step, forced_reference=probe.reference is not None)
+        summary = probe_summary(f"probe_{p}", doc, probe.sentence, probe.reference)
+        writer._get_file_writer().add_summary(summary, step)
+        t1 = time.perf_counter()
+        cost["attention_view_seconds"] += t1 - t0
+        if cfg.trainer.attention_images:
+            for tag, fig in attention_figures(attn, src_tok, tgt_tok, ids, forced, kinds=KINDS,
+                                              title=probe.sentence):
+                kind, layer = tag.split("/")
+                writer.add_image(f"attention/{kind}/{layer}/probe_{p}", figure_to_array(fig),
+                                 step, dataformats="HWC")
+            cost["attention_png_seconds"] += time.perf_counter() - t1
+        cost["attention_view_bytes"] += summary.ByteSize()
         for kind, layers in attn.items():
             for layer, w in enumerate(layers):  # w: (h, Tq, Tk)
                 entropy.setdefault((kind, layer), []).append(attention_entropy(w).mean(-1))
-        writer.add_text(f"attention/probe_{p}", f"{sentence}  \n→ {tgt_tok.decode(out)}", step)
+        writer.add_text(f"attention/probe_{p}", f"{probe.sentence}  \n→ {translation}", step)
     for (kind, layer), ents in entropy.items():
         for h, e in enumerate(np.mean(ents, axis=0)):  # (h,)
             writer.add_scalar(f"attention_entropy/{kind}/layer_{layer}/head_{h}", float(e), step)
+    for name, value in cost.items():
+        writer.add_scalar(f"logging/{name}", value, step)
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:

@@ -1,0 +1,14 @@
+"""The files the views are made of: the view's JavaScript (``static/``) and the Noto Sans
+CJK font of the ``noto-cjk-sans-jp-regular`` dependency (Chinese renders everywhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import noto_cjk_sans_jp_regular
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def font_path() -> Path:
+    return Path(noto_cjk_sans_jp_regular.FONT_PATH)

@@ -1,0 +1,152 @@
+"""One probe sentence at one step, as the attention viewer draws it: the *view document*.
+
+Every home of the viewer (the TensorBoard tab, the self-contained HTML file, the tour
+notebook) draws the same document::
+
+    {"sentence": "我请李雷帮我订了去北京的机票。", "reference": "I asked ..." | None,
+     "translation": "I asked ...",         # the model's own greedy output at this step
+     "forced": "reference" | "translation",  # the target the decoder read (teacher forcing)
+     "step": 800, "scale": 255,            # weights are integers 0..scale
+     "kinds": {kind: {"rows": [query tokens], "cols": [key tokens],
+                      "weights": uint8 (layers, heads, T_q, T_k),
+                      "entropy": [[nats per head] per layer],
+                      "gold": [[row, col, label], ...]}}}
+
+Rows and columns: ``encoder_self`` reads the source pieces + ``</s>`` on both axes;
+``decoder_self`` the decoder input ``<s>`` + target pieces on both (row i is the query at
+position i, which may look at columns 0..i); ``cross`` has a row per target piece the
+query *predicts* (target pieces + ``</s>``) and a column per source position.
+
+Gold (built-in corpus only): cross cells whose words are linked in the gold word
+alignment ("aligned"), and self-attention cells whose words are joined by a gold relation
+(:mod:`tinymt.corpus.relations`): ``"subject →"`` where the query is the dependent and
+the key its head, ``"subject ←"`` the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinymt.corpus import Pair
+from tinymt.corpus.relations import RELATIONS
+from tinymt.metrics import attention_entropy
+from tinymt.words import pieces_to_words
+
+SCALE = 255  # weights are stored as round(w * SCALE): 8 bits each, error <= 0.5 / SCALE
+KIND_ORDER = ("encoder_self", "decoder_self", "cross")
+# the built-in corpus's gold columns in a prepared split (tinymt.data), named as Probe's fields
+GOLD_COLUMNS = ("src_words", "tgt_words", "alignment", "src_relations", "tgt_relations")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A sentence whose attention is watched: its text, a reference translation to
+    teacher-force (``None``: the model's own translation is forced) and, on the built-in
+    corpus, the gold words (``src_words``/``tgt_words``, ``alignment`` as ``(src word,
+    tgt word)`` pairs, relations as ``(relation, dependent, head)`` word triples)."""
+
+    sentence: str
+    reference: str | None = None
+    src_words: Sequence[str] = ()
+    tgt_words: Sequence[str] = ()
+    alignment: Sequence[Sequence[int]] = ()
+    src_relations: Sequence[Sequence[int]] = ()
+    tgt_relations: Sequence[Sequence[int]] = ()
+
+
+def probe_from_pair(pair: Pair) -> Probe:
+    """A built-in corpus pair as a zh→en probe, with its gold words."""
+    return Probe(pair.zh, pair.en, pair.zh_words, pair.en_words, pair.alignment,
+                 pair.zh_relations, pair.en_relations)
+
+
+def quantize(weights: np.ndarray) -> np.ndarray:
+    """Attention weights in [0, 1] -> uint8 ``round(w * SCALE)``."""
+    return np.clip(np.rint(np.asarray(weights, dtype=np.float64) * SCALE), 0, SCALE
+                   ).astype(np.uint8)
+
+
+def dequantize(weights) -> np.ndarray:
+    return np.asarray(weights, dtype=np.float64) / SCALE
+
+
+def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
+                   tgt_pieces: Sequence[str], probe: Probe, translation: str, step: int,
+                   forced_reference: bool) -> dict:
+    """The view document of one probe (see the module docstring).
+
+    ``attn``: ``{kind: [layer -> (heads, T_q, T_k)]}`` as
+    :func:`tinymt.attention_maps.collect_attention` returns it, for the source pieces
+    ``src_pieces`` and the forced target pieces ``tgt_pieces`` (no specials).
+    """
+    src = list(src_pieces) + ["</s>"]
+    axes = {"encoder_self": (src, src),
+            "decoder_self": (["<s>"] + list(tgt_pieces), ["<s>"] + list(tgt_pieces)),
+            "cross": (list(tgt_pieces) + ["</s>"], src)}
+    gold = _gold_cells(probe, src_pieces, tgt_pieces, forced_reference)
+    kinds = {}
+    for kind in KIND_ORDER:
+        if kind not in attn:
+            continue
+        w = np.stack([np.asarray(layer, dtype=np.float64) for layer in attn[kind]])
+        rows, cols = axes[kind]
+        if w.shape[-2:] != (len(rows), len(cols)):
+            raise ValueError(f"{kind}: weights {w.shape[-2:]} for {len(rows)}x{len(cols)} tokens")
+        kinds[kind] = {"rows": rows, "cols": cols, "weights": quantize(w),
+                       "entropy": attention_entropy(w).mean(-1).round(4).tolist(),
+                       "gold": gold.get(kind, [])}
+    return {"sentence": probe.sentence, "reference": probe.reference,
+            "translation": translation,
+            "forced": "reference" if forced_reference else "translation",
+            "step": int(step), "scale": SCALE, "kinds": kinds}
+
+
+def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool) -> dict:
+    """``{kind: [[row, col, label], ...]}`` from the probe's gold words (none without)."""
+    gold: dict[str, list] = {}
+    src_w = pieces_to_words(list(src_pieces), probe.src_words) + [-1] \
+        if probe.src_words else None
+    # target words only when the decoder read the reference those words spell
+    tgt_w = pieces_to_words(list(tgt_pieces), probe.tgt_words) \
+        if probe.tgt_words and forced_reference else None
+    if src_w is not None:
+        gold["encoder_self"] = _relation_cells(src_w, src_w, probe.src_relations, False)
+    if tgt_w is not None:
+        dec_in = [-1] + tgt_w  # <s> + pieces
+        gold["decoder_self"] = _relation_cells(dec_in, dec_in, probe.tgt_relations, True)
+    if src_w is not None and tgt_w is not None:
+        links = {(int(s), int(t)) for s, t in probe.alignment}
+        rows = tgt_w + [-1]  # the piece each query predicts, then </s>
+        gold["cross"] = [[i, j, "aligned"] for i, t in enumerate(rows) if t >= 0
+                         for j, s in enumerate(src_w) if s >= 0 and (s, t) in links]
+    return gold
+
+
+def _relation_cells(row_words: list[int], col_words: list[int], relations,
+                    causal: bool) -> list[list]:
+    """Cells joining the two words of a gold relation, labelled by direction."""
+    pairs: dict[tuple[int, int], str] = {}
+    for rel, dep, head in relations:
+        name = RELATIONS[int(rel)]
+        pairs.setdefault((int(dep), int(head)), f"{name} →")
+        pairs.setdefault((int(head), int(dep)), f"{name} ←")
+    cells = []
+    for i, qw in enumerate(row_words):
+        for j, kw in enumerate(col_words):
+            if qw < 0 or kw < 0 or qw == kw or (causal and j > i):
+                continue
+            label = pairs.get((qw, kw))
+            if label:
+                cells.append([i, j, label])
+    return cells
+
+
+def jsonable(doc: dict) -> dict:
+    """The document with its weight arrays as nested lists (what the views receive)."""
+    out = dict(doc)
+    out["kinds"] = {k: {**v, "weights": np.asarray(v["weights"]).tolist()}
+                    for k, v in doc["kinds"].items()}
+    return out

@@ -1,0 +1,85 @@
+"""The attention view as one self-contained HTML file: no server, nothing fetched.
+
+``translate.py attention=maps.html "<sentence>"`` and the tour notebook build it here:
+``static/view.js`` inlined as a module script, the view documents inlined as JSON, and the
+Noto Sans CJK font cut down to the characters the page shows (fontTools, which matplotlib
+already needs) and inlined as a ``data:`` URL, so Chinese renders in any browser and the
+file stays small enough to mail (a few hundred KB).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Sequence
+
+from fontTools import subset
+from fontTools.ttLib import TTFont
+
+from tinymt.viewer.assets import STATIC, font_path
+from tinymt.viewer.document import jsonable
+
+_SEP = "\u0000"  # joins run, tag and step into the inline source's keys (view.js)
+
+
+def inline_data(run: str, docs: Sequence[dict]) -> dict:
+    """The object ``inlineSource`` of view.js reads: one run, a probe per document (each
+    document's own step)."""
+    probes, steps, by_key = [], {}, {}
+    for k, doc in enumerate(docs):
+        tag = f"probe_{k}"
+        probes.append({"tag": tag, "sentence": doc["sentence"], "reference": doc["reference"]})
+        steps[f"{run}{_SEP}{tag}"] = [doc["step"]]
+        by_key[f"{run}{_SEP}{tag}{_SEP}{doc['step']}"] = jsonable(doc)
+    return {"runs": [{"run": run, "probes": probes}], "steps": steps, "docs": by_key}
+
+
+def font_subset(text: str) -> bytes:
+    """Noto Sans CJK with only the glyphs of ``text`` (plus ASCII), as OpenType bytes."""
+    options = subset.Options()
+    options.layout_features = ["*"]
+    options.notdef_outline = True
+    font = TTFont(str(font_path()), lazy=True)
+    subsetter = subset.Subsetter(options)
+    ascii_chars = "".join(chr(c) for c in range(32, 127))
+    subsetter.populate(text=text + ascii_chars + "▁…→←·")
+    subsetter.subset(font)
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()
+
+
+def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -> str:
+    """The whole page: every document of ``docs`` a probe of run ``run``."""
+    data = inline_data(run, docs)
+    text = json.dumps(data, ensure_ascii=False)
+    font = base64.b64encode(font_subset(text)).decode("ascii")
+    # "</" inside inline scripts would end them early
+    data_js = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    view_js = (STATIC / "view.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>
+@font-face {{ font-family: "Noto Sans CJK"; src: url(data:font/otf;base64,{font}) format("opentype"); }}
+body {{ margin: 0; }}
+</style></head>
+<body><div id="tinymt-attention"></div>
+<script type="application/json" id="tinymt-data">{data_js}</script>
+<script type="module">
+{view_js}
+mountView(document.getElementById("tinymt-attention"),
+          inlineSource(JSON.parse(document.getElementById("tinymt-data").textContent)));
+</script>
+</body></html>
+"""
+
+
+def iframe(page: str, height: int = 760) -> str:
+    """``page`` inside an ``<iframe srcdoc>``: how a notebook shows it inline (the page's
+    module script runs in the frame, untouched by the notebook's HTML sanitiser)."""
+    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" '
+            f'style="width:100%;height:{height}px;border:0"></iframe>')

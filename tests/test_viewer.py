@@ -1,0 +1,298 @@
+"""The attention viewer's data: view documents, their TensorBoard records, the Attention
+tab's routes on the real TensorBoard server, and the self-contained HTML file.
+
+Weights are checked against the model's own attention (``collect_attention`` on the
+checkpoint of that step), gold cells against cells worked out by hand for the
+tutorials' sentence; the browser side is tests/test_viewer_browser.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from conftest import REPO_ROOT, compose_train, compose_translate, http_get, inline_data
+from tinymt.attention_maps import collect_attention
+from tinymt.corpus import SHOWCASE
+from tinymt.data import normalize
+from tinymt.rundir import load_run
+from tinymt.translate import translate
+from tinymt.viewer.document import SCALE, Probe, build_document, dequantize, probe_from_pair
+from tinymt.viewer.summary import PLUGIN_NAME, decode, encode
+
+PRECISION = 0.5 / SCALE + 1e-6  # what 8 bits per weight keep
+
+# the tutorials' sentence cut into pieces by hand: 李雷 and 机票 in two, "ticket" in two
+SRC_PIECES = ["▁我", "请", "李", "雷", "帮", "我", "订", "了", "去", "北京", "的", "机", "票", "。"]
+TGT_PIECES = ["▁I", "▁asked", "▁Li", "▁Lei", "▁to", "▁help", "▁me", "▁book", "▁a", "▁tick",
+              "et", "▁to", "▁Beijing", "."]
+
+
+def random_attention(rng, n_layers, n_heads, t_q, t_k, causal=False):
+    """Softmax rows, (layers, heads, T_q, T_k); causal: zero above the diagonal."""
+    logits = rng.normal(size=(n_layers, n_heads, t_q, t_k)) * 2
+    if causal:
+        logits = np.where(np.tril(np.ones((t_q, t_k), bool)), logits, -np.inf)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+def showcase_document(forced_reference=True, seed=0):
+    rng = np.random.default_rng(seed)
+    s, t = len(SRC_PIECES) + 1, len(TGT_PIECES) + 1
+    attn = {"encoder_self": list(random_attention(rng, 2, 3, s, s)),
+            "decoder_self": list(random_attention(rng, 1, 3, t, t, causal=True)),
+            "cross": list(random_attention(rng, 1, 3, t, s))}
+    doc = build_document(attn, SRC_PIECES, TGT_PIECES, probe_from_pair(SHOWCASE[0]),
+                         "I asked Li Lei to help me book a ticket to Beijing.", 120,
+                         forced_reference=forced_reference)
+    return attn, doc
+
+
+def cells(doc, kind):
+    return {(i, j): label for i, j, label in doc["kinds"][kind]["gold"]}
+
+
+def test_gold_cells_of_the_tutorials_sentence_worked_out_by_hand():
+    _, doc = showcase_document()
+    # cross: row = the target piece predicted, column = the source piece; from the gold
+    # word links 我-I 请-asked 李雷-Li/Lei 帮-to/help 我-me 订-book 了-asked 去-to 北京-Beijing
+    # 的-to 机票-a/ticket 。-.
+    cross = {(0, 0), (1, 1), (2, 2), (2, 3), (3, 2), (3, 3), (4, 4), (5, 4), (6, 5), (7, 6),
+             (1, 7), (11, 8), (12, 9), (11, 10), (8, 11), (8, 12), (9, 11), (9, 12), (10, 11),
+             (10, 12), (13, 13)}
+    assert set(cells(doc, "cross")) == cross
+    assert set(cells(doc, "cross").values()) == {"aligned"}
+    # encoder self-attention: 我→请 subject, 机票→订 object, 了→订 aux, 去→机票 relative,
+    # 李雷→请 and 我→帮 pivot; "→": the query is the dependent, "←": the head
+    enc = {(0, 1): "subject →", (1, 0): "subject ←",
+           (11, 6): "object →", (12, 6): "object →", (6, 11): "object ←", (6, 12): "object ←",
+           (7, 6): "aux →", (6, 7): "aux ←",
+           (8, 11): "relative →", (8, 12): "relative →", (11, 8): "relative ←",
+           (12, 8): "relative ←",
+           (2, 1): "pivot →", (3, 1): "pivot →", (1, 2): "pivot ←", (1, 3): "pivot ←",
+           (5, 4): "pivot →", (4, 5): "pivot ←"}
+    assert cells(doc, "encoder_self") == enc
+    # decoder self-attention: positions are <s> + pieces, and a query sees only its left
+    dec = {(2, 1): "subject ←", (10, 8): "object →", (11, 8): "object →",
+           (10, 9): "determiner ←", (11, 9): "determiner ←", (12, 10): "relative →",
+           (12, 11): "relative →", (3, 2): "pivot →", (4, 2): "pivot →", (7, 6): "pivot →"}
+    assert cells(doc, "decoder_self") == dec
+
+
+def test_no_target_gold_when_the_decoder_read_its_own_translation():
+    _, doc = showcase_document(forced_reference=False)
+    assert doc["forced"] == "translation"
+    assert doc["kinds"]["cross"]["gold"] == [] and doc["kinds"]["decoder_self"]["gold"] == []
+    assert len(doc["kinds"]["encoder_self"]["gold"]) == 18  # the source side still has it
+    plain = build_document(showcase_document()[0], SRC_PIECES, TGT_PIECES, Probe("x"), "y", 0,
+                           forced_reference=False)
+    assert all(not v["gold"] for v in plain["kinds"].values())
+
+
+def test_weights_tokens_and_entropy():
+    attn, doc = showcase_document()
+    src = SRC_PIECES + ["</s>"]
+    axes = {"encoder_self": (src, src), "decoder_self": (["<s>"] + TGT_PIECES,) * 2,
+            "cross": (TGT_PIECES + ["</s>"], src)}
+    for kind, view in doc["kinds"].items():
+        assert (view["rows"], view["cols"]) == axes[kind]
+        w = np.stack(attn[kind])
+        assert view["weights"].dtype == np.uint8 and view["weights"].shape == w.shape
+        assert np.abs(dequantize(view["weights"]) - w).max() <= PRECISION
+        ent = -(w * np.log(np.where(w > 0, w, 1))).sum(-1).mean(-1)  # (layers, heads)
+        np.testing.assert_allclose(view["entropy"], ent, atol=1e-4)
+    assert list(doc["kinds"]) == ["encoder_self", "decoder_self", "cross"]
+    with pytest.raises(ValueError, match="cross"):
+        build_document({"cross": attn["cross"]}, SRC_PIECES[:-1], TGT_PIECES, Probe("x"),
+                       "y", 0, forced_reference=False)
+
+
+def test_records_round_trip_and_damage_is_refused():
+    _, doc = showcase_document()
+    blob = encode(doc)
+    back = decode(blob)
+    for kind, view in doc["kinds"].items():
+        np.testing.assert_array_equal(back["kinds"][kind]["weights"], view["weights"])
+        assert back["kinds"][kind]["gold"] == [list(c) for c in view["gold"]]
+    assert {k: v for k, v in back.items() if k != "kinds"} == \
+        {k: v for k, v in doc.items() if k != "kinds"}
+    weights = sum(v["weights"].size for v in doc["kinds"].values())
+    assert len(blob) < weights  # compressed below one byte per weight
+    raw = zlib.decompress(blob)
+    for bad in (blob[:-7], b"junk", zlib.compress(b"XXXXX" + raw[5:]),
+                zlib.compress(raw[:-3])):
+        with pytest.raises(ValueError):
+            decode(bad)
+
+
+# ----------------------------------------------------------------------------- a real run
+def model_attention(run_dir: Path, step: int, probe: Probe) -> dict:
+    """The attention of the checkpoint of ``step`` for ``probe``, teacher-forced on its
+    reference, as the trainer computes it."""
+    run = load_run(str(run_dir), str(run_dir / "checkpoints" / f"ckpt_{step}.pt"), "cpu")
+    cap = run.model.max_positions - 1
+    src = run.src_tokenizer.encode(normalize(probe.sentence))[:cap]
+    tgt = run.tgt_tokenizer.encode(normalize(probe.reference))[:cap]
+    return collect_attention(run.model, src, tgt)
+
+
+def assert_weights_match(served_kinds: dict, attn: dict):
+    for kind, layers in attn.items():
+        served = dequantize(np.asarray(served_kinds[kind]["weights"]))
+        assert served.shape == np.stack(layers).shape, kind
+        assert np.abs(served - np.stack(layers)).max() <= PRECISION, kind
+
+
+def test_the_trainer_logs_every_probe_at_every_validation(tiny_run):
+    acc = EventAccumulator(str(tiny_run), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = sorted(t for t in acc.Tags()["tensors"] if t.startswith("probe_"))
+    assert tags == ["probe_0", "probe_1", "probe_2"]  # 2 showcase + n_probes=1 valid
+    for tag in tags:
+        assert acc.SummaryMetadata(tag).plugin_data.plugin_name == PLUGIN_NAME
+        assert [e.step for e in acc.Tensors(tag)] == [20, 40]
+    doc = decode(acc.Tensors("probe_0")[0].tensor_proto.string_val[0])
+    assert (doc["sentence"], doc["reference"], doc["forced"], doc["step"]) == \
+        (SHOWCASE[0].zh, SHOWCASE[0].en, "reference", 20)
+    assert doc["kinds"]["cross"]["gold"] and doc["kinds"]["encoder_self"]["gold"]
+    assert_weights_match(doc["kinds"], model_attention(tiny_run, 20, probe_from_pair(SHOWCASE[0])))
+    # the axes stay put from step to step (the reference is forced), the weights move
+    later = decode(acc.Tensors("probe_0")[1].tensor_proto.string_val[0])
+    for kind, view in doc["kinds"].items():
+        assert later["kinds"][kind]["rows"] == view["rows"]
+        assert not np.array_equal(later["kinds"][kind]["weights"], view["weights"])
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+@pytest.mark.slow
+def test_the_attention_tab_serves_the_models_attention(tensorboard, tiny_run):
+    status, body = http_get(f"{tensorboard}/data/plugins_listing")
+    plugin = json.loads(body)[PLUGIN_NAME]
+    assert status == 200 and plugin["enabled"] and plugin["tab_name"] == "Attention"
+    assert plugin["loading_mechanism"] == {"type": "IFRAME",
+                                           "module_path": f"/data/plugin/{PLUGIN_NAME}/index.js"}
+    route = f"{tensorboard}/data/plugin/{PLUGIN_NAME}"
+    runs = json.loads(http_get(f"{route}/runs")[1])["runs"]
+    assert [r["run"] for r in runs] == ["."]
+    assert [(p["tag"], p["sentence"], p["reference"]) for p in runs[0]["probes"][:2]] == \
+        [(f"probe_{k}", pair.zh, pair.en) for k, pair in enumerate(SHOWCASE)]
+    assert json.loads(http_get(f"{route}/steps?run=.&tag=probe_1")[1]) == {"steps": [20, 40]}
+    status, body = http_get(f"{route}/step?run=.&tag=probe_1&step=40")
+    assert status == 200
+    served = json.loads(body)
+    assert served["step"] == 40 and served["scale"] == SCALE
+    assert_weights_match(served["kinds"], model_attention(tiny_run, 40, probe_from_pair(SHOWCASE[1])))
+    for path in ("index.js", "view.js"):
+        status, body = http_get(f"{route}/{path}")
+        assert status == 200 and b"export" in body
+    status, font = http_get(f"{route}/font.otf")
+    assert status == 200 and font[:4] == b"OTTO"  # OpenType (CFF)
+
+
+@pytest.mark.slow
+def test_bad_requests_are_http_errors_not_crashes(tensorboard):
+    route = f"{tensorboard}/data/plugin/{PLUGIN_NAME}"
+    for query, code in [("steps?run=nope&tag=probe_0", 404), ("steps?run=.&tag=nope", 404),
+                        ("steps?run=.", 400), ("step?run=.&tag=probe_0&step=x", 400),
+                        ("step?run=.&tag=probe_0&step=21", 404),
+                        ("step?run=.&tag=probe_0", 400), ("step", 400)]:
+        status, body = http_get(f"{route}/{query}")
+        assert status == code, (query, status, body)
+        assert b"Traceback" not in body and len(body.splitlines()) == 1, body
+    assert http_get(f"{route}/runs")[0] == 200  # still serving
+
+
+# ----------------------------------------------------------------------------- HTML file
+def test_translate_writes_one_self_contained_page(tiny_run, tmp_path):
+    target = tmp_path / "view" / "maps.html"
+    sentences = [SHOWCASE[0].zh, "他喜欢猫吗？"]
+    result = translate(compose_translate(f"run={tiny_run}", f"attention={target}"), sentences)
+    page = target.read_text(encoding="utf-8")
+    assert not list(target.parent.glob(".*tmp*"))  # written whole
+    assert "function mountView" in page
+    # nothing fetched: the only URLs are XML namespace names
+    assert set(re.findall(r"https?://[^\s\"'`)]+", page)) <= {
+        "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    font = re.search(r'url\(data:font/otf;base64,([A-Za-z0-9+/=]+)\)', page)
+    assert base64.b64decode(font.group(1))[:4] == b"OTTO"
+    assert len(page) < 2_000_000  # the font is cut to the page's characters
+    data = inline_data(page)
+    probes = data["runs"][0]["probes"]
+    assert [p["sentence"] for p in probes] == sentences
+    run = load_run(str(tiny_run), "best", "cpu")
+    step = int(run.state["step"])
+    for k, sentence in enumerate(sentences):
+        doc = data["docs"][f"{data['runs'][0]['run']}\u0000probe_{k}\u0000{step}"]
+        assert doc["translation"] == result["translations"][k] and doc["forced"] == "translation"
+        src = run.src_tokenizer.encode(normalize(sentence))
+        out = run.tgt_tokenizer.encode(doc["translation"])
+        assert doc["kinds"]["encoder_self"]["rows"] == run.src_tokenizer.pieces(src) + ["</s>"]
+        assert_weights_match(doc["kinds"], collect_attention(run.model, src, out))
+    # the showcase sentence brings its source-side gold; the other sentence has none
+    assert data["docs"][f"{data['runs'][0]['run']}\u0000probe_0\u0000{step}"]["kinds"][
+        "encoder_self"]["gold"]
+    assert not any(v["gold"] for v in data["docs"][
+        f"{data['runs'][0]['run']}\u0000probe_1\u0000{step}"]["kinds"].values())
+
+
+def test_an_existing_file_of_another_kind_is_refused(tiny_run, tmp_path):
+    taken = tmp_path / "maps.txt"
+    taken.write_text("keep")
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
+                        f"run={tiny_run}", f"attention={taken}", "他喜欢猫吗？"],
+                       capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert ".html" in lines[0] and taken.read_text() == "keep"
+
+
+def test_the_tab_is_registered_as_a_tensorboard_plugin():
+    """The entry point of pyproject.toml names our loader, and TensorBoard's own plugin
+    discovery finds it (what ``tensorboard --logdir`` uses)."""
+    from tensorboard import default
+
+    from tinymt.viewer.plugin import AttentionLoader
+
+    assert AttentionLoader in default.get_dynamic_plugins()
+    assert 'tinymt_attention = "tinymt.viewer.plugin:AttentionLoader"' in \
+        (REPO_ROOT / "pyproject.toml").read_text()
+
+
+def test_every_logged_step_is_kept_unless_the_user_says_otherwise():
+    """TensorBoard keeps a random 10 steps per tag of a plugin it does not know; the loader
+    asks for all of ours (0), and leaves an explicit --samples_per_plugin alone."""
+    import argparse
+
+    from tinymt.viewer.plugin import AttentionLoader
+
+    flags = argparse.Namespace(samples_per_plugin={"images": 5})
+    AttentionLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {"images": 5, PLUGIN_NAME: 0}
+    flags = argparse.Namespace(samples_per_plugin={PLUGIN_NAME: 3})
+    AttentionLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {PLUGIN_NAME: 3}
+
+
+@pytest.mark.slow
+def test_without_the_png_grids_the_tab_still_gets_every_head(tmp_path):
+    from tinymt.trainer import train
+
+    train(compose_train(tmp_path, "trainer.max_steps=10", "trainer.valid_every=10",
+                        "trainer.attention_images=false", "trainer.test_beam=1"))
+    acc = EventAccumulator(str(tmp_path / "run"), size_guidance={"tensors": 0, "images": 0})
+    acc.Reload()
+    assert not acc.Tags()["images"]
+    assert sorted(t for t in acc.Tags()["tensors"] if t.startswith("probe_")) == \
+        ["probe_0", "probe_1", "probe_2"]
+    assert [e.step for e in acc.Scalars("logging/attention_png_seconds")] == [10]
+    assert acc.Scalars("logging/attention_png_seconds")[0].value == 0

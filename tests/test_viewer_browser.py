@@ -1,0 +1,165 @@
+"""The attention view in a real browser: headless Chromium (Debian's ``chromium``, driven
+by Playwright pointed at that executable; no browser download) opens TensorBoard's
+Attention tab on the tiny run and the self-contained HTML file of ``translate.py``, and
+what is on screen is checked against the numbers the plugin serves.
+
+Without Chromium these tests skip with the reason, except under CI (``CI`` set), where
+``.ci/run`` installs it and a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import compose_translate, http_get, inline_data
+from tinymt.translate import translate
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ROUTE = "data/plugin/tinymt_attention"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        reason = "Debian's chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}: .ci/run installs it")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where screenshots go: ``$TINYMT_SCREENSHOTS`` (to look at them) or tmp_path."""
+    return Path(os.environ.get("TINYMT_SCREENSHOTS") or tmp_path)
+
+
+def cells(view) -> np.ndarray:
+    """Every drawn cell as rows of (head, row, col, value)."""
+    got = view.locator("rect.cell").evaluate_all(
+        "els => els.map(e => [+e.closest('svg').dataset.head, +e.dataset.row, +e.dataset.col,"
+        " +e.dataset.v])")
+    return np.array(got, dtype=int).reshape(-1, 4)
+
+
+def assert_cells_are(view, weights: np.ndarray, heads) -> None:
+    """The cells on screen are exactly the served weights of ``heads`` (layer chosen)."""
+    got = cells(view)
+    want = np.array([(h, i, j, weights[h, i, j]) for h in heads
+                     for i in range(weights.shape[1]) for j in range(weights.shape[2])])
+    assert len(got) == len(heads) * weights.shape[1] * weights.shape[2]
+    assert sorted(map(tuple, got)) == sorted(map(tuple, want))
+
+
+def wait_ready(view, step: int | None = None) -> None:
+    root = view.locator("#tinymt-attention")
+    expect = '[data-ready="true"]' + (f'[data-step="{step}"]' if step is not None else "")
+    view.locator(f"#tinymt-attention{expect}").wait_for(timeout=60_000)
+    return root
+
+
+def hover_row_checks(view, weights: np.ndarray, heads, row: int) -> None:
+    """Hovering a query token lists, for each visible head, that row's values."""
+    view.locator(f"text.row-label[data-row='{row}']").first.hover()
+    info = view.locator("#info")
+    info.locator(".info-head").first.wait_for()
+    assert info.get_attribute("data-axis") == "row"
+    for h in heads:
+        shown = info.locator(f".info-head[data-head='{h}']").get_attribute("data-values")
+        np.testing.assert_allclose([float(v) for v in shown.split(",")],
+                                   weights[h, row] / 255, atol=6e-4)
+
+
+def drive(page, view, fetch_doc, steps: list[int], shots: Path, name: str,
+          expect_gold: bool = True) -> dict:
+    """Pick cross-attention layer 0, check every cell, hover a token, switch a head off,
+    move the step slider back and look again; returns what it measured."""
+    wait_ready(view, steps[-1])
+    render_ms = float(view.locator("#tinymt-attention").get_attribute("data-render-ms"))
+    view.locator("#kind").select_option("cross")
+    view.locator("#layer").select_option("0")
+    view.locator("#mode").select_option("matrix")
+    doc = fetch_doc(steps[-1])
+    w = np.asarray(doc["kinds"]["cross"]["weights"])[0]  # (heads, T_q, T_k) of layer 0
+    heads = list(range(w.shape[0]))
+    assert_cells_are(view, w, heads)
+    assert view.locator("svg.head-matrix").count() == len(heads)
+    for h, e in enumerate(doc["kinds"]["cross"]["entropy"][0]):
+        assert f"{e:.2f}" in view.locator(f".entropy[data-head='{h}']").text_content()
+    gold = {(i, j) for i, j, _ in doc["kinds"]["cross"]["gold"]}
+    drawn = view.locator("rect.gold").evaluate_all(
+        "els => els.map(e => [+e.dataset.row, +e.dataset.col])")
+    assert {tuple(c) for c in drawn} == gold  # every head outlines the same cells
+    assert gold or not expect_gold
+    hover_row_checks(view, w, heads, row=min(3, w.shape[1] - 1))
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    # a head switched off leaves the others
+    view.locator(".head-toggle[data-head='0']").click()
+    assert_cells_are(view, w, heads[1:])
+    view.locator(".head-toggle[data-head='0']").click()
+    # the slider back to the first validation: the weights of that step
+    if len(steps) > 1:
+        view.locator("#step").evaluate(
+            "(el) => { el.value = 0; el.dispatchEvent(new Event('input', {bubbles: true}));"
+            " el.dispatchEvent(new Event('change', {bubbles: true})); }")
+        wait_ready(view, steps[0])
+        first = np.asarray(fetch_doc(steps[0])["kinds"]["cross"]["weights"])[0]
+        assert_cells_are(view, first, heads)
+        assert view.locator("#step-label").inner_text().startswith(f"step {steps[0]} ")
+    # the lines view: a line for every weight of at least 2% of a head
+    view.locator("#mode").select_option("lines")
+    n_lines = view.locator("line.attn-line").count()
+    last = first if len(steps) > 1 else w
+    assert n_lines == int((last >= 0.02 * 255).sum())
+    return {"render_ms": render_ms, "lines": n_lines}
+
+
+def test_the_attention_tab_in_tensorboard(browser, tensorboard, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{tensorboard}/#tinymt_attention")
+    frame = "iframe[src*='plugin_entry.html?name=tinymt_attention']"
+    page.locator(frame).wait_for(timeout=60_000)
+    view = page.frame_locator(frame)
+    steps = json.loads(http_get(f"{tensorboard}/{ROUTE}/steps?run=.&tag=probe_0")[1])["steps"]
+
+    def fetch_doc(step):
+        return json.loads(http_get(f"{tensorboard}/{ROUTE}/step?run=.&tag=probe_0&step={step}")[1])
+
+    measured = drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab")
+    assert "我请李雷帮我订了去北京的机票" in view.locator("#sentence").inner_text()
+    print(f"\nthe tab showed one step in {measured['render_ms']:.0f} ms (request to drawn)")
+    assert not errors, errors
+    page.close()
+
+
+def test_the_html_file_shows_the_same_numbers(browser, tiny_run, tmp_path):
+    target = tmp_path / "maps.html"
+    translate(compose_translate(f"run={tiny_run}", f"attention={target}"),
+              ["我请李雷帮我订了去北京的机票。"])
+    data = inline_data(target.read_text(encoding="utf-8"))
+    (key, doc), = data["docs"].items()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(target.as_uri())
+    # the tiny model's translation is not the reference: no target-side gold to draw
+    drive(page, page, lambda step: doc, [doc["step"]], screenshot_dir(tmp_path), "attention_html",
+          expect_gold=False)
+    assert not errors, errors
+    page.close()

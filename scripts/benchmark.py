@@ -16,7 +16,7 @@ import sys
 
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # before datasets is imported
 
-from tinymt.bench.cli import main  # noqa: E402
+from tinymt.bench.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

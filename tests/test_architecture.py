@@ -44,11 +44,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("layers",),  # positions, feed-forward, encoder and decoder layers
     ("model",),  # the encoder-decoder Transformer
     ("words",),  # pieces -> words (gold alignments and relations are between words)
-    ("attention_maps", "rundir", "peer", "viewer"),  # built on a model: maps, a run on disk,
-    # nn peer, the interactive attention viewer (its data, TensorBoard plugin, HTML file)
+    ("attention_maps", "rundir", "viewer"),  # built on a model: maps, a run on disk, the
+    # interactive attention viewer (its data, TensorBoard plugin, HTML file)
     ("decoding",),  # greedy and beam search, translate_ids
     ("ct2",),  # export to CTranslate2 (a run's model) and translating with it (its length rule)
-    ("translate", "bench"),  # translating a run; the benchmark (times decoding, loads runs)
+    ("translate", "bench"),  # translating a run; the benchmark (its nn.Transformer peer,
+    # times decoding, loads runs)
     ("trainer",),  # train(cfg)
     ("heads",),  # head analysis of a trained run
 ]

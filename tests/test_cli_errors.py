@@ -43,11 +43,13 @@ UNWRITABLE = "/sys/tinymt-test.txt" if os.geteuid() == 0 else "{tmp}/ro/out.txt"
 
 
 def row(script: str, *overrides: str, expect: str, make: tuple[str, ...] = ()):
-    return pytest.param(script, overrides, expect, make, id=f"{script} {' '.join(overrides)}")
+    name = f"{script} {' '.join(overrides)}"
+    return pytest.param(script, overrides, expect, make, id=name,
+                        marks=[pytest.mark.slow] if name in SUBPROCESS else [])
 
 
 # the rows run as a real process: one per script (a check error, a composition error, and
-# errors found after the checks: no such export folder, no such run)
+# errors found after the checks: no such export folder, no such run); slow (seconds each)
 SUBPROCESS = {"train trainer.max_tokens=0", "prepare_data data.cache_dirr={tmp}/c",
               "translate engine=ct2 model_dir={tmp}/m", "export checkpoint=avg",
               "analyze_heads split=train", "average_checkpoints last=0"}
@@ -94,7 +96,10 @@ ROWS = [
     row("translate", f"output={UNWRITABLE}", expect="cannot write", make=("ro/",)),
     row("translate", "output={tmp}/no-folder/out.txt", expect="no-folder does not exist"),
     row("translate", "attention_kinds=[]", expect="attention_kinds=[]"),
-    row("translate", "attention={tmp}/a_file.txt", expect="attention=", make=("a_file.txt",)),
+    row("translate", "attention={tmp}/a_file.txt", expect="not a .png or .html",
+        make=("a_file.txt",)),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", "attention={tmp}/maps.html",
+        expect="attention maps are drawn by the PyTorch engine only"),
     row("translate", "decode.max_len_a=inf", expect="decode.max_len_a=inf"),
     row("translate", "decode.max_len_a=nan", expect="decode.max_len_a=nan"),
     row("translate", "decode.max_len_a=1e308", expect="decode.max_len_a=1e+308"),
@@ -173,6 +178,17 @@ def test_bad_value_is_one_line_error(tmp_path, monkeypatch, capsys, script, over
     assert sum(ln.startswith("error:") for ln in lines) == 1, stderr
     assert expect in lines[-1], lines[-1]
     assert _files(tmp_path) == before  # nothing written: no run dir, no cache, no outputs/
+
+
+@pytest.mark.slow
+def test_hydra_flags_in_conflict_are_one_line(tmp_path):
+    """Hydra's own flags are parsed before any config: -m with --cfg was a traceback."""
+    r = run_script("train", ["-m", "model.n_heads=1,2", "--cfg", "hydra"], cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert lines == ["error: Only one of --run, --multirun, --cfg, --info and "
+                     "--shell_completion can be specified"]
+    assert not any(tmp_path.iterdir())
 
 
 def test_every_script_has_a_subprocess_row():

@@ -521,6 +521,7 @@ def _script(*overrides, cwd):
     )
 
 
+@pytest.mark.slow
 def test_script_summary_and_one_line_error(tmp_path, text_corpus, monkeypatch, capsys):
     common = [
         "data=text_files",

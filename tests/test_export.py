@@ -210,6 +210,7 @@ def test_every_architecture_option_converts_exactly(name, run, toy_tokenizers, t
         h[0][0] for h in translate_ids(model, srcs)]
 
 
+@pytest.mark.slow
 def test_an_option_the_export_does_not_know_is_refused(tiny_run, tmp_path):
     """Through the real script: a checkpoint whose model config has an option this tinymt
     cannot map (as a newer tinymt might write), refused in one line naming it; no folder."""
@@ -229,6 +230,7 @@ def test_an_option_the_export_does_not_know_is_refused(tiny_run, tmp_path):
 
 
 # ----------------------------------------------------------------------------- translate.py
+@pytest.mark.slow
 def test_translate_engine_ct2_files_and_ref(tiny_run, exports, tmp_path):
     """The real script with input=, output= and ref=: the lines of the torch engine (greedy
     is the same search), the BLEU line, one output line per input line."""
@@ -284,6 +286,7 @@ def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, 
     assert r.returncode == 0 and r.stdout.strip(), r.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_failed_export_leaves_nothing(tiny_run, tmp_path):
     """A real write failure halfway (a file-size limit: model.bin cannot be written whole):
     one line, no out folder, no temp folder."""
@@ -316,6 +319,7 @@ class Planted:
         return (os.mkdir, (self.marker,))
 
 
+@pytest.mark.slow
 def test_loading_never_runs_code(tiny_run, exports, tmp_path):
     marker = tmp_path / "pwned"
     # the checkpoint to export: tensors only (weights_only), a planted object is refused

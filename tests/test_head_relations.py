@@ -195,6 +195,7 @@ def test_showcase_links_use_the_showcase_gold(head_analysis):
     assert not (enc["attended"] == np.arange(len(pair.zh_words))).any()  # never itself
 
 
+@pytest.mark.slow
 def test_sweep_folder_analyses_every_run_and_compares_them(head_analysis, tmp_path):
     """run=<a train.py -m folder>: each run analysed (pruning=false), heads_sweep.md side by
     side, labelled by the setting that differs. The runs are copies of one analysed already:

@@ -518,6 +518,7 @@ def test_bad_options_are_errors(tiny_run):
             analyze(analyze_cfg(tiny_run, override), progress=False, log=QUIET)
 
 
+@pytest.mark.slow
 def test_data_without_gold_alignments_skips_aer(tmp_path, text_corpus):
     cfg = compose_train(tmp_path, "data.source=text", f"data.path={text_corpus}",
                         "data.src_lang=de", "data.tgt_lang=en", "data.vocab_size=40",

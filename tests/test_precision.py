@@ -141,6 +141,7 @@ def bf16_run(tmp_path_factory):
     return tmp / "run", metrics
 
 
+@pytest.mark.slow
 def test_bf16_training_on_cpu(bf16_run, capsys):
     run_dir, metrics = bf16_run
     run = _check_trained_run(run_dir, 40)

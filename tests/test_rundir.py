@@ -80,6 +80,7 @@ def test_train_into_an_existing_run_is_an_error_and_changes_nothing(tiny_run, tm
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     run = tmp_path / "10-00-00"
     shutil.copytree(tiny_run, run)

@@ -47,6 +47,7 @@ def piped(data: bytes):
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_sentences_as_arguments(tiny_run):
     """The script: every argument not of the form key=value is a sentence, and after ``--``
     every argument is one (``x=1`` too); printed in order, one line each."""
@@ -65,12 +66,16 @@ def test_input_is_normalised_like_the_training_text(tiny_run):
     assert translate(cfg_for(tiny_run), ["  他喜欢猫吗？ "])["translations"] == plain
 
 
-def test_bad_utf8_on_stdin_or_as_argument(tiny_run):
+def test_bad_utf8_on_stdin(tiny_run):
     stdin = piped("他喜欢猫吗？\n".encode() + b"\xff\xfe\x00garbage\n")
     with pytest.raises(TinyMTError) as e:
         translate(cfg_for(tiny_run), stdin=stdin, stdout=io.StringIO())
     assert str(e.value) == "stdin: line 2 is not valid UTF-8"
-    # an argument: Python decodes argv itself (bytes kept as surrogates): a real process
+
+
+@pytest.mark.slow
+def test_bad_utf8_as_argument(tiny_run):
+    """Python decodes argv itself (bytes kept as surrogates): a real process."""
     r = subprocess.run([sys.executable.encode(), SCRIPT.encode(), f"run={tiny_run}".encode(),
                         b"\xff\xfe"], capture_output=True, cwd=ROOT)
     assert r.returncode == 2

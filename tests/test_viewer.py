@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
@@ -243,17 +241,6 @@ def test_translate_writes_one_self_contained_page(tiny_run, tmp_path):
         "encoder_self"]["gold"]
     assert not any(v["gold"] for v in data["docs"][
         f"{data['runs'][0]['run']}\u0000probe_1\u0000{step}"]["kinds"].values())
-
-
-def test_an_existing_file_of_another_kind_is_refused(tiny_run, tmp_path):
-    taken = tmp_path / "maps.txt"
-    taken.write_text("keep")
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
-                        f"run={tiny_run}", f"attention={taken}", "他喜欢猫吗？"],
-                       capture_output=True, text=True, timeout=120)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert ".html" in lines[0] and taken.read_text() == "keep"
 
 
 def test_the_tab_is_registered_as_a_tensorboard_plugin():

@@ -265,7 +265,7 @@ class Transformer(nn.Module):
 
 
 # --------------------------------------------------------------------------- shared parts
-# Ours and the benchmark's nn.Transformer peer (tinymt.peer) are built around the same
+# Ours and the benchmark's nn.Transformer peer (tinymt.bench.peer) are built around the same
 # embeddings, positions, output projection and initialisation: these functions.
 def add_embeddings(model: nn.Module, cfg, src_vocab_size: int, tgt_vocab_size: int,
                    shared_vocab: bool, pad_id: int) -> None:

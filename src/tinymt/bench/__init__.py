@@ -1,12 +1,12 @@
 """The benchmark behind ``scripts/benchmark.py`` and ``docs/benchmarks.md``.
 
 tinymt's ``Transformer`` against the same model built from ``torch.nn.Transformer``
-(:mod:`tinymt.peer`), in one process:
+(:mod:`tinymt.bench.peer`), in one process:
 
-* :mod:`~tinymt.bench.cli` -- arguments and the run (``main(argv)``),
+* :mod:`~tinymt.bench.main` -- arguments and the run (``main(argv)``),
 * :mod:`~tinymt.bench.workload` -- the data, the model sizes, the pair (ours, peer) with the
   same weights,
-* :mod:`~tinymt.bench.training` / :mod:`~tinymt.bench.decoding` -- the two measurements,
+* :mod:`~tinymt.bench.training` / :mod:`~tinymt.bench.decode_speed` -- the two measurements,
 * :mod:`~tinymt.bench.measure` -- timing a measurement; :mod:`~tinymt.bench.memory` -- its
   peak memory; :mod:`~tinymt.bench.machine` -- what it ran on,
 * :mod:`~tinymt.bench.targets` -- the targets and what is measured against them,

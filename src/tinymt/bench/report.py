@@ -13,7 +13,7 @@ from tinymt.bench.targets import (
 
 INTRO = (
     "tinymt's `Transformer` (our attention, `tinymt/attention.py`) against the same model "
-    "built from `torch.nn.Transformer` (`tinymt/peer.py`: same widths, heads, layers, FFN, "
+    "built from `torch.nn.Transformer` (`tinymt/bench/peer.py`: same widths, heads, layers, FFN, "
     "vocabulary, dropout, pre-LN with final norms, batch-first, same scaled tied "
     "embeddings, sinusoidal positions and output projection -- the same parameter count, "
     "and the same weights in every comparison). "
@@ -42,7 +42,7 @@ METHOD_BULLETS = (
      "included)."),
     ("- **CTranslate2** (with `--run` and the `ct2` extra installed): the run's checkpoint "
      "exported with `tinymt.ct2.export_run` (float32, and int8 weights) into a temporary "
-     "folder and decoded through `tinymt.ct2.translate_ids` -- the code of "
+     "folder and decoded through `tinymt.ct2.translate_export_ids` -- the code of "
      "`translate.py engine=ct2` -- with the same length rule, on as many intra-op threads as "
      "torch uses, pass by pass in a child process, alternating with the other methods "
      "(CTranslate2's and torch's thread pools in one process slow each other down by about "
@@ -199,7 +199,7 @@ def render_ct2(de: dict) -> list[str]:
     threads = de["settings"].get("ct2_threads")
     L = [(f"CTranslate2 rows: the same checkpoint exported by `scripts/export.py` "
           f"(float32, and int8 weights), decoded by `translate.py engine=ct2`'s code "
-          f"(`tinymt.ct2.translate_ids`) with {plural(threads or 0, 'thread')}, in a process "
+          f"(`tinymt.ct2.translate_export_ids`) with {plural(threads or 0, 'thread')}, in a process "
           "of their own, alternating with ours (the two thread pools in one process slow each "
           "other down); peak MiB counts the exported weights (`model.bin`). Greedy is the same "
           "search as ours; CTranslate2's beam search keeps the beam full where ours (the "

@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 
 from tinymt.bench.machine import REPO_ROOT
 from tinymt.bench.measure import log
+from tinymt.bench.peer import PeerTransformer
 from tinymt.config import DataConfig, ModelConfig
 from tinymt.data import PreparedData, prepare
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
-from tinymt.peer import PeerTransformer
 
 DEFAULT_DATA = "multi30k-hub-layout"
 

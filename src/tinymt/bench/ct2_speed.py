@@ -2,7 +2,7 @@
 (float32 and int8 weights, :func:`tinymt.ct2.export_run`) into a temporary folder and
 decoded by :func:`tinymt.ct2.translate_export_ids`, the engine of ``translate.py engine=ct2``.
 
-They run in a child process (``python -m tinymt.bench.ct2``), pass by pass on the parent's
+They run in a child process (``python -m tinymt.bench.ct2_speed``), pass by pass on the parent's
 request, so that they alternate with ours as every method does: CTranslate2's and torch's
 thread pools in one process slow each other down (measured: our greedy decoding 14% slower
 right after a CTranslate2 pass, CTranslate2 about as much), and a deployed model runs without
@@ -41,7 +41,7 @@ class Ct2Rows:
 
     def __init__(self, job: dict):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tinymt.bench.ct2"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "tinymt.bench.ct2_speed"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.static_mib: dict[str, float] = self._ask(job)["static_mib"]
 

@@ -1,6 +1,6 @@
 """Decoding throughput: ours with the KV cache, ours recomputing the prefix, and the peer
 (recomputing the prefix) -- greedy and beam 5, all through ``tinymt.decoding``; with a trained
-run (``--run``) also the run exported to CTranslate2, float32 and int8 (:mod:`tinymt.bench.ct2`),
+run (``--run``) also the run exported to CTranslate2, float32 and int8 (:mod:`tinymt.bench.ct2_speed`),
 and the BLEU of every method's translations."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import torch
 from torch import nn
 
 from tinymt.batching import Batch, collate, length_batches
-from tinymt.bench.ct2 import Measured, ct2_rows
+from tinymt.bench.ct2_speed import Measured, ct2_rows
 from tinymt.bench.measure import autocast, log, precision_label, timed
 from tinymt.bench.memory import MemoryMeter, tensor_mib
+from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.targets import CT2_METHODS, SEARCHES
 from tinymt.bench.workload import build_pair, model_config
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import beam_search, greedy_decode, translate_ids
 from tinymt.metrics import score
-from tinymt.peer import PeerTransformer
 from tinymt.rundir import LoadedRun, load_run
 
 

@@ -3,7 +3,7 @@
 Measures, in one process:
 
 * training throughput (target tokens/s) of our ``Transformer`` and the ``nn.Transformer``
-  peer (``tinymt.peer``) on the same token-budget batches of the Multi30k train split,
+  peer (``tinymt.bench.peer``) on the same token-budget batches of the Multi30k train split,
   runs alternating ours, peer, ours, peer, ...; median of the repeats; the ratio;
   on CUDA with bf16 autocast and model FLOPs utilisation;
 * decoding throughput (sentences/s) on the Multi30k test sentences, greedy and beam 5:
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from tinymt.bench.decoding import bench_decoding
+from tinymt.bench.decode_speed import bench_decoding
 from tinymt.bench.machine import REPO_ROOT, machine_info, uncommitted_changes
 from tinymt.bench.measure import log
 from tinymt.bench.memory import MemoryMeter
@@ -46,6 +46,20 @@ PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the call
 OUTPUTS = "outputs/benchmarks"  # default: <cwd>/outputs/benchmarks/<date>/<time>/
 REPORT, RESULTS = "benchmarks.md", "benchmarks.json"
 DOCS = REPO_ROOT / "docs"  # the published report: written from a clean working tree only
+# The defaults that depend on the device (and --quick), written once: parse_args's help
+# texts and resolve_defaults both read them.
+DEFAULTS = {
+    "cpu": {"sizes": ",".join(CPU_SIZES), "steps": 20, "warmup": 3, "repeats": 3,
+            "sentences": 1000, "max_tokens": 4096},
+    "cuda": {"sizes": ",".join(CUDA_SIZES), "steps": 50, "warmup": 10, "repeats": 3,
+             "sentences": 1000, "max_tokens": 16384},
+    "quick": {"sizes": "tiny", "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50},
+}
+
+
+def _default_help(key: str) -> str:
+    cpu, cuda = DEFAULTS["cpu"][key], DEFAULTS["cuda"][key]
+    return f"default {cpu}" if cpu == cuda else f"default {cpu} CPU, {cuda} CUDA"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -53,36 +67,40 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="scripts/benchmark.py",
         description=(
             "Training and decoding throughput of tinymt's Transformer against the same model "
-            "built from torch.nn.Transformer (tinymt.peer), plus peak memory. Writes a "
+            "built from torch.nn.Transformer (tinymt.bench.peer), plus peak memory. Writes a "
             "markdown report and optionally JSON."
         ),
         epilog=(
-            "Defaults per device: CPU sizes tiny,small, fp32, --max-tokens 4096, --steps 20; "
-            "CUDA sizes tiny,small,base, bf16 autocast, --max-tokens 16384, --steps 50. "
+            f"Defaults per device: CPU sizes {DEFAULTS['cpu']['sizes']}, fp32, --max-tokens "
+            f"{DEFAULTS['cpu']['max_tokens']}, --steps {DEFAULTS['cpu']['steps']}; CUDA sizes "
+            f"{DEFAULTS['cuda']['sizes']}, bf16 autocast, --max-tokens "
+            f"{DEFAULTS['cuda']['max_tokens']}, --steps {DEFAULTS['cuda']['steps']}. "
             "Without --run, decoding uses randomly initialised models forced to a fixed output "
             "length (--decode-len) so every method does the same work."
         ),
     )
     p.add_argument("--quick", action="store_true",
-                   help="smoke run (< 2 min on a CPU): tiny only, 1+3 steps, 1 repeat, "
-                        "50 sentences; numbers are not meaningful")
+                   help="smoke run (< 2 min on a CPU): sizes {sizes}, {warmup}+{steps} steps, "
+                        "{repeats} repeat, {sentences} sentences; numbers are not "
+                        "meaningful".format(**DEFAULTS["quick"]))
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto = cuda when available, else cpu")
     p.add_argument("--sizes", default=None,
-                   help="comma-separated model sizes (configs/model/<size>.yaml); default "
-                        "tiny,small on CPU, tiny,small,base on CUDA")
+                   help="comma-separated model sizes (configs/model/<size>.yaml); "
+                        + _default_help("sizes"))
     p.add_argument("--steps", type=int, default=None,
-                   help="timed training steps per run (default 20 CPU, 50 CUDA)")
+                   help=f"timed training steps per run ({_default_help('steps')})")
     p.add_argument("--warmup", type=int, default=None,
-                   help="untimed training steps before each run (default 3 CPU, 10 CUDA)")
+                   help=f"untimed training steps before each run ({_default_help('warmup')})")
     p.add_argument("--repeats", type=int, default=None,
                    help="training runs per model, alternating ours/peer; the median is "
-                        "reported (default 3)")
+                        f"reported ({_default_help('repeats')})")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="token budget per training batch, padding included (default 4096 "
-                        "CPU, 16384 CUDA)")
+                   help="token budget per training batch, padding included "
+                        f"({_default_help('max_tokens')})")
     p.add_argument("--sentences", type=int, default=None,
-                   help="test sentences to decode (default 1000 = all of Multi30k test)")
+                   help=f"test sentences to decode ({_default_help('sentences')}: all of "
+                        "Multi30k test)")
     p.add_argument("--decode-repeats", type=int, default=1,
                    help="passes over the test sentences per decoding method; the median is "
                         "reported (default 1)")
@@ -130,14 +148,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
-    cuda = device_type == "cuda"
-    if args.quick:
-        defaults = {"sizes": "tiny", "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50}
-    else:
-        defaults = {"sizes": ",".join(CUDA_SIZES if cuda else CPU_SIZES),
-                    "steps": 50 if cuda else 20, "warmup": 10 if cuda else 3, "repeats": 3,
-                    "sentences": 1000}
-    defaults["max_tokens"] = 16384 if cuda else 4096
+    defaults = {**DEFAULTS["cuda" if device_type == "cuda" else "cpu"],
+                **(DEFAULTS["quick"] if args.quick else {})}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -152,7 +164,7 @@ def json_name(path: str | None) -> str | None:
     return path if rel.startswith("..") else rel
 
 
-def pick_device(args: argparse.Namespace) -> torch.device:
+def benchmark_device(args: argparse.Namespace) -> torch.device:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -219,7 +231,7 @@ def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -
 @one_line_errors
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     check_docs_output([args.out, args.json])
-    device = pick_device(args)
+    device = benchmark_device(args)
     resolve_defaults(args, device.type)
     for size in args.size_list:
         model_config(size)  # fail early on a bad --sizes

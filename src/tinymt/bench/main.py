@@ -57,6 +57,16 @@ DEFAULTS = {
 }
 
 
+EPILOG = (
+    f"Defaults per device: CPU sizes {DEFAULTS['cpu']['sizes']}, fp32, --max-tokens "
+    f"{DEFAULTS['cpu']['max_tokens']}, --steps {DEFAULTS['cpu']['steps']}; CUDA sizes "
+    f"{DEFAULTS['cuda']['sizes']}, bf16 autocast, --max-tokens "
+    f"{DEFAULTS['cuda']['max_tokens']}, --steps {DEFAULTS['cuda']['steps']}. "
+    "Without --run, decoding uses randomly initialised models forced to a fixed output "
+    "length (--decode-len) so every method does the same work."
+)
+
+
 def _default_help(key: str) -> str:
     cpu, cuda = DEFAULTS["cpu"][key], DEFAULTS["cuda"][key]
     return f"default {cpu}" if cpu == cuda else f"default {cpu} CPU, {cuda} CUDA"
@@ -70,14 +80,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "built from torch.nn.Transformer (tinymt.bench.peer), plus peak memory. Writes a "
             "markdown report and optionally JSON."
         ),
-        epilog=(
-            f"Defaults per device: CPU sizes {DEFAULTS['cpu']['sizes']}, fp32, --max-tokens "
-            f"{DEFAULTS['cpu']['max_tokens']}, --steps {DEFAULTS['cpu']['steps']}; CUDA sizes "
-            f"{DEFAULTS['cuda']['sizes']}, bf16 autocast, --max-tokens "
-            f"{DEFAULTS['cuda']['max_tokens']}, --steps {DEFAULTS['cuda']['steps']}. "
-            "Without --run, decoding uses randomly initialised models forced to a fixed output "
-            "length (--decode-len) so every method does the same work."
-        ),
+        epilog=EPILOG,
     )
     p.add_argument("--quick", action="store_true",
                    help="smoke run (< 2 min on a CPU): sizes {sizes}, {warmup}+{steps} steps, "

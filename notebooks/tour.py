@@ -71,7 +71,6 @@ from IPython.display import HTML, Image, display
 from tinymt.attention import MultiHeadAttention
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import collate
-from tinymt.corpus import SHOWCASE
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -89,7 +88,7 @@ from tinymt.heads import (
 from tinymt.model import KINDS
 from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
-from tinymt.viewer.document import Probe, build_document, probe_from_pair
+from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page, iframe
 
 
@@ -413,13 +412,8 @@ for _, fig in attention_figures(maps, src_tok, tgt_tok, src_ids, out_ids, kinds=
 # `translate.py attention=maps.html` 是同一个视图：一个网页，不需要服务器。
 
 # %%
-showcase = {pair.zh: pair for pair in SHOWCASE}
-translation = tgt_tok.decode(out_ids)
-view = build_document(
-    maps, src_tok.pieces(src_ids), tgt_tok.pieces(out_ids),
-    probe_from_pair(showcase[SENTENCE]) if SENTENCE in showcase else Probe(SENTENCE),
-    translation, int(run.state.get("step", 0)),
-    forced_reference=SENTENCE in showcase and translation == showcase[SENTENCE].en)
+view = translation_document(maps, src_tok.pieces(src_ids), tgt_tok.pieces(out_ids), SENTENCE,
+                            tgt_tok.decode(out_ids), int(run.state.get("step", 0)), gold=True)
 display(HTML(iframe(html_page(run.run_dir.name, [view]))))
 
 # %%

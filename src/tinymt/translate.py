@@ -26,7 +26,6 @@ import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import check_translate
-from tinymt.corpus import SHOWCASE
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
 from tinymt.data import normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
@@ -35,7 +34,7 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
-from tinymt.viewer.document import Probe, build_document, probe_from_pair
+from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
 
@@ -207,18 +206,12 @@ def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
     translation, in one self-contained page (written whole: temp file, then rename). The
     built-in corpus's showcase sentences bring their gold words."""
     data = run.config.get("data", {})
-    showcase = {normalize(p.zh): p for p in SHOWCASE} \
-        if data.get("source") == "builtin" and not data.get("reverse") else {}
+    gold = data.get("source") == "builtin" and not data.get("reverse")
     step = int(run.state.get("step", 0))
-    docs = []
-    for line, src, out in zip(lines, ids, outs):
-        translation = run.tgt_tokenizer.decode(out)
-        pair = showcase.get(normalize(line))
-        probe = probe_from_pair(pair) if pair else Probe(line.strip())
-        attn = collect_attention(run.model, src, out, device)
-        docs.append(build_document(
-            attn, run.src_tokenizer.pieces(src), run.tgt_tokenizer.pieces(out), probe,
-            translation, step, forced_reference=bool(pair) and translation == pair.en))
+    docs = [translation_document(
+        collect_attention(run.model, src, out, device), run.src_tokenizer.pieces(src),
+        run.tgt_tokenizer.pieces(out), line, run.tgt_tokenizer.decode(out), step, gold)
+        for line, src, out in zip(lines, ids, outs)]
     name = f"{run.run_dir.name} · {run.checkpoint.name}"
     target.parent.mkdir(parents=True, exist_ok=True)
     with _output(str(target), None, key="attention") as f:

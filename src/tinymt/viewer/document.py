@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinymt.corpus import Pair
+from tinymt.corpus import SHOWCASE, Pair
 from tinymt.corpus.relations import RELATIONS
+from tinymt.data import normalize
 from tinymt.metrics import attention_entropy
 from tinymt.words import pieces_to_words
 
@@ -61,6 +62,19 @@ def probe_from_pair(pair: Pair) -> Probe:
     """A built-in corpus pair as a zh→en probe, with its gold words."""
     return Probe(pair.zh, pair.en, pair.zh_words, pair.en_words, pair.alignment,
                  pair.zh_relations, pair.en_relations)
+
+
+def translation_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
+                         out_pieces: Sequence[str], sentence: str, translation: str, step: int,
+                         gold: bool) -> dict:
+    """The document of a sentence teacher-forced on the model's own translation (what
+    ``translate.py attention=*.html`` and the tour show). With ``gold`` (a zh→en run of
+    the built-in corpus), a showcase sentence brings its gold words; the target side's
+    only when the translation is the reference itself."""
+    pair = {normalize(p.zh): p for p in SHOWCASE}.get(normalize(sentence)) if gold else None
+    probe = probe_from_pair(pair) if pair else Probe(sentence.strip())
+    return build_document(attn, src_pieces, out_pieces, probe, translation, step,
+                          forced_reference=pair is not None and translation == pair.en)
 
 
 def quantize(weights: np.ndarray) -> np.ndarray:

@@ -24,14 +24,15 @@ def main(cfg: DictConfig) -> None:
     check_average(cfg)
     # after the check: a bad value fails at once, before torch is imported
     from tinymt.checkpoint import average_checkpoints, save_checkpoint
-    from tinymt.rundir import find_run, step_checkpoints
+    from tinymt.rundir import find_run, refuse_run_state, step_checkpoints
 
     run_dir = find_run(cfg.run, cfg.outputs_root)
+    out = Path(cfg.output or run_dir / "checkpoints" / "avg.pt")
+    refuse_run_state(out, "output")  # never the run's last.pt, best.pt, ...
     steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
-    out = Path(cfg.output or run_dir / "checkpoints" / "avg.pt")
     save_checkpoint(average_checkpoints(steps), out)
     print(f"averaged {', '.join(p.name for p in steps)} -> {out}")
 

@@ -390,3 +390,16 @@ def inline_data(page: str) -> dict:
     match = re.search(r'<script type="application/json" id="tinymt-data">(.*?)</script>',
                       page, re.S)
     return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+# ----------------------------------------------------------------------------- faults
+def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROOT,
+                          timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python scripts/<script>.py args`` as a user runs it, with ``fault`` (Python source)
+    run first in the same process: it patches a function to fail, or kill the process,
+    at a chosen moment (a kill between two writes, an out-of-memory while reading)."""
+    code = (f"{fault}\nimport runpy, sys\n"
+            f"sys.argv = [{str(REPO_ROOT / 'scripts' / f'{script}.py')!r}, *{list(args)!r}]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -5,10 +5,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import copy_run, run_script_in_process
 from tinymt.checkpoint import (
     average_checkpoints,
     clean_stale_temp_files,
@@ -122,3 +124,50 @@ def test_step_checkpoints_ignore_other_files(tmp_path):
                  "best.pt"):
         (ckpts / name).write_bytes(b"")
     assert [p.name for p in step_checkpoints(tmp_path)] == ["ckpt_20.pt", "ckpt_100.pt"]
+
+
+# ----------------------------------------------------------------------------- averaging a run
+def _forge_step(run, edit) -> Path:
+    """``ckpt_40.pt`` of ``run`` replaced by ``edit(its state)``, published as tinymt does."""
+    path = run / "checkpoints" / "ckpt_40.pt"
+    state = load_checkpoint(path)
+    edit(state)
+    save_checkpoint(state, path)
+    return path
+
+
+def _average_refused(run, capsys) -> str:
+    """scripts/average_checkpoints.py on ``run``: its one error line; nothing was written."""
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    status, err = run_script_in_process("average_checkpoints", [f"run={run}", "last=2"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before  # no avg.pt
+    return lines[0]
+
+
+def test_average_refuses_a_checkpoint_of_another_tokenizer(tiny_run, tmp_path, capsys):
+    """A step checkpoint trained with another tokenizer (same sizes) was averaged in
+    silently: the average translated to empty lines."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    forged = _forge_step(run, lambda s: s.update(tokenizer_sha256="0" * 64))
+    line = _average_refused(run, capsys)
+    assert str(forged) in line and "tokenizer" in line
+
+
+def test_average_refuses_another_vocabulary_size(tiny_run, tmp_path, capsys):
+    """A step checkpoint of another vocabulary size (its embeddings and vocab say so) ended
+    in a traceback from adding tensors of different shapes."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    size = load_checkpoint(run / "checkpoints" / "ckpt_20.pt")["vocab"]["src_size"]
+
+    def grow(state):
+        for k, v in state["model"].items():
+            if v.shape[:1] == (size,):
+                state["model"][k] = torch.cat([v, torch.zeros(8, *v.shape[1:])])
+        state["vocab"].update(src_size=size + 8, tgt_size=size + 8)
+
+    forged = _forge_step(run, grow)
+    line = _average_refused(run, capsys)
+    assert str(forged) in line and "vocab" in line

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -10,7 +11,13 @@ import time
 import pytest
 
 import tinymt.data.summary
-from conftest import REPO_ROOT, make_pairs, run_script_in_process, write_text_corpus
+from conftest import (
+    REPO_ROOT,
+    make_pairs,
+    run_script_in_process,
+    run_script_with_fault,
+    write_text_corpus,
+)
 from tinymt.data import COMPLETE, cache_path, prepare, summary_table
 from tinymt.data.sources import load_columns, to_dataset
 from tinymt.errors import TinyMTError
@@ -244,6 +251,82 @@ def test_damaged_complete_cache_is_rebuilt(text_corpus, data_cfg):
     d = prepare(cfg, log=log)
     assert not d.cache_hit and "rebuilding" in log.text()
     assert d.src_tokenizer.encode("der hund") == first.src_tokenizer.encode("der hund")
+
+
+def _cli_overrides(corpus, cache) -> list[str]:
+    """scripts/prepare_data.py's spelling of ``data_cfg(path=corpus)``."""
+    return ["data.source=text", f"data.path={corpus}", "data.src_lang=de", "data.tgt_lang=en",
+            "data.train_split=train", "data.valid_split=valid", "data.test_split=test",
+            "data.vocab_size=40", f"data.cache_dir={cache}"]
+
+
+def _tree(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("error", ["MemoryError()", "RuntimeError(\"can't start new thread\")"])
+def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_path, error):
+    """Any error while reading a complete cache (out of memory, no thread) once deleted it
+    and rebuilt; only evidence of damage may. scripts/prepare_data.py, the reading failing."""
+    cfg = data_cfg(path=str(text_corpus))
+    final = prepare(cfg, log=_quiet).tokenizer_dir.parent
+    before = _tree(final)
+    fault = f"import datasets\ndef fail(*a, **k):\n    raise {error}\ndatasets.load_from_disk = fail\n"
+    done = run_script_with_fault("prepare_data", _cli_overrides(text_corpus, cfg.cache_dir), fault)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(final) in lines[0], lines
+    assert "left as it is" in lines[0] and "rebuilding" not in done.stdout
+    assert _tree(final) == before
+
+
+def test_token_ids_outside_the_vocabulary_are_damage(text_corpus, data_cfg):
+    """A cached id no tokenizer has (a flipped bit) was trusted: training then failed with
+    an index error deep inside the model. scripts/prepare_data.py rebuilds the entry."""
+    import datasets
+
+    cfg = data_cfg(path=str(text_corpus))
+    first = prepare(cfg, log=_quiet)
+    final = first.tokenizer_dir.parent
+    splits = final / "splits"
+    bad = datasets.load_from_disk(str(splits))
+    bad["train"] = bad["train"].map(lambda row, i: {"src_ids": row["src_ids"][:-1] + [99999]}
+                                    if i == 3 else {}, with_indices=True)
+    bad.save_to_disk(str(final / "bad"))
+    del bad
+    shutil.rmtree(splits)
+    (final / "bad").rename(splits)
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"),
+                           *_cli_overrides(text_corpus, cfg.cache_dir)],
+                          capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "outside the vocabulary" in done.stdout and "rebuilding" in done.stdout
+    again = prepare(cfg, log=_quiet)
+    assert again.cache_hit and again.ids("train") == first.ids("train")
+
+
+def test_a_failed_rebuild_keeps_the_damaged_copy(text_corpus, data_cfg, monkeypatch):
+    """A rebuild never deletes the only copy before the new one is complete."""
+    import tinymt.data.pipeline as pipeline
+
+    cfg = data_cfg(path=str(text_corpus))
+    final = prepare(cfg, log=_quiet).tokenizer_dir.parent
+    (final / "stats.json").write_text("{half")
+    damaged = _tree(final)
+
+    def fail(*args, **kwargs):
+        raise TinyMTError("the corpus could not be read")
+
+    monkeypatch.setattr(pipeline, "_build", fail)
+    with pytest.raises(TinyMTError, match="could not be read"):
+        prepare(cfg, log=_quiet)
+    assert _tree(final) == damaged
+    monkeypatch.undo()
+    log = Log()
+    assert not prepare(cfg, log=log).cache_hit and "damaged" in log.text()
+    assert (final / "stats.json").read_text().startswith("{")
+    assert not list(final.parent.glob(".old-*")) and not list(final.parent.glob(".tmp-*"))
 
 
 def test_stale_temp_folders_of_dead_processes_are_removed(text_corpus, data_cfg):

@@ -9,6 +9,7 @@ refusals and failures are one line and leave nothing behind; loading runs no cod
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -20,12 +21,13 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import REPO_ROOT, make_pairs
+from conftest import REPO_ROOT, make_pairs, run_script_in_process
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.corpus import sample_pairs
 from tinymt.ct2 import check_exportable, export_run, load_export, translate_export_ids
+from tinymt.ct2.export import meta_digest
 from tinymt.data import normalize
 from tinymt.decoding import max_output_length, translate_ids
 from tinymt.errors import TinyMTError
@@ -332,9 +334,128 @@ def test_loading_never_runs_code(tiny_run, exports, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(exports["none"], copy)
     torch.save({"w": Planted(marker)}, copy / "model.bin")
-    with pytest.raises(TinyMTError, match="CTranslate2 cannot load it"):
+    with pytest.raises(TinyMTError, match="model.bin was changed after export"):
         load_export(copy, "cpu")
     (copy / "tinymt_export.json").write_text("{'format': __import__('os')}")
     with pytest.raises(TinyMTError, match="is damaged"):
         load_export(copy, "cpu")
     assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- integrity
+SENTENCE = "他喜欢猫吗？"
+
+
+def private_export(exports, tmp_path) -> Path:
+    """A copy of the float32 export to damage."""
+    return Path(shutil.copytree(exports["none"], tmp_path / "export"))
+
+
+def translate_ct2_refused(model_dir: Path, capsys) -> str:
+    """scripts/translate.py engine=ct2 model_dir=... (Hydra composition and main, in this
+    process): its one error line."""
+    status, err = run_script_in_process("translate", [
+        "engine=ct2", f"model_dir={model_dir}", "device=cpu", SENTENCE], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+    return lines[0]
+
+
+def test_an_edited_vocabulary_is_refused(exports, tmp_path):
+    """Only the sentencepiece model was hashed: two pieces swapped in shared_vocabulary.json
+    changed the translations silently. Through the real script, in its own process."""
+    export = private_export(exports, tmp_path)
+    vocab_file = export / "shared_vocabulary.json"
+    vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+    vocab[10], vocab[11] = vocab[11], vocab[10]
+    vocab_file.write_text(json.dumps(vocab), encoding="utf-8")
+    r = cli("translate", "engine=ct2", f"model_dir={export}", "device=cpu", SENTENCE)
+    line = one_error_line(r)
+    assert str(vocab_file) in line and "was changed after export; re-export" in line
+
+
+def test_a_truncated_or_missing_model_file_is_one_line(exports, tmp_path, capsys):
+    """model.bin cut short, then config.json missing: one line naming the file."""
+    export = private_export(exports, tmp_path)
+    model = export / "model.bin"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    line = translate_ct2_refused(export, capsys)
+    assert str(model) in line and "was changed after export; re-export" in line
+    shutil.copyfile(exports["none"] / "model.bin", model)
+    (export / "config.json").unlink()
+    line = translate_ct2_refused(export, capsys)
+    assert str(export / "config.json") in line and "missing" in line and "re-export" in line
+
+
+def _meta(export: Path) -> dict:
+    return json.loads((export / "tinymt_export.json").read_text(encoding="utf-8"))
+
+
+def sign(meta: dict) -> dict:
+    """``meta`` with a matching ``meta_sha256``, as a forger would (format 1 had none)."""
+    return meta if meta.get("format_version") == 1 else {**meta,
+                                                         "meta_sha256": meta_digest(meta)}
+
+
+def flip(data: bytes, text: str) -> bytes:
+    """``data`` with the lowest bit of the first byte of ``text`` in it flipped."""
+    i = data.index(text.encode())
+    return data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]
+
+
+META_DAMAGE = {  # how tinymt_export.json is damaged -> words of the one line
+    "truncated": (lambda b, m: b[: len(b) // 2], "is damaged"),
+    "not JSON": (lambda b, m: b"format: tinymt-ct2\n", "is damaged"),
+    "not UTF-8": (lambda b, m: b.replace(b'"format"', b'"\xff\xfermat"'), "is damaged"),
+    "a list": (lambda b, m: b"[1, 2]", "not a tinymt CTranslate2 export"),
+    "bit-flipped digest": (lambda b, m: flip(b, m["files"]["model.bin"]),
+                           "was changed after export"),
+    "bit-flipped run dir": (lambda b, m: flip(b, m["from"]["run_dir"]),
+                            "was changed after export"),
+    "max_positions a string": (lambda b, m: {**m, "max_positions": "64"}, "max_positions"),
+    "data a number": (lambda b, m: {**m, "data": 5}, "data"),
+    "files missing": (lambda b, m: {k: v for k, v in m.items() if k != "files"}, "files"),
+    "files a list": (lambda b, m: {**m, "files": list(m.get("files", {}))}, "files"),
+    "a file outside": (lambda b, m: {**m, "files": {**m.get("files", {}),
+                                                    "../x.bin": "0" * 64}}, "files"),
+    "an older tinymt's": (lambda b, m: {k: v for k, v in {**m, "format_version": 1}.items()
+                                        if k not in ("files", "meta_sha256")}, "re-export"),
+}
+
+
+@pytest.mark.parametrize("damage", list(META_DAMAGE))
+def test_a_damaged_export_description_is_one_line(exports, tmp_path, capsys, damage):
+    """tinymt_export.json truncated, bit-flipped, of the wrong shape or types: one line
+    through translate.py engine=ct2, never a traceback and never a silent load. (A
+    description edited into another valid one is re-signed here, as a forger would:
+    its shape is checked all the same.)"""
+    export = private_export(exports, tmp_path)
+    file = export / "tinymt_export.json"
+    edit, words = META_DAMAGE[damage]
+    got = edit(file.read_bytes(), _meta(export))
+    if isinstance(got, dict):
+        got = json.dumps(sign(got), indent=2).encode()
+    assert got != file.read_bytes()
+    file.write_bytes(got)
+    line = translate_ct2_refused(export, capsys)
+    assert words in line, line
+
+
+def test_every_bit_flip_of_the_description_is_caught(exports, tmp_path):
+    """Any one bit of tinymt_export.json flipped: a one-line error, or (an escape spelt
+    differently) the same description."""
+    export = private_export(exports, tmp_path)
+    file = export / "tinymt_export.json"
+    good, original = file.read_bytes(), _meta(export)
+    with open(file, "r+b", buffering=0) as f:  # one byte rewritten in place: fast
+        for i, byte in enumerate(good):
+            f.seek(i)
+            f.write(bytes([byte ^ 1 << (i % 8)]))
+            try:
+                load_export(export, "cpu", threads=1)
+                assert _meta(export) == original, f"byte {i} flipped was loaded"
+            except TinyMTError:
+                pass
+            f.seek(i)
+            f.write(bytes([byte]))

@@ -15,7 +15,15 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tinymt.config  # noqa: F401
-from conftest import QUIET, FixedAttention, analyze_cfg, compose_train, compose_translate
+from conftest import (
+    QUIET,
+    FixedAttention,
+    analyze_cfg,
+    compose_train,
+    compose_translate,
+    copy_run,
+    run_script_in_process,
+)
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
@@ -533,3 +541,19 @@ def test_data_without_gold_alignments_skips_aer(tmp_path, text_corpus):
     assert "Skipped: no gold word alignments" in report
     assert not (tmp_path / "run" / "heads" / "aer_cross.png").exists()
     assert r["pruning"]["curves"]["all"][0][0] == 0
+
+
+@pytest.mark.parametrize("target", ["checkpoints/last.pt", "checkpoints/best.pt"])
+def test_pruning_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, target):
+    """analyze_heads.py prune_output=<run>/checkpoints/last.pt (or best.pt) replaced the run's
+    own checkpoint with a pruned one: the run could no longer resume. Refused before any
+    work: nothing of the run changes (no heads.md either)."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    status, err = run_script_in_process("analyze_heads", [
+        f"run={run}", "device=cpu", "max_sentences=4", "pruning=false", "prune=0.5",
+        f"prune_output={run / target}"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: prune_output="), lines
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before

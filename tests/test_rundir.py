@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import TINY_TRAIN_OVERRIDES, compose_train, run_script_in_process
+from conftest import TINY_TRAIN_OVERRIDES, compose_train, copy_run, run_script_in_process
 from tinymt.checkpoint import average_checkpoints, load_checkpoint
 from tinymt.corpus import sample_pairs
 from tinymt.errors import TinyMTError
@@ -38,10 +39,15 @@ def compose_cfg(name: str, *overrides):
 
 
 # ----------------------------------------------------------------------------- claiming
+_HELD = []  # a claimer keeps its lock for as long as it lives, as a training run does
+
+
 def _claim(args):
     path, barrier = args
     barrier.wait()
-    return str(claim_run_dir(path, unique=True))
+    folder, lock = claim_run_dir(path, unique=True)
+    _HELD.append(lock)
+    return str(folder)
 
 
 def test_runs_started_at_once_get_their_own_folders(tmp_path):
@@ -201,24 +207,156 @@ def test_a_planted_pickle_never_runs(tiny_run, tmp_path, loader):
 
 
 # ----------------------------------------------------------------------------- disk full
-def test_disk_full_keeps_the_previous_checkpoint(tmp_path):
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(kib)``: a real, tiny tmpfs that fills up (needs root; skips without)."""
+    mounted = []
+
+    def mount(kib: int) -> Path:
+        mnt = tmp_path / f"small{len(mounted)}"
+        mnt.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(mnt)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip()}): needs root")
+        mounted.append(mnt)
+        return mnt
+
+    yield mount
+    for mnt in mounted:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_disk_full_keeps_the_previous_checkpoint(small_disk):
     """A real full file system (a 256 KiB tmpfs): one line, old file intact, no temp left."""
     from tinymt.checkpoint import save_checkpoint
 
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip()}): needs root")
-    try:
-        save_checkpoint({"model": {"w": torch.ones(1000)}, "step": 1}, mnt / "last.pt")
-        before = (mnt / "last.pt").read_bytes()
-        with pytest.raises(TinyMTError) as e:
-            save_checkpoint({"model": {"w": torch.ones(100_000)}, "step": 2}, mnt / "last.pt")
-        assert str(e.value) == (f"no space left on device while writing {mnt / 'last.pt'}; "
-                                "the previous checkpoint is intact")
-        assert (mnt / "last.pt").read_bytes() == before
-        assert sorted(p.name for p in mnt.iterdir()) == ["last.pt"]
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
+    mnt = small_disk(256)
+    save_checkpoint({"model": {"w": torch.ones(1000)}, "step": 1}, mnt / "last.pt")
+    before = (mnt / "last.pt").read_bytes()
+    with pytest.raises(TinyMTError) as e:
+        save_checkpoint({"model": {"w": torch.ones(100_000)}, "step": 2}, mnt / "last.pt")
+    assert str(e.value) == (f"no space left on device while writing {mnt / 'last.pt'}; "
+                            "the previous version is intact")
+    assert (mnt / "last.pt").read_bytes() == before
+    with pytest.raises(TinyMTError) as e:  # a new file: there was no previous version
+        save_checkpoint({"model": {"w": torch.ones(100_000)}, "step": 2}, mnt / "best.pt")
+    assert str(e.value).endswith("; nothing was left there")
+    assert sorted(p.name for p in mnt.iterdir()) == ["last.pt"]
+
+
+def test_disk_full_while_a_new_run_writes_its_files(small_disk, tmp_path, capsys):
+    """scripts/train.py into a folder with room for its marker but not its tokenizer: a
+    traceback, and a half-made run (config.yaml, no tokenizer) that could neither be
+    resumed nor reused. Now one line, and the folder is free for the retry."""
+    run = small_disk(12) / "run"
+    status, err = run_script_in_process("train", [
+        *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}",
+        "trainer.max_steps=2"], capsys)
+    assert status == 2, err[-2000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "no space left on device" in line, err[-2000:]
+    assert "Traceback" not in err
+    assert sorted(p.name for p in run.iterdir()) == [RUN_MARKER]
+    folder, lock = claim_run_dir(run, unique=False)  # free for the retry
+    lock.release()
+
+
+def test_disk_full_while_preparing_data(small_disk, text_corpus, capsys):
+    """scripts/prepare_data.py with its cache on a full disk: one line, nothing left."""
+    cache = small_disk(64) / "cache"
+    status, err = run_script_in_process("prepare_data", [
+        "data.source=text", f"data.path={text_corpus}", "data.src_lang=de",
+        "data.tgt_lang=en", "data.train_split=train", "data.valid_split=valid",
+        "data.test_split=test", "data.vocab_size=40", f"data.cache_dir={cache}"], capsys)
+    assert status == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no space left on device" in lines[0], err[-2000:]
+    assert [p.name for p in cache.iterdir()] == []
+
+
+# ----------------------------------------------------------------------------- outputs
+RUN_STATE = ["checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_20.pt",
+             "checkpoints/../checkpoints/last.pt", "config.yaml", "tokenizer/spm.model",
+             RUN_MARKER, "checkpoints"]
+
+
+@pytest.mark.parametrize("target", RUN_STATE)
+def test_averaging_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, target):
+    """average_checkpoints.py output=<run>/checkpoints/last.pt (best.pt, config.yaml, ...)
+    replaced the run's own state with an optimizer-less average: it could no longer resume."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    before = snapshot(run)
+    status, err = run_script_in_process("average_checkpoints", [
+        f"run={run}", "last=2", f"output={run}/{target}"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and "Traceback" not in err, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: output="), lines
+    assert snapshot(run) == before
+
+
+def test_averaging_into_avg_pt_stays_allowed(tiny_run, tmp_path, capsys):
+    run = copy_run(tiny_run, tmp_path / "run")
+    before = snapshot(run)
+    status, err = run_script_in_process("average_checkpoints", [
+        f"run={run}", "last=2", f"output={run}/checkpoints/avg.pt"], capsys)
+    assert status == 0, err[-2000:]
+    assert snapshot(run) == {**before, "checkpoints/avg.pt": snapshot(run)["checkpoints/avg.pt"]}
+
+
+# ----------------------------------------------------------------------------- leftovers
+def test_a_run_may_not_start_inside_a_run_or_above_runs(tiny_run, tmp_path, capsys):
+    """run_dir= inside another run's folder, or a folder that holds runs (run=latest would
+    then find the wrong one): one line, nothing written."""
+    outer = tmp_path / "outer"
+    run = outer / "run"
+    shutil.copytree(tiny_run, run)
+    before = snapshot(outer)
+    for target, expected in ((run / "inner", f"is inside the run {run}"),
+                             (outer, "holds other runs")):
+        status, err = run_script_in_process("train", [
+            *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}",
+            f"run_dir={target}", "trainer.max_steps=2"], capsys)
+        assert status == 2, err[-2000:]
+        assert err.strip().startswith("error: ") and expected in err, err[-2000:]
+        assert snapshot(outer) == before and not (run / "inner").exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_failed_before_writing_leaves_its_folder_free(tmp_path, capsys):
+    """A run that fails after claiming its folder (here: a vocabulary too large for the
+    corpus) once left a folder that could neither be resumed nor reused. The retry, as a
+    user types it, trains there; and run_dir= leaves no empty outputs/<date>/<time>."""
+    run = tmp_path / "run"
+    common = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
+    status, err = run_script_in_process("train", [*common, "data.vocab_size=90000"], capsys)
+    assert status == 2 and "data.vocab_size=90000 is too large" in err, err[-2000:]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
+                           "trainer.max_steps=2", "trainer.valid_sentences=4",
+                           "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (run / "metrics.json").is_file()
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_run_that_stopped_before_its_first_checkpoint_says_what_to_do(tiny_run, tmp_path,
+                                                                         capsys):
+    """Neither "already holds a run" (then resume says config.yaml... not found) nor a
+    resume that cannot be: both say there is nothing to resume and what to do."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    shutil.rmtree(run / "checkpoints")
+    new = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
+    for args in (new, [f"trainer.resume={run}", f"data.cache_dir={tmp_path / 'cache'}"]):
+        status, err = run_script_in_process("train", args, capsys)
+        assert status == 2, err[-2000:]
+        assert "stopped before its first checkpoint" in err and f"rm -r {run}" in err, err
+
+
+def test_checkpoint_pruned_is_named(tiny_run, capsys):
+    """checkpoint=pruned of a run never pruned: the message names what writes it (it was
+    taken for a file called "pruned")."""
+    status, err = run_script_in_process("translate", [f"run={tiny_run}", "checkpoint=pruned",
+                                                      "device=cpu", "他喜欢猫吗？"], capsys)
+    assert status == 2
+    assert "checkpoints/pruned.pt" in err and "analyze_heads.py prune=" in err, err

@@ -173,16 +173,22 @@ def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_puts_runs_side_by_side(tmp_path):
-    """`-m model.n_heads=1,2`: two runs, each its own folder under one sweep dir."""
+    """`-m model.n_heads=1,3,2`: runs side by side under one sweep dir, each its own folder;
+    the bad value in the middle (32 is not divisible by 3) is one line naming its job, and
+    does not stop the job after it (it once ended the whole sweep). Exit status 2."""
     sweep = tmp_path / "sweep"
-    cmd = _train_cmd(tmp_path, "model.n_heads=1,2", "trainer.max_steps=4",
+    cmd = _train_cmd(tmp_path, "model.n_heads=1,3,2", "trainer.max_steps=4",
                      "trainer.valid_every=4", "trainer.valid_sentences=4",
                      "trainer.test_beam=1", f"hydra.sweep.dir={sweep}")
     cmd.insert(2, "-m")  # flags before the overrides
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    runs = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert len(runs) == 2 and runs[0].name.startswith("0_") and runs[1].name.startswith("1_")
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and "job 1 (" in errors[0] and "model.n_heads=3" in errors[0], errors
+    assert "not divisible" in errors[0] and "1 job(s) of the sweep failed" in errors[1]
+    assert "Traceback" not in r.stderr
+    runs = sorted(p for p in sweep.iterdir() if p.is_dir())  # the failed job left none
+    assert [p.name[:2] for p in runs] == ["0_", "2_"]
     for run, heads in zip(runs, (1, 2)):
         acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
         acc.Reload()

@@ -32,7 +32,7 @@ import shutil
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -44,25 +44,38 @@ _TMP = re.compile(r".+\.tmp-(\d+)")
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Publish ``state`` at ``path``: temp file in the same folder, fsync, rename."""
+    publish_file(path, lambda f: torch.save({**state, "format": FORMAT}, f))
+
+
+def publish_text(text: str, path: str | os.PathLike) -> None:
+    """Publish a small text file (``metrics.json``) as a checkpoint is published."""
+    publish_file(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def publish_file(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> None:
+    """The one way a run's files are written: ``write(f)`` fills ``<name>.tmp-<pid>`` in
+    the same folder, which is fsynced and renamed over ``path``, then the folder fsynced.
+    A failure (a full disk) removes the temp file and leaves the old ``path`` as it was."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise TinyMTError(f"cannot create {path.parent}: {e.strerror}") from None
+    previous = ("the previous version is intact" if path.exists()
+                else "nothing was left there")
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save({**state, "format": FORMAT}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         tmp.unlink(missing_ok=True)
-        if _no_space(e):
-            raise TinyMTError(f"no space left on device while writing {path}; the previous "
-                              "checkpoint is intact") from None
-        raise TinyMTError(f"cannot write {path} ({first_line(e)}); the previous checkpoint "
-                          "is intact") from None
+        if no_space(e):
+            raise TinyMTError(f"no space left on device while writing {path}; "
+                              f"{previous}") from None
+        raise TinyMTError(f"cannot write {path} ({first_line(e)}); {previous}") from None
     _fsync_dir(path.parent)  # make the rename itself durable
 
 
@@ -96,7 +109,7 @@ def publish_folder(build: Callable[[Path], None], target: str | os.PathLike) -> 
         os.rename(tmp, target)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        what = "no space left on device" if _no_space(e) else first_line(e)
+        what = "no space left on device" if no_space(e) else first_line(e)
         raise TinyMTError(f"cannot write {target} ({what}); nothing was left there") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -113,7 +126,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _no_space(e: BaseException) -> bool:
+def no_space(e: BaseException) -> bool:
     """True when ``e`` (or an exception it was raised from) is ENOSPC; torch reports a
     full disk as a RuntimeError from its zip writer."""
     while e is not None:
@@ -186,15 +199,27 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
 
     Returns the last checkpoint's dict with its ``model`` replaced by the mean of all
     (integer buffers are taken from the last one). Optimizer state is dropped: the
-    result is for translation, not for resuming.
+    result is for translation, not for resuming. Every checkpoint must be of the same model
+    and tokenizer (``tokenizer_sha256``, ``vocab``, ``model_config``, every tensor's shape
+    and dtype): anything else is refused in one line naming the file and what differs.
     """
     if not paths:
         raise TinyMTError("no checkpoints to average")
     states = [load_checkpoint(p) for p in paths]
-    keys = states[-1]["model"].keys()
     for p, s in zip(paths, states):
-        if s["model"].keys() != keys or s.get("model_config") != states[-1].get("model_config"):
-            raise TinyMTError(f"{p} is from a different model than {paths[-1]}: cannot average")
+        if not isinstance(s["model"], dict) or not all(
+                isinstance(v, torch.Tensor) for v in s["model"].values()):
+            raise TinyMTError(f"{p} is not a tinymt checkpoint (its model is not a dict of "
+                              "tensors)")
+    odd = [i for i in range(len(states) - 1) if _differs(states[i], states[-1])]
+    if odd:  # the offender: the first that differs from the last, or the last when it alone does
+        last_alone = len(odd) == len(states) - 1 >= 2 and not any(
+            _differs(s, states[0]) for s in states[1:-1])
+        bad, ref = (len(states) - 1, 0) if last_alone else (odd[0], len(states) - 1)
+        raise TinyMTError(f"{paths[bad]} is from a different model or tokenizer than "
+                          f"{paths[ref]}: {_differs(states[bad], states[ref])}; cannot average "
+                          "(only checkpoints of one run)")
+    keys = states[-1]["model"].keys()
     averaged = {}
     for k in keys:
         last = states[-1]["model"][k]
@@ -207,3 +232,34 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
     out["model"] = averaged
     out["averaged_from"] = [str(p) for p in paths]
     return out
+
+
+def _differs(state: dict, ref: dict) -> str | None:
+    """What makes ``state`` another model or tokenizer than ``ref`` (None: nothing)."""
+    def short(v):
+        return f"{v[:12]}..." if isinstance(v, str) and len(v) > 12 else repr(v)
+
+    if state.get("tokenizer_sha256") != ref.get("tokenizer_sha256"):
+        return (f"its tokenizer differs (tokenizer_sha256 {short(state.get('tokenizer_sha256'))}"
+                f" vs {short(ref.get('tokenizer_sha256'))})")
+    if state.get("vocab") != ref.get("vocab"):
+        return f"its vocab differs ({state.get('vocab')} vs {ref.get('vocab')})"
+    if state.get("model_config") != ref.get("model_config"):
+        a, b = state.get("model_config") or {}, ref.get("model_config") or {}
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            return "its model_config differs"
+        keys = sorted(k for k in {*a, *b} if a.get(k, "<unset>") != b.get(k, "<unset>"))
+        return "its model_config differs (" + ", ".join(
+            f"{k}={a.get(k, '<unset>')!r} vs {b.get(k, '<unset>')!r}" for k in keys[:3]) + \
+            (", ..." if len(keys) > 3 else "") + ")"
+    mine, theirs = state["model"], ref["model"]
+    if mine.keys() != theirs.keys():
+        extra, missing = sorted(mine.keys() - theirs.keys()), sorted(theirs.keys() - mine.keys())
+        return ("its model has other tensors ("
+                + ", ".join([*(f"+{k}" for k in extra[:2]), *(f"-{k}" for k in missing[:2])])
+                + ")")
+    for k, v in theirs.items():
+        if mine[k].shape != v.shape or mine[k].dtype != v.dtype:
+            return (f"its tensor {k} is {tuple(mine[k].shape)} {mine[k].dtype} vs "
+                    f"{tuple(v.shape)} {v.dtype}")
+    return None

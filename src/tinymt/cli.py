@@ -14,15 +14,36 @@ from hydra.errors import HydraException
 from tinymt.errors import TinyMTError
 
 
+_FAILED_JOBS: list[str] = []  # jobs of this ``-m`` sweep that ended in a TinyMTError
+
+
+def _sweep_job() -> str | None:
+    """``job <n> (<overrides>)`` when running inside a Hydra ``-m`` sweep, else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    job = HydraConfig.get().job
+    return f"job {job.num} ({job.override_dirname})"
+
+
 def one_line_errors(fn):
     """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2,
-    Ctrl-C becomes ``interrupted`` and exit code 130 (checkpoints already written stay)."""
+    Ctrl-C becomes ``interrupted`` and exit code 130 (checkpoints already written stay).
+    In a ``-m`` sweep a failed job is one line naming it, and the sweep goes on (the exit
+    code is 2 at its end: :func:`run_hydra`)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except TinyMTError as e:
+            job = _sweep_job()
+            if job is not None:
+                print(f"error: {job}: {e}", file=sys.stderr)
+                _FAILED_JOBS.append(job)
+                return None
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:
@@ -58,8 +79,14 @@ def run_hydra(main: Callable[[], Any]) -> Any:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return main()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
+    _FAILED_JOBS.clear()
     try:
-        return main()
+        result = main()
+        if _FAILED_JOBS:
+            print(f"error: {len(_FAILED_JOBS)} job(s) of the sweep failed: "
+                  f"{', '.join(_FAILED_JOBS)}", file=sys.stderr)
+            sys.exit(2)
+        return result
     except HydraException as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)

@@ -16,6 +16,7 @@ the head analysis and ``scripts/average_checkpoints.py`` read it::
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import time
@@ -28,14 +29,14 @@ from omegaconf import OmegaConf
 from tinymt.checkpoint import load_checkpoint
 from tinymt.errors import TinyMTError, first_line
 from tinymt.model import Transformer
-from tinymt.tokenizer import Tokenizer, load_tokenizers, tokenizer_digest
+from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
 
 CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"
 CHECKPOINTS = "checkpoints"
 METRICS = "metrics.json"
 RUN_MARKER = ".tinymt-run"  # created atomically by the run that owns the folder
-NAMED = ("best", "last", "avg")  # checkpoint=<name> picks checkpoints/<name>.pt
+NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints/<name>.pt
 _STEP = re.compile(r"ckpt_(\d+)\.pt")
 # a new run's folder, by the clock: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir
 # spells the same with Hydra's ${now:...})
@@ -69,34 +70,111 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def holds_run(run_dir: str | Path) -> bool:
-    """Whether a run already lives in ``run_dir`` (its marker, config or checkpoints)."""
-    return any((Path(run_dir) / name).exists() for name in (RUN_MARKER, CONFIG, CHECKPOINTS))
+    """Whether a run already lives in ``run_dir`` (its config or checkpoints; a folder
+    holding only the marker of a run that stopped before writing anything is free)."""
+    return any((Path(run_dir) / name).exists() for name in (CONFIG, CHECKPOINTS))
 
 
-def claim_run_dir(path: str | Path, unique: bool) -> Path:
-    """Make a folder this run's own, atomically, and return it.
+class RunLock:
+    """One writer per run dir: an exclusive ``flock`` on ``<run_dir>/.tinymt-run``, held
+    while a run trains and released when it ends or its process dies (a kill included).
+    The file holds the writer's pid, for the message a second writer gets.
 
-    The claim is the exclusive creation of ``<folder>/.tinymt-run``: of two runs started
-    at once, exactly one gets a folder. ``unique=True`` (a folder named by the clock, as
-    Hydra's ``outputs/<date>/<time>``): when ``path`` already holds a run, the run goes
-    to ``<path>_1``, ``<path>_2``, ... ``unique=False`` (a folder the user named): one
-    that already holds a run is an error; nothing in it is touched.
+        lock = RunLock.take(run_dir)   # None: another live process writes there
+        try: ...train...
+        finally: lock.release()
+    """
+
+    def __init__(self, fd: int, run_dir: Path):
+        self.fd, self.run_dir = fd, run_dir
+
+    @classmethod
+    def take(cls, run_dir: str | Path) -> RunLock | None:
+        run_dir = Path(run_dir)
+        try:
+            fd = os.open(run_dir / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise TinyMTError(f"cannot use the run dir {run_dir}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(fd, run_dir)
+
+    @staticmethod
+    def holder(run_dir: str | Path) -> str:
+        """The pid written by the process holding ``run_dir``'s lock (as text)."""
+        try:
+            return (Path(run_dir) / RUN_MARKER).read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the file releases the flock
+            self.fd = None
+
+
+def lock_for_resume(run_dir: str | Path) -> RunLock:
+    """The lock of a run about to be resumed, or a one-line error naming the live writer."""
+    lock = RunLock.take(run_dir)
+    if lock is None:
+        raise TinyMTError(f"cannot resume {run_dir}: another process (pid "
+                          f"{RunLock.holder(run_dir)}) is writing it; one writer per run: wait "
+                          "for it to end, or stop it")
+    return lock
+
+
+def _run_around(path: Path) -> str | None:
+    """Why a new run may not live at ``path``: inside another run's folder, or in a folder
+    that holds runs below it (``run=latest`` would then find the wrong one)."""
+    for parent in path.absolute().parents:
+        if (parent / RUN_MARKER).exists() or checkpoint_path(parent, "last").exists():
+            return f"{path} is inside the run {parent}"
+    if path.is_dir():
+        inner = next((p.parent for p in path.rglob(RUN_MARKER) if p.parent != path), None)
+        if inner is not None:
+            return f"{path} holds other runs ({inner})"
+    return None
+
+
+def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
+    """Make a folder this run's own, atomically, and return it with its :class:`RunLock`.
+
+    The claim is the lock on ``<folder>/.tinymt-run``: of two runs started at once,
+    exactly one gets a folder. ``unique=True`` (a folder named by the clock, as Hydra's
+    ``outputs/<date>/<time>``): when ``path`` already holds a run, the run goes to
+    ``<path>_1``, ``<path>_2``, ... ``unique=False`` (a folder the user named): one that
+    already holds a run is an error; nothing in it is touched. A folder left by a run
+    that stopped before writing anything (only the marker, its process gone) is free.
     """
     path = Path(path)
+    why = _run_around(path)
+    if why:
+        raise TinyMTError(f"{why}: train into a folder of its own (nothing was written)")
     for n in range(1000):
         folder = path if n == 0 else path.with_name(f"{path.name}_{n}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            if not holds_run(folder):
-                fd = os.open(folder / RUN_MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                os.write(fd, f"{os.getpid()}\n".encode())
-                os.close(fd)
-                return folder
-        except FileExistsError:
-            pass  # another run claimed it between our check and our create
         except OSError as e:
             raise TinyMTError(f"cannot create the run dir {folder}: {e.strerror}") from None
+        lock = None if holds_run(folder) else RunLock.take(folder)
+        if lock is not None and holds_run(folder):  # written by a run that ended meanwhile
+            lock.release()
+            lock = None
+        if lock is not None:
+            return folder, lock
         if not unique:
+            if not holds_run(folder):
+                raise TinyMTError(f"{folder} is being claimed by another process (pid "
+                                  f"{RunLock.holder(folder)}): train into another folder")
+            if not checkpoint_path(folder, "last").is_file():
+                raise TinyMTError(f"{folder} holds a run that stopped before its first "
+                                  f"checkpoint (nothing to resume): delete the folder (rm -r "
+                                  f"{folder}) or train into another one")
             raise TinyMTError(f"{folder} already holds a run: continue it with "
                               f"trainer.resume={folder}, or train into another folder")
     raise TinyMTError(f"{path}: 1000 runs started at once? no free folder found")
@@ -118,13 +196,20 @@ def find_run(run: str, outputs_root: str = "outputs") -> Path:
 
 
 def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
-    """``best`` / ``last`` / ``avg`` -> that file of the run; anything else is a path."""
+    """``best`` / ``last`` / ``avg`` / ``pruned`` -> that file of the run; anything else is
+    a path."""
     if checkpoint in NAMED:
         path = checkpoint_path(run_dir, checkpoint)
         if not path.is_file():
+            made_by = {"avg": " (written by scripts/average_checkpoints.py or "
+                              "trainer.average_last)",
+                       "pruned": " (written by scripts/analyze_heads.py prune=<fraction>)"}
             raise TinyMTError(f"checkpoint={checkpoint}: expected {path}, which does not "
-                              "exist (checkpoint=best|last|avg|<path>)")
+                              f"exist{made_by.get(checkpoint, '')}")
         return path
+    if not Path(checkpoint).is_file():
+        raise TinyMTError(f"checkpoint={checkpoint}: no such file (checkpoint="
+                          f"{'|'.join(NAMED)}|<path to a .pt file>)")
     return Path(checkpoint)
 
 
@@ -153,7 +238,7 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
             f"{ckpt_path} was trained with vocab sizes {vocab['src_size']}/{vocab['tgt_size']} but "
             f"the tokenizer in {tok_dir} has {src_tok.vocab_size}/{tgt_tok.vocab_size}: the "
             "checkpoint belongs to another run")
-    if state.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
+    if not digest_matches(state.get("tokenizer_sha256"), src_tok, tgt_tok):
         raise TinyMTError(f"{ckpt_path} was trained with another tokenizer than the one in "
                           f"{tok_dir}: the checkpoint belongs to another run")
     model = Transformer(OmegaConf.create(state["model_config"]), vocab["src_size"],
@@ -165,3 +250,44 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
                           f"({first_line(e)})") from None
     model.to(device).eval()
     return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)
+
+
+def _is_run_dir(folder: Path) -> bool:
+    """A run lives in ``folder``: its marker, its config or its ``checkpoints/last.pt``."""
+    return ((folder / RUN_MARKER).exists() or (folder / CONFIG).is_file()
+            or checkpoint_path(folder, "last").is_file())
+
+
+def _run_state_part(path: Path) -> tuple[Path, str] | None:
+    """``(run dir, what)`` when the absolute ``path`` is a file of a run's own state."""
+    name, parent = path.name, path.parent
+    if name == RUN_MARKER:
+        return parent, "the run marker"
+    if name == CONFIG and _is_run_dir(parent):
+        return parent, "the config"
+    if parent.name == CHECKPOINTS and _is_run_dir(parent.parent) and (
+            name in ("last.pt", "best.pt") or _STEP.fullmatch(name)):
+        return parent.parent, f"the checkpoint {name}"
+    for folder in path.parents:
+        if folder.name == TOKENIZER and _is_run_dir(folder.parent):
+            return folder.parent, "the tokenizer"
+    return None
+
+
+def refuse_run_state(path: str | Path, what: str) -> None:
+    """Refuse ``<what>=<path>`` as a file to write when it is a folder, or when it is (its
+    absolute or its resolved spelling) part of a run's own state: its config.yaml, anything
+    under its tokenizer/, checkpoints/last.pt, best.pt, ckpt_<step>.pt or the .tinymt-run
+    marker. A run dir is one holding the marker, config.yaml or checkpoints/last.pt.
+    ``avg.pt``, ``pruned.pt`` and files outside runs are allowed. Call it before any work."""
+    given = Path(path).expanduser()
+    if given.is_dir():
+        raise TinyMTError(f"{what}={path} is a folder: name a file to write (nothing was "
+                          "written)")
+    for spelling in (Path(os.path.abspath(given)), given.resolve()):
+        found = _run_state_part(spelling)
+        if found:
+            run_dir, part = found
+            raise TinyMTError(f"{what}={path} is {part} of the run {run_dir}: writing it would "
+                              "lose the run's own state (resuming, translating); choose another "
+                              "file (nothing was written)")

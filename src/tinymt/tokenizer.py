@@ -10,6 +10,7 @@ adds them where the model wants them.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as spm_pb
 
 from tinymt.errors import TinyMTError
 
@@ -27,6 +29,11 @@ TGT_MODEL = "tgt.model"
 # sentencepiece samples this many sentences (shuffled) when the corpus is bigger
 INPUT_SENTENCE_SIZE = 1_000_000
 SPM_SEED = 1234
+# the trainer_spec fields that change how text is encoded or decoded; the rest of it
+# (the build's temporary model_prefix, thread count, sampling sizes) records how the
+# model was made, not what it is
+ENCODING_FIELDS = ("model_type", "treat_whitespace_as_suffix", "allow_whitespace_only_pieces",
+                   "byte_fallback", "unk_surface", "unk_id", "bos_id", "eos_id", "pad_id")
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
@@ -80,10 +87,11 @@ class Tokenizer:
             raise TinyMTError(f"tokenizer model path must end in .model, got {model_path}")
         model_path.parent.mkdir(parents=True, exist_ok=True)
         spm.set_random_generator_seed(SPM_SEED)  # sentence sampling: same corpus, same model
+        written = io.BytesIO()  # in memory: sentencepiece's own writer ignores a full disk
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=iter(sentences),
-                model_prefix=str(model_path.with_suffix("")),
+                model_writer=written,
                 vocab_size=int(vocab_size),
                 model_type=model_type,
                 character_coverage=float(character_coverage),
@@ -102,6 +110,14 @@ class Tokenizer:
             )
         except RuntimeError as e:
             raise TinyMTError(_explain_training_error(str(e), vocab_size, model_type)) from None
+        # written by us (a full disk is an error, not a truncated file), without the thread
+        # count: the same corpus and settings give the same bytes wherever they are built
+        proto = spm_pb.ModelProto()
+        proto.ParseFromString(written.getvalue())
+        proto.trainer_spec.ClearField("num_threads")
+        model_path.write_bytes(proto.SerializeToString(deterministic=True))
+        model_path.with_suffix(".vocab").write_text(
+            "".join(f"{p.piece}\t{p.score:g}\n" for p in proto.pieces), encoding="utf-8")
         return cls.load(model_path)
 
     @classmethod
@@ -177,13 +193,42 @@ def _explain_training_error(message: str, vocab_size: int, model_type: str) -> s
     return f"sentencepiece training failed (data.vocab_size={vocab_size}): {message.strip()}"
 
 
+def identity(tok: Tokenizer) -> bytes:
+    """What a sentencepiece model *is*: its pieces (with scores and types), its
+    normaliser and denormaliser, and the trainer settings that change encoding
+    (``ENCODING_FIELDS``); not where or how fast it was built."""
+    proto = spm_pb.ModelProto()
+    proto.ParseFromString(tok.sp.serialized_model_proto())
+    kept = spm_pb.TrainerSpec()
+    for name in ENCODING_FIELDS:
+        if proto.trainer_spec.HasField(name):
+            setattr(kept, name, getattr(proto.trainer_spec, name))
+    proto.trainer_spec.CopyFrom(kept)
+    return proto.SerializeToString(deterministic=True)
+
+
 def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
-    """sha256 of the source and target sentencepiece models: binds a checkpoint to the
-    exact tokenizer it was trained with (the same vocabulary size is not enough)."""
+    """sha256 of the source and target tokenizers' :func:`identity`: binds a checkpoint to
+    the exact tokenizer it was trained with (the same vocabulary size is not enough), and
+    a rebuild of the same data config gives the same digest."""
+    h = hashlib.sha256(identity(src))
+    if tgt is not src:
+        h.update(identity(tgt))
+    return h.hexdigest()
+
+
+def _file_digest(src: Tokenizer, tgt: Tokenizer) -> str:
+    """What checkpoints written before :func:`identity` hold: sha256 of the model bytes."""
     h = hashlib.sha256(src.sp.serialized_model_proto())
     if tgt is not src:
         h.update(tgt.sp.serialized_model_proto())
     return h.hexdigest()
+
+
+def digest_matches(stored: str | None, src: Tokenizer, tgt: Tokenizer) -> bool:
+    """Was a checkpoint (or export) whose ``tokenizer_sha256`` is ``stored`` made with these
+    tokenizers? Digests of older versions (over the model file's bytes) are accepted too."""
+    return stored is not None and stored in (tokenizer_digest(src, tgt), _file_digest(src, tgt))
 
 
 def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:

@@ -16,8 +16,11 @@ for both engines. Attention maps need the PyTorch engine.
 from __future__ import annotations
 
 import contextlib
+import gzip
+import itertools
 import os
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,7 +30,7 @@ import numpy as np
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
-from tinymt.data import normalize, read_lines, target_language
+from tinymt.data import normalize, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.metrics import score
@@ -36,6 +39,10 @@ from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
+
+# the longest input or reference line read (a long paragraph is ~10,000): memory stays
+# bounded on an endless line (input=<a pipe>, stdin < /dev/zero), which is an error
+MAX_LINE_CHARS = 100_000
 
 
 # ----------------------------------------------------------------------------- translate
@@ -57,7 +64,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         device = pick_device(cfg.device)
         run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
-    refs = read_lines(cfg.ref) if cfg.ref else None
+    refs = _file_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
     interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
     with _output(cfg.output, stdout or sys.stdout) as out_f:
@@ -70,7 +77,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
                 out_f.flush()
         else:
             lines = _arguments(sentences) if sentences else \
-                read_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
+                _file_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
             translations = _translate_lines(run, lines, cfg, warn, out_f, device)
     result = {"translations": translations, "engine": cfg.engine}
     if isinstance(run, LoadedExport):
@@ -100,16 +107,46 @@ def _arguments(sentences: Sequence[str]) -> list[str]:
 
 
 def _stdin_lines(stdin) -> Iterator[str]:
-    """Lines of stdin without line ends, decoded as UTF-8 line by line (a bad line is a
-    one-line error naming it)."""
+    """Lines of stdin (:func:`_capped_lines`)."""
     raw = getattr(stdin, "buffer", None)
-    for n, line in enumerate(raw if raw is not None else stdin, 1):
+    return _capped_lines(raw if raw is not None else stdin, "stdin")
+
+
+def _file_lines(path: str) -> list[str]:
+    """The lines of ``input=`` / ``ref=`` (gzip by suffix), read as stdin is."""
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(os.path.expanduser(path), "rb") as f:
+            return list(_capped_lines(f, path))
+    except FileNotFoundError:
+        raise TinyMTError(f"file not found: {path}") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise TinyMTError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _capped_lines(stream, name: str) -> Iterator[str]:
+    """Lines of ``stream`` (bytes, or text) without line ends, a BOM dropped, decoded as
+    UTF-8 line by line: one at most ``MAX_LINE_CHARS`` characters is ever held, so an
+    endless line is an error, not memory without bound. Errors name ``name`` (the file,
+    or stdin) and the line."""
+    limit = 4 * MAX_LINE_CHARS + 2  # UTF-8 takes at most 4 bytes a character; then \r\n
+    for n in itertools.count(1):
+        line = stream.readline(limit)
+        if not line:
+            return
+        too_long = TinyMTError(f"{name}: line {n} is longer than {MAX_LINE_CHARS:,} characters")
+        if len(line) == limit and line[-1:] not in (b"\n", "\n"):
+            raise too_long  # more than `limit` bytes: more than MAX_LINE_CHARS characters
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError:
-                raise TinyMTError(f"stdin: line {n} is not valid UTF-8") from None
-        yield line.rstrip("\n").rstrip("\r")
+                raise TinyMTError(f"{name}: line {n} is not valid UTF-8") from None
+        line = line.removesuffix("\n").removesuffix("\r")
+        if n == 1:
+            line = line.removeprefix("\ufeff")
+        if len(line) > MAX_LINE_CHARS:
+            raise too_long
+        yield line
 
 
 @contextlib.contextmanager

@@ -32,7 +32,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tinymt.ct2.convert import require_ct2
-from tinymt.ct2.export import FORMAT, FORMAT_VERSION, META
+from tinymt.ct2.export import (
+    FORMAT,
+    FORMAT_VERSION,
+    META,
+    QUANTIZATIONS,
+    README,
+    file_sha256,
+    meta_digest,
+)
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers, tokenizer_digest
@@ -78,15 +86,89 @@ def read_meta(path: Path) -> dict:
                           "make one with scripts/export.py")
     try:
         meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise TinyMTError(f"{file} is damaged ({first_line(e)}); export the model again"
                           ) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TinyMTError(f"{file} is not a tinymt CTranslate2 export description")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise TinyMTError(f"{file} has export format {meta.get('format_version')!r}, this "
-                          f"tinymt reads {FORMAT_VERSION}: export the model again")
+    version = meta.get("format_version")
+    if version == 1:  # hashed its sentencepiece model only: its other files are unverifiable
+        raise TinyMTError(f"{file} was written by an older tinymt (export format 1), which did "
+                          "not record the digests of the export's files: re-export the model "
+                          "with scripts/export.py")
+    if version != FORMAT_VERSION:
+        raise TinyMTError(f"{file} has export format {version!r}, this tinymt reads "
+                          f"{FORMAT_VERSION}: re-export the model with this tinymt")
+    if not _is_sha256(meta.get("meta_sha256")):
+        raise TinyMTError(f"{file} is damaged (meta_sha256: expected a sha256 hex digest); "
+                          "re-export the model")
+    if meta_digest(meta) != meta["meta_sha256"]:
+        raise TinyMTError(f"{file} was changed after export (its contents do not match its "
+                          "meta_sha256); re-export the model")
+    problem = _shape_problem(meta)
+    if problem:
+        raise TinyMTError(f"{file} is damaged ({problem}); re-export the model")
     return meta
+
+
+def _is_sha256(value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+def _shape_problem(meta: dict) -> str | None:
+    """What is wrong with the keys and types of a description (None: nothing)."""
+    def opt_str(v):
+        return v is None or isinstance(v, str)
+
+    positions = meta.get("max_positions")
+    if type(positions) is not int or positions < 2:
+        return "max_positions: expected an integer >= 2"
+    if meta.get("quantization") not in QUANTIZATIONS:
+        return f"quantization: expected one of {', '.join(QUANTIZATIONS)}"
+    if not isinstance(meta.get("tokenizer_sha256"), str):
+        return "tokenizer_sha256: expected a string"
+    data = meta.get("data")
+    if not isinstance(data, dict) or not all(opt_str(data.get(k)) for k in (
+            "name", "src_lang", "tgt_lang")) or data.get("reverse") not in (None, True, False):
+        return "data: expected {name, src_lang, tgt_lang: strings, reverse: true/false}"
+    files = meta.get("files")
+    if not isinstance(files, dict) or not files:
+        return "files: expected {file name: sha256}"
+    for name, digest in files.items():
+        if (not isinstance(name, str) or name in ("", ".", "..", META, README)
+                or Path(name).name != name or "\\" in name or not _is_sha256(digest)):
+            return f"files: {name!r}: expected a file name of the export and its sha256"
+    missing = [n for n in _REQUIRED if n not in files]
+    if missing:
+        return f"files: {', '.join(missing)} not recorded"
+    return None
+
+
+_REQUIRED = ("model.bin", "config.json")
+# files CTranslate2 or load_tokenizers would read, and so must have been recorded
+_DECIDING = re.compile(r"model\.bin|config\.json|(shared_|source_|target_)?vocabulary\.(json|txt)"
+                       r"|vocab_mapping\.txt|(spm|src|tgt)\.model")
+
+
+def verify_files(path: Path, meta: dict) -> None:
+    """Every file recorded in ``meta["files"]`` is there with the bytes exported, and no
+    file that would decide the output was added; else one line naming the file."""
+    for name, digest in meta["files"].items():
+        file = path / name
+        if not file.is_file():
+            raise TinyMTError(f"{file} is missing: {path} was changed after export; "
+                              "re-export the model with scripts/export.py")
+        try:
+            same = file_sha256(file) == digest
+        except OSError as e:
+            raise TinyMTError(f"cannot read {file}: {e.strerror}") from None
+        if not same:
+            raise TinyMTError(f"{file} was changed after export; re-export the model with "
+                              "scripts/export.py")
+    for file in sorted(path.iterdir()):
+        if _DECIDING.fullmatch(file.name) and file.name not in meta["files"]:
+            raise TinyMTError(f"{file} was not part of the export (added after export); "
+                              "remove it or re-export the model with scripts/export.py")
 
 
 def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> LoadedExport:
@@ -94,6 +176,7 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     threads (0 = its default). Nothing in the folder is unpickled or executed."""
     path = Path(path)
     meta = read_meta(path)
+    verify_files(path, meta)
     src_tok, tgt_tok = load_tokenizers(path)
     if meta.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
         raise TinyMTError(f"the sentencepiece model(s) in {path} are not the ones the model "

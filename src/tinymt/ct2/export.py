@@ -4,7 +4,9 @@
     <out>/shared_vocabulary.json         our pieces in id order (or source_/target_vocabulary.json)
     <out>/spm.model (+ spm.vocab)        the run's sentencepiece model(s) (or src.model, tgt.model)
     <out>/tinymt_export.json             what tinymt reads: format, quantization, languages,
-                                         maximum positions, where it came from (plain JSON)
+                                         maximum positions, where it came from, the sha256 of
+                                         every other file but the README, and its own digest
+                                         (plain JSON; all checked when the export is loaded)
     <out>/README.md                      how to load it, with tinymt or with plain Python
 
 The folder is built beside ``out`` and renamed into place (:func:`tinymt.checkpoint.publish_folder`):
@@ -13,6 +15,7 @@ a failed export leaves nothing at ``out``, and an existing ``out`` is refused un
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 META = "tinymt_export.json"
 README = "README.md"
 FORMAT = "tinymt-ct2"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: files and meta_sha256 recorded (1 hashed the sentencepiece model only)
 QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
 
 
@@ -49,7 +52,9 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
     def build(tmp: Path) -> None:
         spec.save(str(tmp))
         save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        signed = {**meta, "files": file_digests(tmp)}
+        signed["meta_sha256"] = meta_digest(signed)
+        (tmp / META).write_text(json.dumps(signed, indent=2) + "\n", encoding="utf-8")
         (tmp / README).write_text(readme(meta, str(out)), encoding="utf-8")
 
     return publish_folder(build, out)
@@ -69,6 +74,29 @@ def export_meta(run: LoadedRun, quantization: str, ct2_version: str) -> dict:
         "model": dict(run.state["model_config"]),
         "max_positions": run.model.max_positions,
     }
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """``{name: sha256}`` of every file of the export (model.bin, config.json, the
+    vocabulary, the sentencepiece model(s)): all that decides its output."""
+    return {f.name: file_sha256(f) for f in sorted(Path(folder).iterdir())
+            if f.is_file() and f.name not in (META, README)}
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def meta_digest(meta: dict) -> str:
+    """sha256 of the description itself (``meta_sha256`` left out), in a canonical JSON
+    spelling: a bit flipped anywhere in tinymt_export.json is caught."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=True,
+                                     separators=(",", ":")).encode("ascii")).hexdigest()
 
 
 def readme(meta: dict, name: str) -> str:

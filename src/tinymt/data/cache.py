@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,13 @@ from omegaconf import OmegaConf
 import tinymt.corpus as corpus
 from tinymt.checkpoint import pid_alive
 from tinymt.config import check_data
-from tinymt.data.prepared import PreparedData, load_prepared
+from tinymt.data.prepared import DamagedCache, PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
+from tinymt.errors import TinyMTError, first_line
 
 # Bump when the processing changes in a way that changes cached results.
 PIPELINE_VERSION = 1
 COMPLETE = "COMPLETE"
-_STALE_TMP_S = 3600
 
 
 def config_dict(cfg) -> dict[str, Any]:
@@ -104,14 +103,21 @@ def cache_path(cfg) -> Path:
 
 
 def load_complete(final: Path, log: Log) -> PreparedData | None:
-    """The entry at ``final`` if it is marked complete and readable; else None (a damaged
-    entry is removed, an unmarked one is left for :func:`publish` to replace)."""
+    """The entry at ``final`` if it is marked complete and readable; else None: a damaged
+    or unmarked entry is left where it is, for :func:`publish` to replace once a new one
+    is complete. An error that is no evidence of damage (out of memory, permissions) is
+    one line, and the entry is kept."""
     if (final / COMPLETE).is_file():
         try:
             data = load_prepared(final, cache_hit=True)
-        except Exception as e:  # noqa: BLE001  (a damaged cache is rebuilt, not trusted)
-            log(f"data: cache {final} is unreadable ({type(e).__name__}: {e}); rebuilding")
-            shutil.rmtree(final, ignore_errors=True)
+        except DamagedCache as e:
+            log(f"data: cache {final} is damaged ({e}); rebuilding")
+        except MemoryError:
+            raise TinyMTError(f"out of memory while reading the data cache {final} (it was "
+                              "left as it is)") from None
+        except (OSError, RuntimeError) as e:  # permissions, no thread: not damage
+            raise TinyMTError(f"cannot read the data cache {final} ({first_line(e)}); it was "
+                              "left as it is") from None
         else:
             log(f"data: cache hit {final}")
             return data
@@ -121,12 +127,11 @@ def load_complete(final: Path, log: Log) -> PreparedData | None:
 
 
 def _clean_stale_tmp(root: Path) -> None:
-    """Remove temp folders of interrupted runs (dead process, untouched for an hour)."""
-    now = time.time()
-    for d in root.glob(".tmp-*"):
+    """Remove the temp folders of builds whose process is gone (killed, crashed)."""
+    for d in [*root.glob(".tmp-*"), *root.glob(".old-*")]:
         try:
             pid = int(d.name.split("-")[1])
-            if not pid_alive(pid) and now - d.stat().st_mtime > _STALE_TMP_S:
+            if not pid_alive(pid):
                 shutil.rmtree(d, ignore_errors=True)
         except (IndexError, ValueError, OSError):
             continue
@@ -142,14 +147,20 @@ def new_temp_dir(final: Path) -> Path:
     return tmp
 
 
-def publish(tmp: Path, final: Path) -> bool:
+def publish(tmp: Path, final: Path, replaces: float | None = None) -> bool:
     """Mark ``tmp`` complete and rename it to ``final``. False when another process
-    finished ``final`` first: ``tmp`` is dropped and theirs is used."""
+    finished ``final`` first: ``tmp`` is dropped and theirs is used. ``replaces``: the
+    modification time ``final`` had when it was found damaged or incomplete; that entry
+    is moved aside, ``tmp`` renamed in, and only then is the old one deleted."""
     (tmp / COMPLETE).write_text("ok\n")
     if final.exists():
-        if (final / COMPLETE).is_file():
-            shutil.rmtree(tmp, ignore_errors=True)
+        if (final / COMPLETE).is_file() and final.stat().st_mtime != replaces:
+            shutil.rmtree(tmp, ignore_errors=True)  # a complete one another process made
             return False
-        shutil.rmtree(final)
+        old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+        return True
     os.replace(tmp, final)
     return True

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import datasets
 
+from tinymt.checkpoint import no_space
 from tinymt.data.cache import cache_path, config_dict, load_complete, new_temp_dir, publish
 from tinymt.data.prepared import (
     TOKENIZER_DIR,
@@ -25,7 +26,7 @@ from tinymt.data.prepared import (
 )
 from tinymt.data.sources import SPLITS, Columns, Log, load_columns, to_dataset
 from tinymt.data.summary import token_stats
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 from tinymt.tokenizer import Tokenizer
 
 
@@ -229,12 +230,18 @@ def _prepare(cfg, log: Log) -> PreparedData:
     cached = load_complete(final, log)
     if cached is not None:
         return cached
+    found = final.stat().st_mtime if final.exists() else None  # damaged or incomplete
     tmp = new_temp_dir(final)
     try:
         with _gc_paused():
             stats = _build(cfg, tmp, log)
         save_stats(tmp, stats, config_dict(cfg))
-        ours = publish(tmp, final)
+        ours = publish(tmp, final, replaces=found)
+    except OSError as e:  # a full disk, a folder we may not write
+        shutil.rmtree(tmp, ignore_errors=True)
+        what = "no space left on device" if no_space(e) else first_line(e)
+        raise TinyMTError(f"cannot write the data cache {final} ({what}); nothing was left "
+                          "there") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from tinymt.data.sources import SPLITS
+from tinymt.errors import TinyMTError
 from tinymt.tokenizer import Tokenizer, load_tokenizers
 
 TOKENIZER_DIR = "tokenizer"
@@ -60,10 +62,31 @@ def save_stats(folder: Path, stats: dict, config: dict) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
 
 
+class DamagedCache(TinyMTError):
+    """A prepared folder whose contents are evidently wrong (missing or unreadable files,
+    token ids outside the vocabulary): rebuild it. Any other error reading it is not
+    evidence of damage (out of memory, no thread, permissions) and is raised as it is."""
+
+
+# what reading a damaged folder raises: a file missing, bytes that do not parse
+_DAMAGE = (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, KeyError,
+           EOFError, pa.ArrowException, TinyMTError)
+
+
 def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
-    stats = json.loads((folder / "stats.json").read_text())
-    dd = datasets.load_from_disk(str(folder / SPLITS_DIR))
-    src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
+    """The prepared data in ``folder``; :class:`DamagedCache` when it is evidently damaged."""
+    try:
+        stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
+        dd = datasets.load_from_disk(str(folder / SPLITS_DIR))
+        src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
+        if not isinstance(stats, dict):
+            raise ValueError("stats.json is not an object")
+        for split in SPLITS:
+            _check_ids(dd[split], src_tok.vocab_size, tgt_tok.vocab_size)
+    except MemoryError:  # pyarrow's is an ArrowException too: not evidence of damage
+        raise
+    except _DAMAGE as e:
+        raise DamagedCache(f"{type(e).__name__}: {e}".splitlines()[0]) from None
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
     return PreparedData(
@@ -74,3 +97,13 @@ def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
         stats=stats,
         cache_hit=cache_hit,
     )
+
+
+def _check_ids(ds: datasets.Dataset, src_size: int, tgt_size: int) -> None:
+    """Every cached token id is one of its tokenizer's (a flipped bit would otherwise be
+    an index error deep inside training)."""
+    table = ds.with_format("arrow")[:]
+    for column, size in (("src_ids", src_size), ("tgt_ids", tgt_size)):
+        ids = pc.list_flatten(table[column])
+        if len(ids) and (pc.min(ids).as_py() < 0 or pc.max(ids).as_py() >= size):
+            raise ValueError(f"{column} holds ids outside the vocabulary (0..{size - 1})")

@@ -35,7 +35,7 @@ from tinymt.heads.showcase import showcase_links
 from tinymt.heads.stats import attention_pass, head_labels
 from tinymt.heads.sweep import SWEEP_REPORT, sweep_report, sweep_runs
 from tinymt.model import KINDS
-from tinymt.rundir import LoadedRun, checkpoint_path, load_run
+from tinymt.rundir import LoadedRun, checkpoint_path, load_run, refuse_run_state
 from tinymt.runtime import pick_device
 
 
@@ -52,6 +52,8 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     """
     log = log or _stderr
     check_analyze(cfg)
+    if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
+        refuse_run_state(cfg.prune_output, "prune_output")
     runs = sweep_runs(Path(cfg.run)) if Path(cfg.run).is_dir() else []
     if runs:
         return _analyze_sweep(cfg, runs, progress, log)

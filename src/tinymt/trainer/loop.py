@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,25 +37,29 @@ from tinymt.checkpoint import (
     average_checkpoints,
     clean_stale_temp_files,
     load_checkpoint,
+    no_space,
+    publish_text,
     save_checkpoint,
 )
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData, prepare
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 from tinymt.metrics import token_nll
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
     CONFIG,
     METRICS,
     TOKENIZER,
+    RunLock,
     checkpoint_dir,
     checkpoint_path,
     claim_run_dir,
     clock_run_dir,
+    lock_for_resume,
     step_checkpoint,
     step_checkpoints,
 )
-from tinymt.tokenizer import save_tokenizers, tokenizer_digest
+from tinymt.tokenizer import digest_matches, load_tokenizers, save_tokenizers, tokenizer_digest
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import checkpoint_state, set_rng_state
 from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
@@ -78,7 +83,7 @@ class Training:
     writer: SummaryWriter | None  # rank 0 only
     probes: list[str]
     state: dict = field(default_factory=lambda: {
-        "step": 0, "epoch": 0, "best_bleu": -1.0, "bad_validations": 0,
+        "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
         "train_seconds": 0.0, "skipped_steps": 0})
     t_start: float = field(default_factory=time.time)
 
@@ -97,11 +102,14 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
     """
     cfg = as_train_config(cfg)
     rt = runtime.setup(cfg.trainer.device, cfg.trainer.precision, cfg.trainer.num_threads)
+    locks: list[RunLock] = []  # the run dir's writer lock, released however we leave
     try:
-        t = setup(cfg, rt, unique_run_dir)
+        t = setup(cfg, rt, unique_run_dir, locks)
         stop_reason = run_loop(t)
         return finish(t, stop_reason)
     finally:
+        for lock in locks:
+            lock.release()
         runtime.teardown(rt)
 
 
@@ -118,11 +126,13 @@ def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
                        shared_vocab=shared)
 
 
-def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool) -> Training:
+def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
+          locks: list[RunLock]) -> Training:
     """Steps 1–2 of the module docstring. Nothing is written into the run dir until
-    every check (data, model size, the checkpoint and tokenizer of a resumed run) passed."""
+    every check (data, model size, the checkpoint and tokenizer of a resumed run) passed.
+    Rank 0 holds the run dir's lock (appended to ``locks``) from here to the end."""
     tc, oc = cfg.trainer, cfg.optim
-    run_dir = _run_dir(cfg, rt, unique_run_dir)
+    run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
     if rt.distributed:
         _check_same_config(cfg, rt)
     resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
@@ -148,6 +158,8 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool) -> Trainin
                  probe_sentences(cfg, data))
     if resume is not None:
         _restore(t, resume)
+        if rt.is_main:
+            _finish_publishing(t, resume)
     else:
         sampler.set_epoch(0)
     if tc.compile:
@@ -160,16 +172,24 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool) -> Trainin
     return t
 
 
-def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool) -> Path:
-    """Rank 0 claims the run dir (or checks the resumed one); every rank uses its path."""
+def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[RunLock]) -> Path:
+    """Rank 0 claims the run dir (or locks the resumed one); every rank uses its path."""
     if cfg.trainer.resume:
         run_dir = Path(cfg.trainer.resume)
         if not checkpoint_path(run_dir, "last").is_file():
+            if (run_dir / CONFIG).is_file():
+                raise TinyMTError(f"cannot resume {run_dir}: it stopped before its first "
+                                  f"checkpoint ({checkpoint_path(run_dir, 'last')} does not "
+                                  f"exist), so there is nothing to resume: delete it (rm -r "
+                                  f"{run_dir}) and train again")
             raise TinyMTError(f"cannot resume: {checkpoint_path(run_dir, 'last')} not found")
+        if rt.is_main:
+            locks.append(lock_for_resume(run_dir))
     elif rt.is_main:
         if cfg.run_dir is None:
             cfg.run_dir, unique = clock_run_dir(), True
-        run_dir = claim_run_dir(cfg.run_dir, unique)
+        run_dir, lock = claim_run_dir(cfg.run_dir, unique)
+        locks.append(lock)
     else:
         run_dir = None
     run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
@@ -185,10 +205,7 @@ def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
 
 def _restore(t: Training, ckpt: dict) -> None:
     """Continue exactly where ``last.pt`` left off, after checking it fits this data."""
-    data = t.data
-    if ckpt.get("tokenizer_sha256") != tokenizer_digest(data.src_tokenizer, data.tgt_tokenizer):
-        raise TinyMTError(f"cannot resume {t.run_dir}: its checkpoint was trained with another "
-                          "tokenizer than this data config builds")
+    _check_tokenizer(t, ckpt.get("tokenizer_sha256"))
     t.model.load_state_dict(ckpt["model"])
     t.optimizer.load_state_dict(ckpt["optimizer"])
     t.scheduler.load_state_dict(ckpt["scheduler"])
@@ -198,11 +215,55 @@ def _restore(t: Training, ckpt: dict) -> None:
     t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
 
 
+def _finish_publishing(t: Training, ckpt: dict) -> None:
+    """A validation publishes ``last.pt`` first, then ``best.pt`` and ``ckpt_<step>.pt``
+    (:func:`save_checkpoints`): a run killed between them resumes from a ``last.pt`` whose
+    state already counts them. Publish what is missing, so files and state agree."""
+    step, best_step = ckpt["step"], ckpt["trainer_state"].get("best_step")
+    best = checkpoint_path(t.run_dir, "best")
+    if best_step == step and _step_of(best) != step:
+        t.log(f"{best} is older than the best model in last.pt (step {step}): published again")
+        save_checkpoint(ckpt, best)
+    if t.cfg.trainer.keep_last > 1 and not step_checkpoint(t.run_dir, step).is_file():
+        _save_step_checkpoint(t, ckpt)
+
+
+def _step_of(path: Path) -> int | None:
+    """The step of checkpoint ``path``; None when it is missing or unreadable."""
+    try:
+        return load_checkpoint(path)["step"]
+    except TinyMTError:
+        return None
+
+
+def _check_tokenizer(t: Training, stored: str | None) -> None:
+    """The resumed checkpoint was trained with the tokenizer this data config builds (the
+    same pieces: a rebuilt cache is fine). A checkpoint of an older tinymt holds a digest
+    of its run's model files: those are checked, then compared with the data's."""
+    src, tgt = t.data.src_tokenizer, t.data.tgt_tokenizer
+    if digest_matches(stored, src, tgt):
+        return
+    run_src, run_tgt = load_tokenizers(t.run_dir / TOKENIZER)
+    if not (digest_matches(stored, run_src, run_tgt)
+            and tokenizer_digest(run_src, run_tgt) == tokenizer_digest(src, tgt)):
+        raise TinyMTError(f"cannot resume {t.run_dir}: its checkpoint was trained with another "
+                          "tokenizer than this data config builds")
+
+
 def _write_run_files(t: Training, resuming: bool) -> None:
-    """config.yaml, the tokenizer (new runs) and the TensorBoard writer."""
-    OmegaConf.save(t.cfg, t.run_dir / CONFIG)
-    if not resuming:
-        save_tokenizers(t.run_dir / TOKENIZER, t.data.src_tokenizer, t.data.tgt_tokenizer)
+    """The tokenizer (new runs), config.yaml and the TensorBoard writer. A new run that
+    cannot write them (a full disk) takes them back: its folder stays free for a retry."""
+    try:
+        if not resuming:
+            save_tokenizers(t.run_dir / TOKENIZER, t.data.src_tokenizer, t.data.tgt_tokenizer)
+        publish_text(OmegaConf.to_yaml(t.cfg), t.run_dir / CONFIG)
+    except (OSError, TinyMTError) as e:
+        if not resuming:
+            shutil.rmtree(t.run_dir / TOKENIZER, ignore_errors=True)
+            (t.run_dir / CONFIG).unlink(missing_ok=True)
+        what = "no space left on device" if no_space(e) else first_line(e)
+        raise TinyMTError(f"cannot write the run's files in {t.run_dir} ({what})"
+                          + ("" if resuming else "; the folder was left empty")) from None
     # purge_step drops events a killed run wrote after its last checkpoint
     t.writer = SummaryWriter(str(t.run_dir),
                              purge_step=t.state["step"] + 1 if resuming else None)
@@ -309,7 +370,9 @@ def skip_or_stop(t: Training, loss: float, skips: int) -> int:
     row) or stop with the step named. Returns the new count of skips in a row."""
     step = t.state["step"] + 1
     if t.cfg.trainer.nan_policy != "skip":
-        raise TinyMTError(f"loss became {loss} at step {step}; the last checkpoint is intact. "
+        kept = ("the last checkpoint is intact" if checkpoint_path(t.run_dir, "last").is_file()
+                else "no checkpoint was written yet")
+        raise TinyMTError(f"loss became {loss} at step {step}; {kept}. "
                           "Lower optim.lr or set trainer.nan_policy=skip")
     if skips >= MAX_SKIPS:
         raise TinyMTError(f"loss non-finite for {MAX_SKIPS} batches in a row at step {step}; "
@@ -366,6 +429,7 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
     improved = metrics["bleu"] > state["best_bleu"]
     if improved:
         state["best_bleu"] = metrics["bleu"]
+        state["best_step"] = step
         state["bad_validations"] = 0
     else:
         state["bad_validations"] += 1
@@ -384,15 +448,21 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
 
 
 def save_checkpoints(t: Training, best: bool) -> None:
-    """``last.pt``, ``best.pt`` (when ``best``) and the kept step checkpoints."""
+    """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints: in
+    this order, so a resume from ``last.pt`` can publish what a kill left out
+    (:func:`_finish_publishing`)."""
     ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state, t.cfg, t.data)
     save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
     if best:
         save_checkpoint(ckpt, checkpoint_path(t.run_dir, "best"))
     if t.cfg.trainer.keep_last > 1:
-        save_checkpoint(ckpt, step_checkpoint(t.run_dir, t.state["step"]))
-        for old in step_checkpoints(t.run_dir)[:-t.cfg.trainer.keep_last]:
-            old.unlink()
+        _save_step_checkpoint(t, ckpt)
+
+
+def _save_step_checkpoint(t: Training, ckpt: dict) -> None:
+    save_checkpoint(ckpt, step_checkpoint(t.run_dir, ckpt["step"]))
+    for old in step_checkpoints(t.run_dir)[:-t.cfg.trainer.keep_last]:
+        old.unlink()
 
 
 # ----------------------------------------------------------------------------- 4. finish
@@ -402,24 +472,27 @@ def finish(t: Training, stop_reason: str) -> dict:
     if not checkpoint_path(t.run_dir, "best").is_file():  # stopped before any validation
         state["best_bleu"] = validate(t.model, t.cfg, t.data, "valid", rt,
                                       limit=tc.valid_sentences)["bleu"]
+        state["best_step"] = state["step"]
         if rt.is_main:
             save_checkpoints(t, best=True)
         runtime.barrier(rt)
     final_ckpt = _average(t) or checkpoint_path(t.run_dir, "best")
-    t.model.load_state_dict(load_checkpoint(final_ckpt, map_location=rt.device)["model"])
+    tested = load_checkpoint(final_ckpt, map_location=rt.device)
+    t.model.load_state_dict(tested["model"])
     test = validate(t.model, t.cfg, t.data, "test", rt, beam=tc.test_beam, with_loss=True)
     wall = time.time() - t.t_start
     metrics = {
         "best_valid_bleu": state["best_bleu"], "test_bleu": test["bleu"],
         "test_chrf": test["chrf"], "test_loss": test["loss"],
         "bleu_signature": test["signature"], "test_beam": tc.test_beam,
-        "test_checkpoint": final_ckpt.name, "steps": state["step"], "epochs": state["epoch"],
+        "test_checkpoint": final_ckpt.name, "test_checkpoint_step": tested["step"],
+        "steps": state["step"], "epochs": state["epoch"],
         "train_seconds": round(state["train_seconds"], 1), "wall_seconds": round(wall, 1),
         "stop_reason": stop_reason, "parameters": count_parameters(t.model),
         "run_dir": str(t.run_dir),
     }
     if rt.is_main:
-        (t.run_dir / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+        publish_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS)
         t.writer.add_scalar("test/bleu", test["bleu"], state["step"])
         t.writer.add_scalar("test/chrf", test["chrf"], state["step"])
         log_hparams(t.writer, t.cfg, metrics)

@@ -22,6 +22,8 @@ from tinymt.tokenizer import tokenizer_digest
 
 # keys a resume may not change: they decide the data, the vocabulary and the weights' shapes
 FROZEN_ON_RESUME = ("data", "model")
+# ...but where the data cache lives is not what it holds (a rebuild there is the same data)
+MOVABLE_ON_RESUME = ("data.cache_dir",)
 # group options (``model=small``) cannot be re-chosen for a run that exists
 GROUPS = ("data", "model", "optim", "trainer", "experiment")
 
@@ -95,7 +97,8 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     merged = as_train_config(OmegaConf.merge(base, OmegaConf.from_dotlist(mine)))
     changed = [f"{group}.{k}" for group in FROZEN_ON_RESUME
                for k in sorted(set(base[group]) | set(merged[group]))
-               if base[group].get(k) != merged[group].get(k)]
+               if base[group].get(k) != merged[group].get(k)
+               and f"{group}.{k}" not in MOVABLE_ON_RESUME]
     if changed:
         raise TinyMTError(f"trainer.resume: {', '.join(changed)} would change the run's data or "
                           "model; start a new run instead")

@@ -1,0 +1,212 @@
+"""A run stays resumable whatever happens to it: a rebuilt data cache, a kill at any point
+of a validation's publishing, a second writer. Through scripts/train.py where the bug
+was in what a user runs; the kill matrix in-process (the same ``train``), one
+real SIGKILL beside it."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY_TRAIN_OVERRIDES as TINY
+from conftest import compose_train, run_script_with_fault
+from tinymt.checkpoint import load_checkpoint
+from tinymt.trainer import resume_config, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = [sys.executable, str(ROOT / "scripts" / "train.py")]
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-2000:]
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- rebuilt cache
+@pytest.mark.slow
+def test_resume_across_a_rebuilt_data_cache(tmp_path):
+    """The tokenizer's digest once covered sentencepiece's build path: the same data config
+    built again (cache deleted, another working directory: ``data.cache_dir`` is
+    relative) gave another digest, and the run could never be resumed."""
+    here, there, run = tmp_path / "here", tmp_path / "there", tmp_path / "run"
+    here.mkdir(), there.mkdir()
+    first = subprocess.run([*TRAIN, *TINY, "data.cache_dir=cache", f"run_dir={run}",
+                            "trainer.max_steps=2", "trainer.valid_every=2",
+                            "trainer.valid_sentences=5", "data.test_size=5"],
+                           cwd=here, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.rmtree(here / "cache")
+    again = subprocess.run([*TRAIN, f"trainer.resume={run}", "trainer.max_steps=4"],
+                           cwd=there, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resumed" in again.stdout
+    rebuilt = list((there / "cache").glob("*/tokenizer/spm.model"))
+    assert len(rebuilt) == 1  # really rebuilt, in the other working directory
+    assert rebuilt[0].read_bytes() == (run / "tokenizer" / "spm.model").read_bytes()
+    assert json.loads((run / "metrics.json").read_text())["steps"] == 4
+
+
+# ----------------------------------------------------------------------------- kills
+# six steps, a validation every two, step checkpoints kept: the publishing of a validation
+# is last.pt, best.pt (when BLEU rose), ckpt_<step>.pt; the run ends with metrics.json
+KILL_RUN = ["trainer.max_steps=6", "trainer.valid_every=2", "trainer.keep_last=2",
+            "trainer.valid_sentences=10", "trainer.test_beam=1", "data.test_size=10",
+            "trainer.attention_images=false"]
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs (not an Exception: no handler catches it)."""
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The reference: the same run, never killed, and the step of its best.pt."""
+    tmp = tmp_path_factory.mktemp("kill_ref")
+    metrics = train(compose_train(tmp, *KILL_RUN))
+    best = load_checkpoint(tmp / "run" / "checkpoints" / "best.pt")
+    return tmp, metrics, best["step"]
+
+
+def _weights(path: Path) -> dict:
+    return load_checkpoint(path)["model"]
+
+
+def _same_weights(a: Path, b: Path) -> bool:
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+POINTS = [(name, when) for name in ("last.pt", "best.pt", "ckpt.pt", "metrics.json")
+          for when in ("before", "after")]
+
+
+@pytest.mark.parametrize("name,when", POINTS, ids=[f"{w}-{n}" for n, w in POINTS])
+def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_path,
+                                                             monkeypatch, name, when):
+    """Killed just before or just after one file of a validation (best.pt: the one that
+    made the final best.pt; last.pt, ckpt_<step>.pt: one after the first checkpoint, as
+    before it there is nothing to resume) or of the end, then resumed: every published
+    file and the metrics are the uninterrupted run's, and the test score is that of the
+    best.pt it names. (A kill after last.pt, before best.pt, left best.pt stale for good.)"""
+    import tinymt.trainer.loop as loop
+
+    ref, ref_metrics, best_step = uninterrupted
+    step = best_step if name == "best.pt" else best_step + 2
+    target = f"ckpt_{step}.pt" if name == "ckpt.pt" else name
+    real_save = loop.save_checkpoint
+    real_text = getattr(loop, "publish_text", None)
+
+    def at(path, publish):
+        if Path(path).name == target and (publish is None or publish["step"] == step):
+            if when == "before":
+                raise Killed
+            return True
+        return False
+
+    def save(state, path):
+        kill = at(path, state)
+        real_save(state, path)
+        if kill:
+            raise Killed
+
+    def text(content, path):
+        kill = at(path, None)
+        real_text(content, path)
+        if kill:
+            raise Killed
+
+    monkeypatch.setattr(loop, "save_checkpoint", save)
+    monkeypatch.setattr(loop, "publish_text", text, raising=False)
+    shutil.copytree(ref / "cache", tmp_path / "cache")  # the same data, not built again
+    with pytest.raises(Killed):
+        train(compose_train(tmp_path, *KILL_RUN))
+    monkeypatch.undo()
+
+    run = tmp_path / "run"
+    cfg = compose_train(tmp_path, *KILL_RUN, f"trainer.resume={run}")
+    metrics = train(resume_config(cfg, [f"trainer.resume={run}"]))
+    ckpts = ref / "run" / "checkpoints"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+        p.name for p in ckpts.iterdir())
+    for f in ckpts.iterdir():
+        assert _same_weights(run / "checkpoints" / f.name, f), f.name
+    best = load_checkpoint(run / "checkpoints" / "best.pt")
+    assert best["step"] == best_step == metrics["test_checkpoint_step"]
+    assert best["trainer_state"]["best_bleu"] == metrics["best_valid_bleu"]
+    on_disk = json.loads((run / "metrics.json").read_text())
+    for key in ("best_valid_bleu", "test_bleu", "test_checkpoint_step", "steps"):
+        assert on_disk[key] == metrics[key] == ref_metrics[key], key
+
+
+def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path):
+    """The real thing once: scripts/train.py killed (SIGKILL) right after the first
+    validation published last.pt, before best.pt; resumed, the run's best.pt is the model
+    of the validation that last raised BLEU (step 2, unless step 4 did)."""
+    run = tmp_path / "run"
+    fault = ("import os, signal, tinymt.trainer.loop as loop\n"
+             "real = loop.save_checkpoint\n"
+             "def save(state, path):\n"
+             "    real(state, path)\n"
+             "    if path.name == 'last.pt':\n"
+             "        os.kill(os.getpid(), signal.SIGKILL)\n"
+             "loop.save_checkpoint = save\n")
+    common = [*TINY, f"data.cache_dir={tmp_path / 'cache'}", "trainer.max_steps=4",
+              "trainer.valid_every=2", "trainer.valid_sentences=5", "data.test_size=5",
+              "trainer.attention_images=false"]
+    killed = run_script_with_fault("train", [*common, f"run_dir={run}"], fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (run / "checkpoints" / "best.pt").exists()
+    at_2 = tmp_path / "step2.pt"
+    shutil.copyfile(run / "checkpoints" / "last.pt", at_2)
+    done = subprocess.run([*TRAIN, f"trainer.resume={run}"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    step4 = next(line for line in done.stdout.splitlines() if line.startswith("step      4"))
+    best = load_checkpoint(run / "checkpoints" / "best.pt")
+    if step4.endswith("*"):  # BLEU rose at step 4: best.pt is that model
+        assert best["step"] == 4
+    else:
+        assert best["step"] == 2 and _same_weights(run / "checkpoints" / "best.pt", at_2)
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best_valid_bleu"] == best["trainer_state"]["best_bleu"]
+
+
+# ----------------------------------------------------------------------------- one writer
+@pytest.mark.slow
+def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
+    """Two writers of one run dir (a resume while the run still trains) interleaved
+    config.yaml, last.pt and TensorBoard; the second now gets one line naming the first,
+    and once the first is gone (killed) the run resumes."""
+    run = tmp_path / "run"
+    first = subprocess.Popen([*TRAIN, *TINY, f"data.cache_dir={tmp_path / 'cache'}",
+                              f"run_dir={run}", "trainer.max_steps=100000",
+                              "trainer.valid_every=2", "trainer.valid_sentences=5"],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 300
+        while not (run / "checkpoints" / "last.pt").exists():
+            assert first.poll() is None, first.stderr.read()[-2000:]
+            assert time.time() < deadline
+            time.sleep(0.1)
+        config = (run / "config.yaml").read_bytes()
+        second = subprocess.run([*TRAIN, f"trainer.resume={run}", "trainer.max_steps=4"],
+                                cwd=ROOT, capture_output=True, text=True)
+        assert second.returncode == 2
+        line = _one_error_line(second.stderr)
+        assert f"pid {first.pid}" in line and "one writer" in line, line
+        assert (run / "config.yaml").read_bytes() == config
+        assert first.poll() is None  # the first writer was left alone
+    finally:
+        first.kill()
+        first.wait()
+    third = subprocess.run([*TRAIN, f"trainer.resume={run}", "trainer.max_steps=4"],
+                           cwd=ROOT, capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "resumed" in third.stdout

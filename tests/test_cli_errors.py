@@ -59,6 +59,9 @@ ROWS = [
     # training: ranges, finiteness, choices, paths; one row per value of the issue
     row("train", "trainer.max_tokens=0", expect="trainer.max_tokens=0"),
     row("train", "optim.lr=-1", expect="optim.lr=-1"),
+    # a key no schema has, added with +: the run could never be resumed
+    row("train", "+trainer.foo=1", expect="trainer.foo is not a tinymt setting"),
+    row("train", "+foo=1", expect="foo is not a tinymt setting"),
     row("train", "optim.lr=nan", expect="optim.lr=nan"),
     row("train", "optim.betas=[2,3]", expect="optim.betas="),
     row("train", "optim.label_smoothing=2", expect="optim.label_smoothing=2"),

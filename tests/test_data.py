@@ -281,9 +281,11 @@ def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_p
     assert _tree(final) == before
 
 
-def test_token_ids_outside_the_vocabulary_are_damage(text_corpus, data_cfg):
-    """A cached id no tokenizer has (a flipped bit) was trusted: training then failed with
-    an index error deep inside the model. scripts/prepare_data.py rebuilds the entry."""
+@pytest.mark.parametrize("new_id", [99999, 5])
+def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id):
+    """A cached id changed after it was written (a flipped bit) was trusted: one outside
+    the vocabulary failed deep inside the model, one inside it trained on another
+    sentence. scripts/prepare_data.py rebuilds the entry."""
     import datasets
 
     cfg = data_cfg(path=str(text_corpus))
@@ -291,7 +293,7 @@ def test_token_ids_outside_the_vocabulary_are_damage(text_corpus, data_cfg):
     final = first.tokenizer_dir.parent
     splits = final / "splits"
     bad = datasets.load_from_disk(str(splits))
-    bad["train"] = bad["train"].map(lambda row, i: {"src_ids": row["src_ids"][:-1] + [99999]}
+    bad["train"] = bad["train"].map(lambda row, i: {"src_ids": row["src_ids"][:-1] + [new_id]}
                                     if i == 3 else {}, with_indices=True)
     bad.save_to_disk(str(final / "bad"))
     del bad
@@ -301,7 +303,7 @@ def test_token_ids_outside_the_vocabulary_are_damage(text_corpus, data_cfg):
                            *_cli_overrides(text_corpus, cfg.cache_dir)],
                           capture_output=True, text=True, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "outside the vocabulary" in done.stdout and "rebuilding" in done.stdout
+    assert "was changed after it was written" in done.stdout and "rebuilding" in done.stdout
     again = prepare(cfg, log=_quiet)
     assert again.cache_hit and again.ids("train") == first.ids("train")
 

@@ -13,7 +13,6 @@ from hydra.errors import HydraException
 
 from tinymt.errors import TinyMTError
 
-
 _FAILED_JOBS: list[str] = []  # jobs of this ``-m`` sweep that ended in a TinyMTError
 
 

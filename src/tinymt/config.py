@@ -6,7 +6,10 @@ need the shipped values for the rest: simpler than ``MISSING`` fields that every
 would first fill from the YAML. ``tests/test_config.py`` proves both equal, key for key.
 
 **Rules**: each field names the values it allows (``_r(default, rule)``); ``*_RULES`` are those
-tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line. Scripts
+tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line. Every
+number is bounded above too (``MAX_*``: what the machine and the libraries can do); a file to
+write must be a regular one or new, ``input=`` / ``ref=`` a regular file or a pipe, checked
+without opening them (a pipe blocks, a device never ends). Scripts
 call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
 or ``check_train|data|translate|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
 makes Hydra's own composition errors (unknown key, wrong type, missing option) one line too.
@@ -76,6 +79,7 @@ MAX_SEED = 2**32 - 1  # numpy's seeds are < 2**32 (torch's < 2**64, Python's unb
 MAX_THREADS = 1024  # torch.set_num_threads: more than the cores of any one machine
 MAX_BEAM = 256  # hypotheses per sentence (beam, nbest, test_beam): 5 is usual
 MAX_BATCH_TOKENS = 2**18  # tokens per batch: 64x the shipped 4096 (trainer.accumulate: more)
+MAX_BEAM_TOKENS = 2**20  # batch tokens x beam: one beam-search batch's hypotheses (4096 x 256)
 MAX_ACCUMULATE = 1024  # micro-batches per optimizer step
 MAX_WIDTH = 2**16  # model.d_model, model.d_ff, model.max_positions, data.max_len (tokens)
 MAX_LAYERS = 256  # encoder or decoder layers
@@ -150,7 +154,7 @@ def _attention(value) -> bool | str:
         return _writable_file(path, make_parents=True)
     if path.exists() and not path.is_dir():
         return f"{path} is an existing file that is not a .png or .html"
-    return _creatable_folder(path)
+    return _creatable_folder(path, write=True)  # its maps are written into it
 
 
 POSITIVE, COUNT = _int(1, MAX_COUNT), _int(0, MAX_COUNT)
@@ -405,6 +409,10 @@ TRAIN_CROSS: list[Cross] = [
         f"at most {MAX_PARAMETERS:,} (about 16 GB to train): make it smaller")),
     (lambda c: c.optim.min_lr <= c.optim.lr,
      "optim.min_lr={c.optim.min_lr} is above optim.lr={c.optim.lr}"),
+    (lambda c: c.trainer.max_tokens * c.trainer.test_beam <= MAX_BEAM_TOKENS,
+     "trainer.test_beam={c.trainer.test_beam} x trainer.max_tokens={c.trainer.max_tokens} (the "
+     "test set's batches): at most " + f"{MAX_BEAM_TOKENS:,}" + " hypothesis tokens a batch; "
+     "lower one of them"),
     (lambda c: c.trainer.average_last <= max(c.trainer.keep_last, 1),
      "trainer.average_last={c.trainer.average_last} needs trainer.keep_last >= "
      "{c.trainer.average_last} (only the last keep_last step checkpoints are kept)"),
@@ -412,6 +420,9 @@ TRAIN_CROSS: list[Cross] = [
 TRANSLATE_CROSS: list[Cross] = [
     (lambda c: c.decode.nbest <= c.decode.beam,
      "decode.beam={c.decode.beam}, decode.nbest={c.decode.nbest}: need 1 <= nbest <= beam"),
+    (lambda c: c.decode.batch_tokens * c.decode.beam <= MAX_BEAM_TOKENS,
+     "decode.beam={c.decode.beam} x decode.batch_tokens={c.decode.batch_tokens}: at most "
+     f"{MAX_BEAM_TOKENS:,}" + " hypothesis tokens a batch; lower decode.batch_tokens"),
     (lambda c: c.decode.max_len_a > 0 or c.decode.max_len_b > 0,
      "decode.max_len_a=0 and decode.max_len_b=0 leave no room for a single output token"),
     (lambda c: c.engine != "ct2" or bool(c.model_dir),

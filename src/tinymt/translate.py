@@ -223,7 +223,6 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line)
     if single and len(nonempty) > 1:
         raise TinyMTError(f"attention={target} is one file but there are {len(nonempty)} "
                           "sentences: give a folder instead")
-    (target.parent if single else target).mkdir(parents=True, exist_ok=True)
     for i in nonempty:
         out = nbests[i][0][0]
         attn = collect_attention(run.model, ids[i], out, device)
@@ -234,8 +233,21 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line)
         image = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)),
                                        constant_values=255) for p in panels])
         path = target if single else target / f"line{first_line + i}.png"
-        matplotlib.image.imsave(path, image)
+        _imsave(path, image, cfg.attention)
         print(f"attention map: {path}", file=sys.stderr)
+
+
+def _imsave(path: Path, image: np.ndarray, attention: str) -> None:
+    """One PNG of ``attention=``; its folder was checked before the work (the disk may
+    still fill up), a pipe or device in it is not written."""
+    if path.exists() and not path.is_file():
+        raise TinyMTError(f"attention={attention}: {path} is not a regular file: a pipe, "
+                          "socket or device")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        matplotlib.image.imsave(path, image)
+    except OSError as e:
+        raise TinyMTError(f"cannot write attention={attention}: {e.strerror or e}") from None
 
 
 def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:

@@ -28,7 +28,7 @@ from tinymt.data.sources import Log, _text_files, _tsv_file
 from tinymt.errors import TinyMTError, first_line
 
 # Bump when the processing changes in a way that changes cached results.
-PIPELINE_VERSION = 1
+PIPELINE_VERSION = 2  # 2: tokenizer written without build path / thread count; file digests
 COMPLETE = "COMPLETE"
 
 
@@ -109,6 +109,7 @@ def load_complete(final: Path, log: Log) -> PreparedData | None:
     one line, and the entry is kept."""
     if (final / COMPLETE).is_file():
         try:
+            _verify_digests(final)
             data = load_prepared(final, cache_hit=True)
         except DamagedCache as e:
             log(f"data: cache {final} is damaged ({e}); rebuilding")
@@ -147,12 +148,40 @@ def new_temp_dir(final: Path) -> Path:
     return tmp
 
 
+def _digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file of an entry (the marker aside), by relative path."""
+    out = {}
+    for f in sorted(folder.rglob("*")):
+        if f.is_file() and f.name != COMPLETE:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            out[f.relative_to(folder).as_posix()] = h.hexdigest()
+    return out
+
+
+def _verify_digests(folder: Path) -> None:
+    """Every file of the entry is the one that was written (a flipped bit in a token id
+    would otherwise be read as another token); :class:`DamagedCache` if not."""
+    try:
+        recorded = json.loads((folder / COMPLETE).read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise DamagedCache(f"its {COMPLETE} marker is unreadable ({type(e).__name__})") from None
+    found = _digests(folder)
+    if not isinstance(recorded, dict) or found.keys() != recorded.keys():
+        raise DamagedCache("files are missing or were added")
+    changed = next((name for name, h in found.items() if recorded[name] != h), None)
+    if changed:
+        raise DamagedCache(f"{changed} was changed after it was written")
+
+
 def publish(tmp: Path, final: Path, replaces: float | None = None) -> bool:
     """Mark ``tmp`` complete and rename it to ``final``. False when another process
     finished ``final`` first: ``tmp`` is dropped and theirs is used. ``replaces``: the
     modification time ``final`` had when it was found damaged or incomplete; that entry
     is moved aside, ``tmp`` renamed in, and only then is the old one deleted."""
-    (tmp / COMPLETE).write_text("ok\n")
+    (tmp / COMPLETE).write_text(json.dumps({"files": _digests(tmp)}, indent=1) + "\n")
     if final.exists():
         if (final / COMPLETE).is_file() and final.stat().st_mtime != replaces:
             shutil.rmtree(tmp, ignore_errors=True)  # a complete one another process made

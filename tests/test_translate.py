@@ -183,11 +183,36 @@ def test_ref_prints_sacrebleu(tiny_run, tmp_path, capsys):
     assert "BLEU" in capsys.readouterr().err
 
 
-def test_ref_with_wrong_line_count(tiny_run, tmp_path):
-    ref = tmp_path / "ref.txt"
+def test_ref_with_wrong_line_count_leaves_output_as_it_was(tiny_run, tmp_path, capsys):
+    """scripts/translate.py ref= with the wrong line count: one line, and output= untouched
+    (it was replaced by the translations before the count was checked)."""
+    from conftest import run_script_in_process
+
+    ref, out = tmp_path / "ref.txt", tmp_path / "out.txt"
     ref.write_text("one\ntwo\n", encoding="utf-8")
-    with pytest.raises(TinyMTError, match="has 2 lines but the input has 1"):
-        translate(cfg_for(tiny_run, f"ref={ref}"), ["他喜欢猫吗？"])
+    out.write_text("precious\n", encoding="utf-8")
+    status, err = run_script_in_process("translate", [
+        f"run={tiny_run}", "device=cpu", f"ref={ref}", f"output={out}", "他喜欢猫吗？"], capsys)
+    assert status == 2 and "has 2 lines but the input has 1" in err, err
+    assert out.read_text(encoding="utf-8") == "precious\n"
+
+
+def test_a_killed_translations_temp_file_goes_next_time(tiny_run, tmp_path, capsys):
+    """A translation killed while writing output= leaves .<name>.tmp-<pid>; the next one
+    to the same output removes it (sentences and input= together are refused)."""
+    from conftest import run_script_in_process
+
+    out = tmp_path / "out.txt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f".out.txt.tmp-{dead}").write_text("half a transl")
+    status, err = run_script_in_process("translate", [
+        f"run={tiny_run}", "device=cpu", f"output={out}", "他喜欢猫吗？"], capsys)
+    assert status == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    status, err = run_script_in_process("translate", [
+        f"run={tiny_run}", "device=cpu", f"input={out}", "他喜欢猫吗？"], capsys)
+    assert status == 2 and "give one" in err, err
 
 
 def test_attention_figure_file_and_folder(tiny_run, tmp_path):

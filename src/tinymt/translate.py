@@ -28,6 +28,7 @@ import matplotlib.image
 import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
+from tinymt.checkpoint import pid_alive
 from tinymt.config import check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
 from tinymt.data import normalize, target_language
@@ -64,6 +65,8 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         device = pick_device(cfg.device)
         run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
+    if sentences and cfg.input:
+        raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
     refs = _file_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
     interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
@@ -78,6 +81,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
         else:
             lines = _arguments(sentences) if sentences else \
                 _file_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
+            _check_ref_count(cfg.ref, refs, len(lines))  # before output= is touched
             translations = _translate_lines(run, lines, cfg, warn, out_f, device)
     result = {"translations": translations, "engine": cfg.engine}
     if isinstance(run, LoadedExport):
@@ -85,14 +89,17 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         result.update(run_dir=str(run.run_dir), checkpoint=str(run.checkpoint))
     if refs is not None:
-        if len(refs) != len(translations):
-            raise TinyMTError(f"ref={cfg.ref} has {len(refs)} lines but the input has "
-                              f"{len(translations)}")
+        _check_ref_count(cfg.ref, refs, len(translations))
         bleu, chrf, sig = score(translations, refs,
                                 target_language(run.config.get("data", {})))
         print(f"BLEU {bleu:.2f}  chrF {chrf:.2f}  ({sig})", file=sys.stderr)
         result.update(bleu=bleu, chrf=chrf, signature=sig)
     return result
+
+
+def _check_ref_count(ref: str | None, refs: list[str] | None, n_inputs: int) -> None:
+    if refs is not None and len(refs) != n_inputs:
+        raise TinyMTError(f"ref={ref} has {len(refs)} lines but the input has {n_inputs}")
 
 
 def _arguments(sentences: Sequence[str]) -> list[str]:
@@ -158,6 +165,10 @@ def _output(path: str | None, stdout, key: str = "output") -> Iterator:
         return
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    for old in target.parent.glob(f".{target.name}.tmp-*"):  # of killed translations
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            old.unlink(missing_ok=True)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             yield f

@@ -96,11 +96,12 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
     file and the metrics are the uninterrupted run's, and the test score is that of the
     best.pt it names. (A kill after last.pt, before best.pt, left best.pt stale for good.)"""
     import tinymt.trainer.loop as loop
+    import tinymt.trainer.state as state
 
     ref, ref_metrics, best_step = uninterrupted
     step = best_step if name == "best.pt" else best_step + 2
     target = f"ckpt_{step}.pt" if name == "ckpt.pt" else name
-    real_save = loop.save_checkpoint
+    real_save = state.save_checkpoint  # checkpoints: trainer.state; metrics.json: loop
     real_text = getattr(loop, "publish_text", None)
 
     def at(path, publish):
@@ -122,7 +123,7 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
         if kill:
             raise Killed
 
-    monkeypatch.setattr(loop, "save_checkpoint", save)
+    monkeypatch.setattr(state, "save_checkpoint", save)
     monkeypatch.setattr(loop, "publish_text", text, raising=False)
     shutil.copytree(ref / "cache", tmp_path / "cache")  # the same data, not built again
     with pytest.raises(Killed):
@@ -150,13 +151,13 @@ def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path):
     validation published last.pt, before best.pt; resumed, the run's best.pt is the model
     of the validation that last raised BLEU (step 2, unless step 4 did)."""
     run = tmp_path / "run"
-    fault = ("import os, signal, tinymt.trainer.loop as loop\n"
-             "real = loop.save_checkpoint\n"
+    fault = ("import os, signal, tinymt.trainer.state as state\n"
+             "real = state.save_checkpoint\n"
              "def save(state, path):\n"
              "    real(state, path)\n"
              "    if path.name == 'last.pt':\n"
              "        os.kill(os.getpid(), signal.SIGKILL)\n"
-             "loop.save_checkpoint = save\n")
+             "state.save_checkpoint = save\n")
     common = [*TINY, f"data.cache_dir={tmp_path / 'cache'}", "trainer.max_steps=4",
               "trainer.valid_every=2", "trainer.valid_sentences=5", "data.test_size=5",
               "trainer.attention_images=false"]

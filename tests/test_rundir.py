@@ -105,7 +105,7 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["data.train_size=10000", "data.split_seed=99"], "data.split_seed, data.train_size"),
     (["model.d_model=64"], "model.d_model"),
     (["model=small"], "cannot be applied to an existing run"),
-    (["+trainer.foo=1"], "cannot be applied to an existing run"),
+    (["+trainer.foo=1"], "trainer.foo is not a tinymt setting"),
 ])
 def test_failed_resume_leaves_the_run_byte_identical(tiny_run, tmp_path, capsys, overrides,
                                                      expected):

@@ -5,11 +5,10 @@ repeated here because code and tests build partial configs (``ModelConfig(d_mode
 need the shipped values for the rest: simpler than ``MISSING`` fields that every such caller
 would first fill from the YAML. ``tests/test_config.py`` proves both equal, key for key.
 
-**Rules**: each field names the values it allows (``_r(default, rule)``); ``*_RULES`` are those
-tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line. Every
-number is bounded above too (``MAX_*``: what the machine and the libraries can do); a file to
-write must be a regular one or new, ``input=`` / ``ref=`` a regular file or a pipe, checked
-without opening them (a pipe blocks, a device never ends). Scripts
+**Rules**: each field names the values it allows (``_r(default, rule)``, the rules made by
+:mod:`tinymt.rules`: every number bounded above too, paths checked without opening them);
+``*_RULES`` are those tables, ``*_CROSS`` the rules between keys; a bad value is one
+``TinyMTError`` line. Scripts
 call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
 or ``check_train|data|translate|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
 makes Hydra's own composition errors (unknown key, wrong type, missing option) one line too.
@@ -18,11 +17,7 @@ makes Hydra's own composition errors (unknown key, wrong type, missing option) o
 from __future__ import annotations
 
 import hashlib
-import math
 import os
-import re
-import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -33,143 +28,49 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinymt.cli import run_hydra  # noqa: F401  (the scripts' import of it, kept)
 from tinymt.errors import TinyMTError
+from tinymt.rules import (
+    BATCH_TOKENS,
+    BEAM,
+    CKPT_FILE,
+    COUNT,
+    DEVICE,
+    FOLDER,
+    LAYERS,
+    MAX_ACCUMULATE,
+    MAX_BEAM,
+    MAX_BEAM_TOKENS,
+    MAX_BUILTIN_PAIRS,
+    MAX_COUNT,
+    MAX_HEADS,
+    MAX_LEN_PENALTY,
+    MAX_PARAMETERS,
+    MAX_THREADS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    POSITIVE,
+    PROBABILITY,
+    SEED,
+    TEXT_FILE,
+    WIDTH,
+    Rule,
+    attention_target,
+    creatable_folder,
+    integer,
+    is_number,
+    number,
+    one_of,
+    writable_file,
+)
 
-Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
-Rule = tuple[Check, str]  # (check, what to tell the user)
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")  # = tinymt.model.KINDS (tested)
 
 
-# ----------------------------------------------------------------------------- rule makers
+# ----------------------------------------------------------------------------- fields
 def _r(default, rule: Rule):
     """A schema field: its default (= the YAML's, tested) and the values it allows."""
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"rule": rule})
     return field(default=default, metadata={"rule": rule})
-
-
-def _is_num(v, types=(int, float)) -> bool:  # ints are finite (and may not fit a float)
-    return isinstance(v, types) and not isinstance(v, bool) and (
-        isinstance(v, int) or math.isfinite(v))
-
-
-def _int(lo: int, hi: int, note: str = "") -> Rule:
-    """An integer in [lo, hi]: every one bounded (see the upper bounds below)."""
-    return (lambda v: _is_num(v, int) and lo <= v <= hi,
-            f"must be an integer in [{lo}, {hi}]" + (f" ({note})" if note else ""))
-
-
-def _num(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False,
-         note: str = "") -> Rule:
-    """A finite number in the interval (bounded: see the upper bounds below); ``lo_open`` /
-    ``hi_open`` leave that end out."""
-    ok = lambda v: _is_num(v) and (lo < v if lo_open else lo <= v) and (  # noqa: E731
-        v < hi if hi_open else v <= hi)
-    text = f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
-    return ok, f"must be a finite number{text}" + (f" ({note})" if note else "")
-
-
-# ----------------------------------------------------------------------------- upper bounds
-# Every size a user gives is bounded (issue #27): an absurd value (decode.beam=100000,
-# trainer.seed=2**64, trainer.accumulate=10**9) is one error line before work starts, not
-# minutes of work, an allocation error, or a library's overflow after a whole training run.
-# Each bound lies far above anything the shipped configs use and within what the libraries
-# accept; the rule of each key says which bound it takes (its note: why).
-MAX_COUNT = 10**9  # steps, epochs, sentences, pairs, budgets: more than any run here makes
-MAX_SEED = 2**32 - 1  # numpy's seeds are < 2**32 (torch's < 2**64, Python's unbounded)
-MAX_THREADS = 1024  # torch.set_num_threads: more than the cores of any one machine
-MAX_BEAM = 256  # hypotheses per sentence (beam, nbest, test_beam): 5 is usual
-MAX_BATCH_TOKENS = 2**18  # tokens per batch: 64x the shipped 4096 (trainer.accumulate: more)
-MAX_BEAM_TOKENS = 2**20  # batch tokens x beam: one beam-search batch's hypotheses (4096 x 256)
-MAX_ACCUMULATE = 1024  # micro-batches per optimizer step
-MAX_WIDTH = 2**16  # model.d_model, model.d_ff, model.max_positions, data.max_len (tokens)
-MAX_LAYERS = 256  # encoder or decoder layers
-MAX_HEADS = 1024  # attention heads per layer (d_model must divide by them)
-MAX_VOCAB = 2**20  # sentencepiece pieces per vocabulary
-MAX_PARAMETERS = 10**9  # a model's estimated size: ~16 GB to train in fp32 (AdamW: 4 copies)
-MAX_LEN_PENALTY = 10.0  # |decode.len_penalty|: n ** 10 is finite for any output length n
-MAX_BUILTIN_PAIRS = 2_000_000  # the built-in corpus: 10x its default, ~1.5 min to generate
-
-
-def _one_of(*words: str) -> Rule:
-    return (lambda v: v in words), "choose one of " + ", ".join(words)
-
-
-def _writable_file(value, make_parents: bool) -> bool | str:
-    """A file we may (over)write: not a folder, in a folder that exists (or can be made);
-    an existing one must be a regular file. A pipe, socket or device is refused unopened:
-    opening a pipe to write blocks until someone reads it, and the file we write replaces
-    what is there (``output=/dev/null`` would remove the device)."""
-    path = Path(value).expanduser()
-    if path.is_dir():
-        return f"{path} is a folder"
-    if path.exists():
-        if not path.is_file():
-            return f"{path} is not a regular file: a pipe, socket or device"
-        try:
-            open(path, "a").close()  # appends nothing; fails where writing would
-        except OSError as e:
-            return f"cannot write {path}: {e.strerror}"
-        return True
-    if not make_parents and not path.parent.exists():
-        return f"folder {path.parent} does not exist"
-    return _creatable_folder(path.parent, write=True)
-
-
-def _readable_file(value) -> bool | str:
-    """A text file to read: a regular file, or a pipe (``input=<(command)``); never opened
-    here. A device (``/dev/zero``) or socket is refused: it may never end."""
-    path = Path(value).expanduser()
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return f"file not found: {path}"
-    except OSError as e:
-        return f"cannot read {path}: {e.strerror}"
-    if stat.S_ISDIR(mode):
-        return f"{path} is a folder"
-    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
-        return f"{path} is not a regular file or a pipe (a device or socket)"
-    return True
-
-
-def _creatable_folder(value, write: bool = False) -> bool | str:
-    """A folder that exists (and where we may ``write``), or whose nearest existing
-    ancestor is a folder we may write in."""
-    path = Path(value).expanduser()
-    base = next(p for p in [path, *path.absolute().parents] if p.exists())
-    if not base.is_dir():
-        return f"{base} is a file"
-    if base == path and not write:
-        return True
-    try:
-        tempfile.TemporaryFile(dir=base).close()  # anonymous: leaves nothing behind
-    except OSError as e:
-        return f"cannot write in {base}: {e.strerror}"
-    return True
-
-
-def _attention(value) -> bool | str:
-    path = Path(value).expanduser()
-    if path.suffix.lower() in (".png", ".html"):
-        return _writable_file(path, make_parents=True)
-    if path.exists() and not path.is_dir():
-        return f"{path} is an existing file that is not a .png or .html"
-    return _creatable_folder(path, write=True)  # its maps are written into it
-
-
-POSITIVE, COUNT = _int(1, MAX_COUNT), _int(0, MAX_COUNT)
-SEED = _int(0, MAX_SEED, note="numpy's seeds are < 2**32")
-BEAM = _int(1, MAX_BEAM, note="hypotheses kept per sentence")
-BATCH_TOKENS = _int(1, MAX_BATCH_TOKENS, note="tokens per batch")
-WIDTH = _int(1, MAX_WIDTH)
-LAYERS = _int(1, MAX_LAYERS)
-PROBABILITY = _num(0, 1, hi_open=True, note="a probability")
-DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
-                "choose one of auto, cpu, cuda, cuda:N, mps")
-FOLDER: Rule = (_creatable_folder, "must be a folder (or where one can be made), not a file")
-TEXT_FILE: Rule = (_readable_file, "must be a text file to read (a regular file or a pipe)")
-CKPT_FILE: Rule = (lambda v: _writable_file(v, make_parents=True),
-                   "must be a checkpoint file to write (not a folder)")
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -178,7 +79,7 @@ class DataConfig:
     """Where the parallel corpus comes from, how it is cleaned and tokenized."""
 
     name: str = "builtin_zh_en"
-    source: str = _r("builtin", _one_of("builtin", "hub", "text", "tsv"))
+    source: str = _r("builtin", one_of("builtin", "hub", "text", "tsv"))
     path: str | None = None
     src_lang: str = "zh"
     tgt_lang: str = "en"
@@ -186,18 +87,18 @@ class DataConfig:
     train_split: str = "train"
     valid_split: str = "validation"
     test_split: str = "test"
-    src_column: int = _r(1, _int(0, 10_000, note="0-based"))
-    tgt_column: int = _r(0, _int(0, 10_000, note="0-based"))
-    train_size: int = _r(200_000, _int(1, MAX_COUNT, note="pairs; every split needs some"))
-    valid_size: int = _r(1000, _int(1, MAX_COUNT, note="pairs; every split needs some"))
-    test_size: int = _r(1000, _int(1, MAX_COUNT, note="pairs; every split needs some"))
+    src_column: int = _r(1, integer(0, 10_000, note="0-based"))
+    tgt_column: int = _r(0, integer(0, 10_000, note="0-based"))
+    train_size: int = _r(200_000, integer(1, MAX_COUNT, note="pairs; every split needs some"))
+    valid_size: int = _r(1000, integer(1, MAX_COUNT, note="pairs; every split needs some"))
+    test_size: int = _r(1000, integer(1, MAX_COUNT, note="pairs; every split needs some"))
     split_seed: int = _r(1234, SEED)
-    max_len: int = _r(128, _int(0, MAX_WIDTH, note="tokens; 0 = off"))
-    max_len_ratio: float = _r(3.0, _num(0, 1000, note="0 = off"))
-    vocab_size: int = _r(2000, _int(8, MAX_VOCAB))
-    tokenizer_type: str = _r("bpe", _one_of("bpe", "unigram"))
+    max_len: int = _r(128, integer(0, MAX_WIDTH, note="tokens; 0 = off"))
+    max_len_ratio: float = _r(3.0, number(0, 1000, note="0 = off"))
+    vocab_size: int = _r(2000, integer(8, MAX_VOCAB))
+    tokenizer_type: str = _r("bpe", one_of("bpe", "unigram"))
     joint_vocab: bool = True
-    character_coverage: float = _r(1.0, _num(0, 1, lo_open=True))
+    character_coverage: float = _r(1.0, number(0, 1, lo_open=True))
     cache_dir: str = _r("outputs/.cache", FOLDER)
 
 
@@ -207,16 +108,16 @@ class ModelConfig:
 
     name: str = "tiny"
     d_model: int = _r(128, WIDTH)
-    n_heads: int = _r(4, _int(1, MAX_HEADS))
+    n_heads: int = _r(4, integer(1, MAX_HEADS))
     n_encoder_layers: int = _r(2, LAYERS)
     n_decoder_layers: int = _r(2, LAYERS)
     d_ff: int = _r(512, WIDTH)
     dropout: float = _r(0.0, PROBABILITY)
     attention_dropout: float = _r(0.0, PROBABILITY)
-    activation: str = _r("relu", _one_of("relu", "gelu"))
+    activation: str = _r("relu", one_of("relu", "gelu"))
     norm_first: bool = True
-    positional: str = _r("sinusoidal", _one_of("sinusoidal", "learned"))
-    max_positions: int = _r(256, _int(2, MAX_WIDTH, note="bos/eos and at least one token"))
+    positional: str = _r("sinusoidal", one_of("sinusoidal", "learned"))
+    max_positions: int = _r(256, integer(2, MAX_WIDTH, note="bos/eos and at least one token"))
     tie_embeddings: bool = True
 
 
@@ -225,17 +126,17 @@ class OptimConfig:
     """AdamW and the learning-rate schedule."""
 
     name: str = "adamw"
-    lr: float = _r(2e-3, _num(0, 10, lo_open=True))
+    lr: float = _r(2e-3, number(0, 10, lo_open=True))
     betas: list[float] = _r([0.9, 0.98], (
-        lambda v: len(v) == 2 and all(_is_num(b) and 0 <= b < 1 for b in v),
+        lambda v: len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
         "must be two numbers in [0, 1), e.g. [0.9, 0.98]"))
-    eps: float = _r(1e-9, _num(0, 1, lo_open=True))
-    weight_decay: float = _r(0.0, _num(0, 10))
-    schedule: str = _r("inverse_sqrt", _one_of("inverse_sqrt", "cosine", "constant"))
+    eps: float = _r(1e-9, number(0, 1, lo_open=True))
+    weight_decay: float = _r(0.0, number(0, 10))
+    schedule: str = _r("inverse_sqrt", one_of("inverse_sqrt", "cosine", "constant"))
     warmup_steps: int = _r(100, COUNT)
-    min_lr: float = _r(0.0, _num(0, 10))
-    label_smoothing: float = _r(0.1, _num(0, 1, hi_open=True))
-    clip_grad_norm: float = _r(1.0, _num(0, 1e6, note="0 = off"))
+    min_lr: float = _r(0.0, number(0, 10))
+    label_smoothing: float = _r(0.1, number(0, 1, hi_open=True))
+    clip_grad_norm: float = _r(1.0, number(0, 1e6, note="0 = off"))
     fused: bool = True
 
 
@@ -245,28 +146,28 @@ class TrainerConfig:
 
     name: str = "default"
     device: str = _r("auto", DEVICE)
-    precision: str = _r("auto", _one_of("auto", "fp32", "bf16"))
+    precision: str = _r("auto", one_of("auto", "fp32", "bf16"))
     compile: bool = False
     seed: int = _r(1, SEED)
-    num_threads: int = _r(0, _int(0, MAX_THREADS, note="0 = torch's default"))
+    num_threads: int = _r(0, integer(0, MAX_THREADS, note="0 = torch's default"))
     max_tokens: int = _r(2048, BATCH_TOKENS)
-    accumulate: int = _r(1, _int(1, MAX_ACCUMULATE, note="micro-batches per step"))
+    accumulate: int = _r(1, integer(1, MAX_ACCUMULATE, note="micro-batches per step"))
     max_steps: int = _r(2000, POSITIVE)
     max_epochs: int = _r(1000, POSITIVE)
-    max_minutes: float = _r(3.0, _num(0, 10**6, note="about two years; 0 = no limit"))
+    max_minutes: float = _r(3.0, number(0, 10**6, note="about two years; 0 = no limit"))
     log_every: int = _r(50, POSITIVE)
     valid_every: int = _r(400, POSITIVE)
-    valid_sentences: int = _r(300, _int(0, MAX_COUNT, note="0 = all"))
-    valid_max_len_b: int = _r(10, _int(0, 10**6))
-    patience: int = _r(0, _int(0, MAX_COUNT, note="0 = never stop early"))
-    nan_policy: str = _r("stop", _one_of("stop", "skip"))
+    valid_sentences: int = _r(300, integer(0, MAX_COUNT, note="0 = all"))
+    valid_max_len_b: int = _r(10, integer(0, 10**6))
+    patience: int = _r(0, integer(0, MAX_COUNT, note="0 = never stop early"))
+    nan_policy: str = _r("stop", one_of("stop", "skip"))
     keep_last: int = _r(1, POSITIVE)
-    average_last: int = _r(0, _int(0, MAX_COUNT, note="0 = off"))
+    average_last: int = _r(0, integer(0, MAX_COUNT, note="0 = off"))
     test_beam: int = _r(5, BEAM)
     probe_sentences: list[str] = field(default_factory=list)
-    n_probes: int = _r(1, _int(0, 1000))
+    n_probes: int = _r(1, integer(0, 1000))
     attention_images: bool = True
-    n_text_samples: int = _r(3, _int(0, 1000))
+    n_text_samples: int = _r(3, integer(0, 1000))
     resume: str | None = None
 
 
@@ -286,14 +187,14 @@ class PrepareConfig:
 
 @dataclass
 class DecodeConfig:
-    beam: int = _r(1, _int(1, MAX_BEAM, note="1 = greedy"))
-    len_penalty: float = _r(1.0, _num(-MAX_LEN_PENALTY, MAX_LEN_PENALTY,
+    beam: int = _r(1, integer(1, MAX_BEAM, note="1 = greedy"))
+    len_penalty: float = _r(1.0, number(-MAX_LEN_PENALTY, MAX_LEN_PENALTY,
                                       note="scores divide by length ** len_penalty"))
-    max_len_a: float = _r(1.5, _num(0, 10_000))
-    max_len_b: int = _r(10, _int(0, 10**6))
+    max_len_a: float = _r(1.5, number(0, 10_000))
+    max_len_b: int = _r(10, integer(0, 10**6))
     nbest: int = _r(1, BEAM)
     batch_tokens: int = _r(4096, BATCH_TOKENS)
-    beam_rule: str | None = _r(None, _one_of("shrink", "full"))  # None: the engine's own
+    beam_rule: str | None = _r(None, one_of("shrink", "full"))  # None: the engine's own
 
 
 @dataclass
@@ -301,17 +202,17 @@ class TranslateConfig:
     run: str = "latest"
     checkpoint: str = "best"
     input: str | None = _r(None, TEXT_FILE)
-    output: str | None = _r(None, (lambda v: _writable_file(v, make_parents=False),
+    output: str | None = _r(None, (lambda v: writable_file(v, make_parents=False),
                                    "must be a file to write, in an existing writable folder"))
     ref: str | None = _r(None, TEXT_FILE)
-    attention: str | None = _r(None, (_attention, "must be a .png file (one sentence), an .html file (the interactive view of every sentence) or a folder"))
+    attention: str | None = _r(None, (attention_target, "must be a .png file (one sentence), an .html file (the interactive view of every sentence) or a folder"))
     attention_kinds: list[str] = _r(["cross"], (
         lambda v: len(v) > 0 and all(k in ATTENTION_KINDS for k in v),
         "must be a non-empty list of " + ", ".join(ATTENTION_KINDS)))
     device: str = _r("auto", DEVICE)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     outputs_root: str = "outputs"
-    engine: str = _r("torch", _one_of("torch", "ct2"))
+    engine: str = _r("torch", one_of("torch", "ct2"))
     model_dir: str | None = None  # engine=ct2: a folder of scripts/export.py ("model" is a group)
 
 
@@ -319,10 +220,10 @@ class TranslateConfig:
 class ExportConfig:
     run: str = "latest"
     checkpoint: str = "best"
-    format: str = _r("ct2", _one_of("ct2"))
-    quantization: str = _r("none", _one_of("none", "int8"))
+    format: str = _r("ct2", one_of("ct2"))
+    quantization: str = _r("none", one_of("none", "int8"))
     out: str | None = _r(None, (
-        lambda v: "it exists" if Path(v).expanduser().exists() else _creatable_folder(v, True),
+        lambda v: "it exists" if Path(v).expanduser().exists() else creatable_folder(v, True),
         "must be a new folder (an existing one is never overwritten)"))
     outputs_root: str = "outputs"
 
@@ -331,11 +232,11 @@ class ExportConfig:
 class AnalyzeConfig:
     run: str = "latest"
     checkpoint: str = "best"
-    split: str = _r("valid", _one_of("valid", "test"))
-    max_sentences: int = _r(500, _int(0, MAX_COUNT, note="0 = all"))
+    split: str = _r("valid", one_of("valid", "test"))
+    max_sentences: int = _r(500, integer(0, MAX_COUNT, note="0 = all"))
     pruning: bool = True
-    prune_step: float = _r(0.1, _num(0, 1, lo_open=True, note="e.g. 0.1"))
-    prune: float | None = _r(None, _num(0, 1, note="a fraction of the heads"))
+    prune_step: float = _r(0.1, number(0, 1, lo_open=True, note="e.g. 0.1"))
+    prune: float | None = _r(None, number(0, 1, note="a fraction of the heads"))
     prune_output: str | None = _r(None, CKPT_FILE)
     device: str = _r("auto", DEVICE)
     batch_tokens: int = _r(4096, BATCH_TOKENS)
@@ -345,7 +246,7 @@ class AnalyzeConfig:
 @dataclass
 class AverageConfig:
     run: str = "latest"
-    last: int = _r(5, _int(2, MAX_COUNT, note="the newest N step checkpoints"))
+    last: int = _r(5, integer(2, MAX_COUNT, note="the newest N step checkpoints"))
     output: str | None = _r(None, CKPT_FILE)
     outputs_root: str = "outputs"
 

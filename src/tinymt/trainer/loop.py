@@ -18,10 +18,8 @@ The run dir's layout is :mod:`tinymt.rundir`'s; checkpoints are published by
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,31 +35,35 @@ from tinymt.checkpoint import (
     average_checkpoints,
     clean_stale_temp_files,
     load_checkpoint,
-    no_space,
     publish_text,
     save_checkpoint,
 )
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData, prepare
-from tinymt.errors import TinyMTError, first_line
+from tinymt.errors import TinyMTError
 from tinymt.metrics import token_nll
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
-    CONFIG,
     METRICS,
-    TOKENIZER,
     RunLock,
     checkpoint_dir,
     checkpoint_path,
     claim_run_dir,
     clock_run_dir,
     lock_for_resume,
-    step_checkpoint,
     step_checkpoints,
 )
-from tinymt.tokenizer import digest_matches, load_tokenizers, save_tokenizers, tokenizer_digest
 from tinymt.trainer.optim import build_optimizer
-from tinymt.trainer.state import checkpoint_state, set_rng_state
+from tinymt.trainer.state import (
+    check_resumable,
+    check_resume_tokenizer,
+    check_same_config,
+    checkpoint_state,
+    finish_publishing,
+    publish_checkpoints,
+    set_rng_state,
+    write_run_files,
+)
 from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
 
 MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row
@@ -134,7 +136,7 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     tc, oc = cfg.trainer, cfg.optim
     run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
     if rt.distributed:
-        _check_same_config(cfg, rt)
+        check_same_config(cfg, rt)
     resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
     runtime.seed_everything(tc.seed)
 
@@ -159,7 +161,7 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     if resume is not None:
         _restore(t, resume)
         if rt.is_main:
-            _finish_publishing(t, resume)
+            finish_publishing(resume, run_dir, tc.keep_last, t.log)
     else:
         sampler.set_epoch(0)
     if tc.compile:
@@ -176,13 +178,7 @@ def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[Run
     """Rank 0 claims the run dir (or locks the resumed one); every rank uses its path."""
     if cfg.trainer.resume:
         run_dir = Path(cfg.trainer.resume)
-        if not checkpoint_path(run_dir, "last").is_file():
-            if (run_dir / CONFIG).is_file():
-                raise TinyMTError(f"cannot resume {run_dir}: it stopped before its first "
-                                  f"checkpoint ({checkpoint_path(run_dir, 'last')} does not "
-                                  f"exist), so there is nothing to resume: delete it (rm -r "
-                                  f"{run_dir}) and train again")
-            raise TinyMTError(f"cannot resume: {checkpoint_path(run_dir, 'last')} not found")
+        check_resumable(run_dir)
         if rt.is_main:
             locks.append(lock_for_resume(run_dir))
     elif rt.is_main:
@@ -205,7 +201,8 @@ def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
 
 def _restore(t: Training, ckpt: dict) -> None:
     """Continue exactly where ``last.pt`` left off, after checking it fits this data."""
-    _check_tokenizer(t, ckpt.get("tokenizer_sha256"))
+    check_resume_tokenizer(t.run_dir, ckpt.get("tokenizer_sha256"), t.data.src_tokenizer,
+                           t.data.tgt_tokenizer)
     t.model.load_state_dict(ckpt["model"])
     t.optimizer.load_state_dict(ckpt["optimizer"])
     t.scheduler.load_state_dict(ckpt["scheduler"])
@@ -215,71 +212,13 @@ def _restore(t: Training, ckpt: dict) -> None:
     t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
 
 
-def _finish_publishing(t: Training, ckpt: dict) -> None:
-    """A validation publishes ``last.pt`` first, then ``best.pt`` and ``ckpt_<step>.pt``
-    (:func:`save_checkpoints`): a run killed between them resumes from a ``last.pt`` whose
-    state already counts them. Publish what is missing, so files and state agree."""
-    step, best_step = ckpt["step"], ckpt["trainer_state"].get("best_step")
-    best = checkpoint_path(t.run_dir, "best")
-    if best_step == step and _step_of(best) != step:
-        t.log(f"{best} is older than the best model in last.pt (step {step}): published again")
-        save_checkpoint(ckpt, best)
-    if t.cfg.trainer.keep_last > 1 and not step_checkpoint(t.run_dir, step).is_file():
-        _save_step_checkpoint(t, ckpt)
-
-
-def _step_of(path: Path) -> int | None:
-    """The step of checkpoint ``path``; None when it is missing or unreadable."""
-    try:
-        return load_checkpoint(path)["step"]
-    except TinyMTError:
-        return None
-
-
-def _check_tokenizer(t: Training, stored: str | None) -> None:
-    """The resumed checkpoint was trained with the tokenizer this data config builds (the
-    same pieces: a rebuilt cache is fine). A checkpoint of an older tinymt holds a digest
-    of its run's model files: those are checked, then compared with the data's."""
-    src, tgt = t.data.src_tokenizer, t.data.tgt_tokenizer
-    if digest_matches(stored, src, tgt):
-        return
-    run_src, run_tgt = load_tokenizers(t.run_dir / TOKENIZER)
-    if not (digest_matches(stored, run_src, run_tgt)
-            and tokenizer_digest(run_src, run_tgt) == tokenizer_digest(src, tgt)):
-        raise TinyMTError(f"cannot resume {t.run_dir}: its checkpoint was trained with another "
-                          "tokenizer than this data config builds")
-
-
 def _write_run_files(t: Training, resuming: bool) -> None:
-    """The tokenizer (new runs), config.yaml and the TensorBoard writer. A new run that
-    cannot write them (a full disk) takes them back: its folder stays free for a retry."""
-    try:
-        if not resuming:
-            save_tokenizers(t.run_dir / TOKENIZER, t.data.src_tokenizer, t.data.tgt_tokenizer)
-        publish_text(OmegaConf.to_yaml(t.cfg), t.run_dir / CONFIG)
-    except (OSError, TinyMTError) as e:
-        if not resuming:
-            shutil.rmtree(t.run_dir / TOKENIZER, ignore_errors=True)
-            (t.run_dir / CONFIG).unlink(missing_ok=True)
-        what = "no space left on device" if no_space(e) else first_line(e)
-        raise TinyMTError(f"cannot write the run's files in {t.run_dir} ({what})"
-                          + ("" if resuming else "; the folder was left empty")) from None
+    """The tokenizer (new runs), config.yaml and the TensorBoard writer."""
+    write_run_files(t.run_dir, t.cfg, t.data, resuming)
     # purge_step drops events a killed run wrote after its last checkpoint
     t.writer = SummaryWriter(str(t.run_dir),
                              purge_step=t.state["step"] + 1 if resuming else None)
     t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])
-
-
-def _check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
-    """torchrun ranks must agree on everything but where they were told to write."""
-    mine = OmegaConf.to_container(cfg)
-    mine.pop("run_dir", None)
-    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
-    digests = runtime.all_gather_objects(rt, digest)
-    if len(set(digests)) > 1:
-        bad = [r for r, d in enumerate(digests) if d != digests[0]]
-        raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
-                          "give every process the same overrides")
 
 
 # ----------------------------------------------------------------------------- 2. loop
@@ -448,21 +387,10 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
 
 
 def save_checkpoints(t: Training, best: bool) -> None:
-    """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints: in
-    this order, so a resume from ``last.pt`` can publish what a kill left out
-    (:func:`_finish_publishing`)."""
+    """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints
+    (:func:`~tinymt.trainer.state.publish_checkpoints`)."""
     ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state, t.cfg, t.data)
-    save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
-    if best:
-        save_checkpoint(ckpt, checkpoint_path(t.run_dir, "best"))
-    if t.cfg.trainer.keep_last > 1:
-        _save_step_checkpoint(t, ckpt)
-
-
-def _save_step_checkpoint(t: Training, ckpt: dict) -> None:
-    save_checkpoint(ckpt, step_checkpoint(t.run_dir, ckpt["step"]))
-    for old in step_checkpoints(t.run_dir)[:-t.cfg.trainer.keep_last]:
-        old.unlink()
+    publish_checkpoints(ckpt, t.run_dir, best, t.cfg.trainer.keep_last)
 
 
 # ----------------------------------------------------------------------------- 4. finish

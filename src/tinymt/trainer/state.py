@@ -7,18 +7,29 @@ It holds tensors and plain containers only, so it loads with ``weights_only=True
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from tinymt import runtime
+from tinymt.checkpoint import load_checkpoint, no_space, publish_text, save_checkpoint
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData
-from tinymt.errors import TinyMTError
-from tinymt.rundir import CONFIG
-from tinymt.tokenizer import tokenizer_digest
+from tinymt.errors import TinyMTError, first_line
+from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoint, step_checkpoints
+from tinymt.tokenizer import (
+    Tokenizer,
+    digest_matches,
+    load_tokenizers,
+    save_tokenizers,
+    tokenizer_digest,
+)
 
 # keys a resume may not change: they decide the data, the vocabulary and the weights' shapes
 FROZEN_ON_RESUME = ("data", "model")
@@ -105,3 +116,100 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     merged.trainer.resume = str(run_dir)
     merged.run_dir = str(run_dir)
     return merged
+
+
+# ----------------------------------------------------------------------------- run files
+def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
+    """torchrun ranks must agree on everything but where they were told to write."""
+    mine = OmegaConf.to_container(cfg)
+    mine.pop("run_dir", None)
+    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
+    digests = runtime.all_gather_objects(rt, digest)
+    if len(set(digests)) > 1:
+        bad = [r for r, d in enumerate(digests) if d != digests[0]]
+        raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
+                          "give every process the same overrides")
+
+
+def check_resumable(run_dir: Path) -> None:
+    """A run dir with a ``last.pt`` to resume from, or a one-line error saying what to do."""
+    last = checkpoint_path(run_dir, "last")
+    if last.is_file():
+        return
+    if (run_dir / CONFIG).is_file():
+        raise TinyMTError(f"cannot resume {run_dir}: it stopped before its first checkpoint "
+                          f"({last} does not exist), so there is nothing to resume: delete it "
+                          f"(rm -r {run_dir}) and train again")
+    raise TinyMTError(f"cannot resume: {last} not found")
+
+
+def write_run_files(run_dir: Path, cfg: DictConfig, data: PreparedData, resuming: bool) -> None:
+    """The tokenizer (new runs) and config.yaml, published. A new run that cannot write
+    them (a full disk) takes them back: its folder stays free for a retry."""
+    try:
+        if not resuming:
+            save_tokenizers(run_dir / TOKENIZER, data.src_tokenizer, data.tgt_tokenizer)
+        publish_text(OmegaConf.to_yaml(cfg), run_dir / CONFIG)
+    except (OSError, TinyMTError) as e:
+        if not resuming:
+            shutil.rmtree(run_dir / TOKENIZER, ignore_errors=True)
+            (run_dir / CONFIG).unlink(missing_ok=True)
+        what = "no space left on device" if no_space(e) else first_line(e)
+        raise TinyMTError(f"cannot write the run's files in {run_dir} ({what})"
+                          + ("" if resuming else "; the folder was left empty")) from None
+
+
+# ----------------------------------------------------------------------------- publishing
+def publish_checkpoints(ckpt: dict, run_dir: Path, best: bool, keep_last: int) -> None:
+    """A validation's checkpoints: ``last.pt``, then ``best.pt`` (when ``best``), then
+    ``ckpt_<step>.pt`` (``keep_last > 1``; older ones beyond ``keep_last`` removed). In
+    this order, so a resume from ``last.pt`` can publish what a kill left out
+    (:func:`finish_publishing`)."""
+    save_checkpoint(ckpt, checkpoint_path(run_dir, "last"))
+    if best:
+        save_checkpoint(ckpt, checkpoint_path(run_dir, "best"))
+    if keep_last > 1:
+        _publish_step(ckpt, run_dir, keep_last)
+
+
+def _publish_step(ckpt: dict, run_dir: Path, keep_last: int) -> None:
+    save_checkpoint(ckpt, step_checkpoint(run_dir, ckpt["step"]))
+    for old in step_checkpoints(run_dir)[:-keep_last]:
+        old.unlink()
+
+
+def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
+    """A run killed between the files of :func:`publish_checkpoints` resumes from a
+    ``last.pt`` whose state already counts them: publish what is missing (a ``best.pt``
+    older than the best step ``last.pt`` records, a missing step checkpoint), so files and
+    state agree."""
+    step, best_step = ckpt["step"], ckpt["trainer_state"].get("best_step")
+    best = checkpoint_path(run_dir, "best")
+    if best_step == step and _step_of(best) != step:
+        log(f"{best} is older than the best model in last.pt (step {step}): published again")
+        save_checkpoint(ckpt, best)
+    if keep_last > 1 and not step_checkpoint(run_dir, step).is_file():
+        _publish_step(ckpt, run_dir, keep_last)
+
+
+def _step_of(path: Path) -> int | None:
+    """The step of checkpoint ``path``; None when it is missing or unreadable."""
+    try:
+        return load_checkpoint(path)["step"]
+    except TinyMTError:
+        return None
+
+
+def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
+                           tgt: Tokenizer) -> None:
+    """The resumed checkpoint (``tokenizer_sha256`` = ``stored``) was trained with the
+    tokenizer this data config builds (the same pieces: a rebuilt cache is fine). A
+    checkpoint of an older tinymt holds a digest of its run's model files: those are
+    checked, then compared with the data's."""
+    if digest_matches(stored, src, tgt):
+        return
+    run_src, run_tgt = load_tokenizers(Path(run_dir) / TOKENIZER)
+    if not (digest_matches(stored, run_src, run_tgt)
+            and tokenizer_digest(run_src, run_tgt) == tokenizer_digest(src, tgt)):
+        raise TinyMTError(f"cannot resume {run_dir}: its checkpoint was trained with another "
+                          "tokenizer than this data config builds")

@@ -1,0 +1,145 @@
+"""What a config value may be: rule makers (``_int``, ``_num``, ``one_of``), the upper
+bound of every number (``MAX_*``: what the machine and the libraries below can do), and the
+checks of paths (a file to write is a regular one or new; ``input=`` / ``ref=`` a regular
+file or a pipe; checked without opening them: a pipe blocks, a device never ends).
+:mod:`tinymt.config` puts them on its schemas' fields.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
+Rule = tuple[Check, str]  # (check, what to tell the user)
+
+
+# ----------------------------------------------------------------------------- rule makers
+def is_number(v, types=(int, float)) -> bool:  # ints are finite (and may not fit a float)
+    return isinstance(v, types) and not isinstance(v, bool) and (
+        isinstance(v, int) or math.isfinite(v))
+
+
+def integer(lo: int, hi: int, note: str = "") -> Rule:
+    """An integer in [lo, hi]: every one bounded (see the upper bounds below)."""
+    return (lambda v: is_number(v, int) and lo <= v <= hi,
+            f"must be an integer in [{lo}, {hi}]" + (f" ({note})" if note else ""))
+
+
+def number(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False,
+         note: str = "") -> Rule:
+    """A finite number in the interval (bounded: see the upper bounds below); ``lo_open`` /
+    ``hi_open`` leave that end out."""
+    ok = lambda v: is_number(v) and (lo < v if lo_open else lo <= v) and (  # noqa: E731
+        v < hi if hi_open else v <= hi)
+    text = f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return ok, f"must be a finite number{text}" + (f" ({note})" if note else "")
+
+
+# ----------------------------------------------------------------------------- upper bounds
+# Every size a user gives is bounded (issue #27): an absurd value (decode.beam=100000,
+# trainer.seed=2**64, trainer.accumulate=10**9) is one error line before work starts, not
+# minutes of work, an allocation error, or a library's overflow after a whole training run.
+# Each bound lies far above anything the shipped configs use and within what the libraries
+# accept; the rule of each key says which bound it takes (its note: why).
+MAX_COUNT = 10**9  # steps, epochs, sentences, pairs, budgets: more than any run here makes
+MAX_SEED = 2**32 - 1  # numpy's seeds are < 2**32 (torch's < 2**64, Python's unbounded)
+MAX_THREADS = 1024  # torch.set_num_threads: more than the cores of any one machine
+MAX_BEAM = 256  # hypotheses per sentence (beam, nbest, test_beam): 5 is usual
+MAX_BATCH_TOKENS = 2**18  # tokens per batch: 64x the shipped 4096 (trainer.accumulate: more)
+MAX_BEAM_TOKENS = 2**20  # batch tokens x beam: one beam-search batch's hypotheses (4096 x 256)
+MAX_ACCUMULATE = 1024  # micro-batches per optimizer step
+MAX_WIDTH = 2**16  # model.d_model, model.d_ff, model.max_positions, data.max_len (tokens)
+MAX_LAYERS = 256  # encoder or decoder layers
+MAX_HEADS = 1024  # attention heads per layer (d_model must divide by them)
+MAX_VOCAB = 2**20  # sentencepiece pieces per vocabulary
+MAX_PARAMETERS = 10**9  # a model's estimated size: ~16 GB to train in fp32 (AdamW: 4 copies)
+MAX_LEN_PENALTY = 10.0  # |decode.len_penalty|: n ** 10 is finite for any output length n
+MAX_BUILTIN_PAIRS = 2_000_000  # the built-in corpus: 10x its default, ~1.5 min to generate
+
+
+def one_of(*words: str) -> Rule:
+    return (lambda v: v in words), "choose one of " + ", ".join(words)
+
+
+def writable_file(value, make_parents: bool) -> bool | str:
+    """A file we may (over)write: not a folder, in a folder that exists (or can be made);
+    an existing one must be a regular file. A pipe, socket or device is refused unopened:
+    opening a pipe to write blocks until someone reads it, and the file we write replaces
+    what is there (``output=/dev/null`` would remove the device)."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return f"{path} is a folder"
+    if path.exists():
+        if not path.is_file():
+            return f"{path} is not a regular file: a pipe, socket or device"
+        try:
+            open(path, "a").close()  # appends nothing; fails where writing would
+        except OSError as e:
+            return f"cannot write {path}: {e.strerror}"
+        return True
+    if not make_parents and not path.parent.exists():
+        return f"folder {path.parent} does not exist"
+    return creatable_folder(path.parent, write=True)
+
+
+def readable_file(value) -> bool | str:
+    """A text file to read: a regular file, or a pipe (``input=<(command)``); never opened
+    here. A device (``/dev/zero``) or socket is refused: it may never end."""
+    path = Path(value).expanduser()
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return f"file not found: {path}"
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    if stat.S_ISDIR(mode):
+        return f"{path} is a folder"
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        return f"{path} is not a regular file or a pipe (a device or socket)"
+    return True
+
+
+def creatable_folder(value, write: bool = False) -> bool | str:
+    """A folder that exists (and where we may ``write``), or whose nearest existing
+    ancestor is a folder we may write in."""
+    path = Path(value).expanduser()
+    base = next(p for p in [path, *path.absolute().parents] if p.exists())
+    if not base.is_dir():
+        return f"{base} is a file"
+    if base == path and not write:
+        return True
+    try:
+        tempfile.TemporaryFile(dir=base).close()  # anonymous: leaves nothing behind
+    except OSError as e:
+        return f"cannot write in {base}: {e.strerror}"
+    return True
+
+
+def attention_target(value) -> bool | str:
+    path = Path(value).expanduser()
+    if path.suffix.lower() in (".png", ".html"):
+        return writable_file(path, make_parents=True)
+    if path.exists() and not path.is_dir():
+        return f"{path} is an existing file that is not a .png or .html"
+    return creatable_folder(path, write=True)  # its maps are written into it
+
+
+POSITIVE, COUNT = integer(1, MAX_COUNT), integer(0, MAX_COUNT)
+SEED = integer(0, MAX_SEED, note="numpy's seeds are < 2**32")
+BEAM = integer(1, MAX_BEAM, note="hypotheses kept per sentence")
+BATCH_TOKENS = integer(1, MAX_BATCH_TOKENS, note="tokens per batch")
+WIDTH = integer(1, MAX_WIDTH)
+LAYERS = integer(1, MAX_LAYERS)
+PROBABILITY = number(0, 1, hi_open=True, note="a probability")
+DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
+                "choose one of auto, cpu, cuda, cuda:N, mps")
+FOLDER: Rule = (creatable_folder, "must be a folder (or where one can be made), not a file")
+TEXT_FILE: Rule = (readable_file, "must be a text file to read (a regular file or a pipe)")
+CKPT_FILE: Rule = (lambda v: writable_file(v, make_parents=True),
+                   "must be a checkpoint file to write (not a folder)")

@@ -30,7 +30,12 @@ import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-TORCH_THREADS = torch.get_num_threads()  # torch's own default, before any test sets it
+# `make test` runs the suite in parallel (pytest-xdist): each worker takes its share of the
+# cores, so torch's threads do not fight over them
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
+TORCH_THREADS = torch.get_num_threads()  # this process's default, before any test sets it
 
 
 def shared_data_dir() -> Path:
@@ -199,7 +204,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
 # A briefly but truly trained run: the built-in corpus, the tiny model, TRAINED_STEPS steps
 # (about 2 minutes on 2 CPU cores). It translates held-out sentences exactly (proved by
-# tests/test_trained_model.py); the tour runs on it. Measured: 98 of 106 short held-out
+# tests/test_tour.py); the tour runs on it. Measured: 98 of 106 short held-out
 # sentences right. Cheaper recipes tried fell short of the test's 85%: 450 steps 57%, one
 # decoder layer 83% (600 steps, constant lr), a constant lr 82% (550 steps), cosine 73% (450),
 # half the batch 79% (600), d_model=64 28% (400).

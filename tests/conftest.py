@@ -408,3 +408,14 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+# ----------------------------------------------------------------------------- order
+FIRST = ("test_tour.py",)  # the briefly trained run: the longest file, started first
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``make test`` (one worker per core, a file per worker) the longest file starts
+    first, so it does not run alone at the end while the other workers wait."""
+    if WORKERS > 1 or config.getoption("numprocesses", None):
+        items.sort(key=lambda item: item.path.name not in FIRST)  # stable: the rest as is

@@ -168,6 +168,9 @@ TINY_TRAIN_OVERRIDES = [
     "trainer.max_tokens=800", "trainer.max_minutes=0", "trainer.num_threads=1",
     "trainer.valid_sentences=20", "trainer.test_beam=2", "trainer.log_every=1",
     "trainer.n_probes=1",
+    # the PNG grids cost seconds per validation: drawn only where a test reads them
+    # (the tiny run, test_precision's runs); the view records are logged always
+    "trainer.attention_images=false",
 ]
 
 
@@ -198,7 +201,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
     tmp = tmp_path_factory.mktemp("tiny_run")
     train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
-                        "trainer.keep_last=2"))
+                        "trainer.keep_last=2", "trainer.attention_images=true"))
     return tmp / "run"
 
 

@@ -137,7 +137,8 @@ def _check_trained_run(run_dir, n_steps):
 def bf16_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bf16")
     metrics = train(compose_train(tmp, "trainer.precision=bf16", "trainer.device=cpu",
-                                  "trainer.max_steps=40", "trainer.valid_every=40"))
+                                  "trainer.max_steps=40", "trainer.valid_every=40",
+                                  "trainer.attention_images=true"))
     return tmp / "run", metrics
 
 
@@ -164,7 +165,7 @@ def test_compile_on_cpu(tmp_path):
     rounding, finite, falling; its checkpoint loads without compile's parameter names."""
     # no dropout: compiled code draws its dropout masks from another random stream
     steps = ["trainer.max_steps=12", "trainer.valid_every=12", "trainer.device=cpu",
-             "model.dropout=0.0"]
+             "model.dropout=0.0", "trainer.attention_images=true"]
     seconds = {}
     for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
         start = time.perf_counter()

@@ -30,7 +30,7 @@ demo: install
 	@echo "every head across training, in TensorBoard's Attention tab: $(VENV)/bin/tensorboard --logdir outputs"
 
 test: install
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The guided tour of multi-head attention. Jupyter is an optional extra (.[tour]); the tour
 # lives in git as notebooks/tour.py (jupytext), paired with a git-ignored tour.ipynb that

@@ -265,6 +265,7 @@ def _tree(folder) -> dict:
             if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", ["MemoryError()", "RuntimeError(\"can't start new thread\")"])
 def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_path, error):
     """Any error while reading a complete cache (out of memory, no thread) once deleted it
@@ -281,6 +282,7 @@ def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_p
     assert _tree(final) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("new_id", [99999, 5])
 def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id):
     """A cached id changed after it was written (a flipped bit) was trusted: one outside

@@ -87,6 +87,7 @@ POINTS = [(name, when) for name in ("last.pt", "best.pt", "ckpt.pt", "metrics.js
           for when in ("before", "after")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,when", POINTS, ids=[f"{w}-{n}" for n, w in POINTS])
 def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_path,
                                                              monkeypatch, name, when):
@@ -146,6 +147,7 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
         assert on_disk[key] == metrics[key] == ref_metrics[key], key
 
 
+@pytest.mark.slow
 def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path):
     """The real thing once: scripts/train.py killed (SIGKILL) right after the first
     validation published last.pt, before best.pt; resumed, the run's best.pt is the model

@@ -355,7 +355,7 @@ def test_endless_devices_are_refused_as_input(key, places, tmp_path, capsys, mon
 
 @pytest.mark.parametrize("key", ["input", "ref"])
 def test_an_overlong_line_is_named(key, places, tmp_path, capsys, monkeypatch):
-    from tinymt.translate import MAX_LINE_CHARS
+    from tinymt.data import MAX_LINE_CHARS
 
     path = _long_line_file(tmp_path / "long.txt", 3, MAX_LINE_CHARS + 1)
     (tmp_path / "in.txt").write_text(f"{SENTENCE}\n" * 4, encoding="utf-8")
@@ -366,7 +366,7 @@ def test_an_overlong_line_is_named(key, places, tmp_path, capsys, monkeypatch):
 
 
 def test_a_line_at_the_limit_is_read(places, tmp_path, capsys, monkeypatch):
-    from tinymt.translate import MAX_LINE_CHARS
+    from tinymt.data import MAX_LINE_CHARS
 
     _long_line_file(tmp_path / "long.txt", 2, MAX_LINE_CHARS)
     status, lines = run_case("translate", ["input={tmp}/long.txt", "decode.beam=1"], places,
@@ -401,7 +401,7 @@ def _endless_writer(path: Path, deadline: float) -> threading.Thread:
 
 def test_an_endless_pipe_is_read_with_the_cap(places, tmp_path, capsys, monkeypatch):
     """input=<a pipe> (``input=<(command)`` in bash) is read, a line at most the cap."""
-    from tinymt.translate import MAX_LINE_CHARS
+    from tinymt.data import MAX_LINE_CHARS
 
     fifo = _special(tmp_path, "fifo")
     writer = _endless_writer(fifo, time.monotonic() + CASE_LIMIT_S)
@@ -437,7 +437,7 @@ class _Zeros:
 
 
 def test_endless_stdin_is_read_with_the_cap(places, tmp_path, capsys, monkeypatch):
-    from tinymt.translate import MAX_LINE_CHARS
+    from tinymt.data import MAX_LINE_CHARS
 
     monkeypatch.setattr(sys, "stdin", _Zeros())
     _refused("translate", [], f"error: stdin: line 1 is longer than {MAX_LINE_CHARS:,} "

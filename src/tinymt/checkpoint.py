@@ -25,6 +25,7 @@ a one-line error, before anything in it runs.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import pickle
 import re
@@ -118,6 +119,15 @@ def publish_folder(build: Callable[[Path], None], target: str | os.PathLike) -> 
     return target
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (what a published file is checked by)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -169,11 +179,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return state
 
 
-def clean_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
-    """Remove ``*.tmp-<pid>`` files in ``folder`` whose writer process is gone (left by a
-    SIGKILL mid-save); returns what was removed."""
+def clean_stale_temp_files(folder: str | os.PathLike, name: str = "*") -> list[Path]:
+    """Remove ``<name>.tmp-<pid>`` files in ``folder`` (``name``: a glob, every file by
+    default) whose writer process is gone (left by a SIGKILL mid-save); returns what was
+    removed."""
     removed = []
-    for p in Path(folder).glob("*.tmp-*"):
+    for p in Path(folder).glob(f"{name}.tmp-*"):
         m = _TMP.fullmatch(p.name)
         if m and not pid_alive(int(m.group(1))):
             p.unlink(missing_ok=True)
@@ -211,14 +222,11 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
                 isinstance(v, torch.Tensor) for v in s["model"].values()):
             raise TinyMTError(f"{p} is not a tinymt checkpoint (its model is not a dict of "
                               "tensors)")
-    odd = [i for i in range(len(states) - 1) if _differs(states[i], states[-1])]
-    if odd:  # the offender: the first that differs from the last, or the last when it alone does
-        last_alone = len(odd) == len(states) - 1 >= 2 and not any(
-            _differs(s, states[0]) for s in states[1:-1])
-        bad, ref = (len(states) - 1, 0) if last_alone else (odd[0], len(states) - 1)
-        raise TinyMTError(f"{paths[bad]} is from a different model or tokenizer than "
-                          f"{paths[ref]}: {_differs(states[bad], states[ref])}; cannot average "
-                          "(only checkpoints of one run)")
+    for p, s in zip(paths[:-1], states):
+        why = _differs(s, states[-1])
+        if why:
+            raise TinyMTError(f"{p} is from a different model or tokenizer than {paths[-1]}: "
+                              f"{why}; cannot average (only checkpoints of one run)")
     keys = states[-1]["model"].keys()
     averaged = {}
     for k in keys:

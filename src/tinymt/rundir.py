@@ -128,11 +128,16 @@ def lock_for_resume(run_dir: str | Path) -> RunLock:
     return lock
 
 
+def _is_run_dir(folder: Path) -> bool:
+    """A run lives in ``folder``: its marker, or (a run of an older tinymt) its last.pt."""
+    return (folder / RUN_MARKER).exists() or checkpoint_path(folder, "last").is_file()
+
+
 def _run_around(path: Path) -> str | None:
     """Why a new run may not live at ``path``: inside another run's folder, or in a folder
     that holds runs below it (``run=latest`` would then find the wrong one)."""
     for parent in path.absolute().parents:
-        if (parent / RUN_MARKER).exists() or checkpoint_path(parent, "last").exists():
+        if _is_run_dir(parent):
             return f"{path} is inside the run {parent}"
     if path.is_dir():
         inner = next((p.parent for p in path.rglob(RUN_MARKER) if p.parent != path), None)
@@ -207,10 +212,7 @@ def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
             raise TinyMTError(f"checkpoint={checkpoint}: expected {path}, which does not "
                               f"exist{made_by.get(checkpoint, '')}")
         return path
-    if not Path(checkpoint).is_file():
-        raise TinyMTError(f"checkpoint={checkpoint}: no such file (checkpoint="
-                          f"{'|'.join(NAMED)}|<path to a .pt file>)")
-    return Path(checkpoint)
+    return Path(checkpoint)  # load_checkpoint says when there is no such file
 
 
 @dataclass
@@ -252,10 +254,6 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
     return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)
 
 
-def _is_run_dir(folder: Path) -> bool:
-    """A run lives in ``folder``: its marker, its config or its ``checkpoints/last.pt``."""
-    return ((folder / RUN_MARKER).exists() or (folder / CONFIG).is_file()
-            or checkpoint_path(folder, "last").is_file())
 
 
 def _run_state_part(path: Path) -> tuple[Path, str] | None:
@@ -278,7 +276,7 @@ def refuse_run_state(path: str | Path, what: str) -> None:
     """Refuse ``<what>=<path>`` as a file to write when it is a folder, or when it is (its
     absolute or its resolved spelling) part of a run's own state: its config.yaml, anything
     under its tokenizer/, checkpoints/last.pt, best.pt, ckpt_<step>.pt or the .tinymt-run
-    marker. A run dir is one holding the marker, config.yaml or checkpoints/last.pt.
+    marker. A run dir is one holding the marker or checkpoints/last.pt.
     ``avg.pt``, ``pruned.pt`` and files outside runs are allowed. Call it before any work."""
     given = Path(path).expanduser()
     if given.is_dir():

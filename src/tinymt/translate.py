@@ -16,11 +16,9 @@ for both engines. Attention maps need the PyTorch engine.
 from __future__ import annotations
 
 import contextlib
-import gzip
-import itertools
+import glob
 import os
 import sys
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,10 +26,10 @@ import matplotlib.image
 import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
-from tinymt.checkpoint import pid_alive
+from tinymt.checkpoint import clean_stale_temp_files
 from tinymt.config import check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
-from tinymt.data import normalize, target_language
+from tinymt.data import capped_lines, normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.metrics import score
@@ -40,10 +38,6 @@ from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
-
-# the longest input or reference line read (a long paragraph is ~10,000): memory stays
-# bounded on an endless line (input=<a pipe>, stdin < /dev/zero), which is an error
-MAX_LINE_CHARS = 100_000
 
 
 # ----------------------------------------------------------------------------- translate
@@ -67,7 +61,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
         run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
     if sentences and cfg.input:
         raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
-    refs = _file_lines(cfg.ref) if cfg.ref else None
+    refs = read_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
     interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
     with _output(cfg.output, stdout or sys.stdout) as out_f:
@@ -80,7 +74,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
                 out_f.flush()
         else:
             lines = _arguments(sentences) if sentences else \
-                _file_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
+                read_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
             _check_ref_count(cfg.ref, refs, len(lines))  # before output= is touched
             translations = _translate_lines(run, lines, cfg, warn, out_f, device)
     result = {"translations": translations, "engine": cfg.engine}
@@ -114,46 +108,9 @@ def _arguments(sentences: Sequence[str]) -> list[str]:
 
 
 def _stdin_lines(stdin) -> Iterator[str]:
-    """Lines of stdin (:func:`_capped_lines`)."""
+    """Lines of stdin (:func:`tinymt.data.capped_lines`)."""
     raw = getattr(stdin, "buffer", None)
-    return _capped_lines(raw if raw is not None else stdin, "stdin")
-
-
-def _file_lines(path: str) -> list[str]:
-    """The lines of ``input=`` / ``ref=`` (gzip by suffix), read as stdin is."""
-    try:
-        with (gzip.open if path.endswith(".gz") else open)(os.path.expanduser(path), "rb") as f:
-            return list(_capped_lines(f, path))
-    except FileNotFoundError:
-        raise TinyMTError(f"file not found: {path}") from None
-    except (OSError, EOFError, zlib.error) as e:
-        raise TinyMTError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-
-
-def _capped_lines(stream, name: str) -> Iterator[str]:
-    """Lines of ``stream`` (bytes, or text) without line ends, a BOM dropped, decoded as
-    UTF-8 line by line: one at most ``MAX_LINE_CHARS`` characters is ever held, so an
-    endless line is an error, not memory without bound. Errors name ``name`` (the file,
-    or stdin) and the line."""
-    limit = 4 * MAX_LINE_CHARS + 2  # UTF-8 takes at most 4 bytes a character; then \r\n
-    for n in itertools.count(1):
-        line = stream.readline(limit)
-        if not line:
-            return
-        too_long = TinyMTError(f"{name}: line {n} is longer than {MAX_LINE_CHARS:,} characters")
-        if len(line) == limit and line[-1:] not in (b"\n", "\n"):
-            raise too_long  # more than `limit` bytes: more than MAX_LINE_CHARS characters
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise TinyMTError(f"{name}: line {n} is not valid UTF-8") from None
-        line = line.removesuffix("\n").removesuffix("\r")
-        if n == 1:
-            line = line.removeprefix("\ufeff")
-        if len(line) > MAX_LINE_CHARS:
-            raise too_long
-        yield line
+    return capped_lines(raw if raw is not None else stdin, "stdin")
 
 
 @contextlib.contextmanager
@@ -165,10 +122,7 @@ def _output(path: str | None, stdout, key: str = "output") -> Iterator:
         return
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    for old in target.parent.glob(f".{target.name}.tmp-*"):  # of killed translations
-        pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            old.unlink(missing_ok=True)
+    clean_stale_temp_files(target.parent, glob.escape(f".{target.name}"))  # of killed translations
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             yield f

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tinymt.checkpoint import file_sha256
 from tinymt.ct2.convert import require_ct2
 from tinymt.ct2.export import (
     FORMAT,
@@ -38,7 +39,6 @@ from tinymt.ct2.export import (
     META,
     QUANTIZATIONS,
     README,
-    file_sha256,
     meta_digest,
 )
 from tinymt.decoding import check_beam, max_output_length

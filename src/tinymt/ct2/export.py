@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from tinymt import __version__
-from tinymt.checkpoint import publish_folder
+from tinymt.checkpoint import file_sha256, publish_folder
 from tinymt.ct2.convert import build_spec, check_exportable, require_ct2
 from tinymt.errors import TinyMTError, first_line
 from tinymt.rundir import LoadedRun
@@ -81,14 +81,6 @@ def file_digests(folder: Path) -> dict[str, str]:
     vocabulary, the sentencepiece model(s)): all that decides its output."""
     return {f.name: file_sha256(f) for f in sorted(Path(folder).iterdir())
             if f.is_file() and f.name not in (META, README)}
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def meta_digest(meta: dict) -> str:

@@ -30,15 +30,17 @@ folder layout; :mod:`tinymt.data.summary` the stats and their table.
 from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
 from tinymt.data.pipeline import normalize, prepare, target_language
 from tinymt.data.prepared import PreparedData
-from tinymt.data.sources import SPLITS, read_lines
+from tinymt.data.sources import MAX_LINE_CHARS, SPLITS, capped_lines, read_lines
 from tinymt.data.summary import summary_table
 
 __all__ = [
     "COMPLETE",
+    "MAX_LINE_CHARS",
     "PIPELINE_VERSION",
     "SPLITS",
     "PreparedData",
     "cache_key",
+    "capped_lines",
     "cache_path",
     "normalize",
     "prepare",

@@ -21,7 +21,7 @@ import sentencepiece as spm
 from omegaconf import OmegaConf
 
 import tinymt.corpus as corpus
-from tinymt.checkpoint import pid_alive
+from tinymt.checkpoint import file_sha256, pid_alive
 from tinymt.config import check_data
 from tinymt.data.prepared import DamagedCache, PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
@@ -150,15 +150,8 @@ def new_temp_dir(final: Path) -> Path:
 
 def _digests(folder: Path) -> dict[str, str]:
     """sha256 of every file of an entry (the marker aside), by relative path."""
-    out = {}
-    for f in sorted(folder.rglob("*")):
-        if f.is_file() and f.name != COMPLETE:
-            h = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            out[f.relative_to(folder).as_posix()] = h.hexdigest()
-    return out
+    return {f.relative_to(folder).as_posix(): file_sha256(f) for f in sorted(folder.rglob("*"))
+            if f.is_file() and f.name != COMPLETE}
 
 
 def _verify_digests(folder: Path) -> None:

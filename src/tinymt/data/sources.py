@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import os
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import datasets
@@ -38,41 +39,50 @@ Columns = dict[str, list]  # column name -> values, one split
 # reading files
 
 
-def _read_text(path: Path) -> str:
-    """The whole file decoded as UTF-8 (gzip by suffix), BOM dropped, errors with line no."""
-    try:
-        raw = path.read_bytes()
-        if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
-    except FileNotFoundError:
-        raise TinyMTError(f"file not found: {path}") from None
-    except (OSError, EOFError, zlib.error) as e:
-        raise TinyMTError(f"cannot read {path}: {e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise TinyMTError(
-            f"{path}: line {line} is not valid UTF-8 ({e.reason} at byte {e.start}); "
-            "convert the file to UTF-8"
-        ) from None
-    return text.removeprefix("\ufeff")
-
-
-def _lines(text: str) -> list[str]:
-    lines = text.split("\n")  # only \n: str.splitlines would also split on U+2028 etc.
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+# the longest line read (a long paragraph is ~10,000 characters): memory stays bounded on
+# an endless line (input=<a pipe>, stdin < /dev/zero), which is an error
+MAX_LINE_CHARS = 100_000
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """A UTF-8 text file (gzip by suffix) as its lines, without line ends: one-line errors
-    for a missing file, a folder, or bytes that are not UTF-8 (file and line named)."""
-    path = Path(path)
+    """A UTF-8 text file (gzip by suffix) as its lines (:func:`capped_lines`): one-line
+    errors for a missing file, a folder, or a line that is not UTF-8 or too long."""
+    path = Path(path).expanduser()
     if path.is_dir():
         raise TinyMTError(f"{path} is a folder, not a text file")
-    return _lines(_read_text(path))
+    try:
+        with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as f:
+            return list(capped_lines(f, str(path)))
+    except FileNotFoundError:
+        raise TinyMTError(f"file not found: {path}") from None
+    except (OSError, EOFError, zlib.error) as e:
+        raise TinyMTError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def capped_lines(stream, name: str) -> Iterator[str]:
+    """Lines of ``stream`` (bytes, or text) without line ends (only ``\n`` ends a line; a
+    ``\r`` before it is dropped), a BOM dropped, decoded as UTF-8 line by line: at most
+    ``MAX_LINE_CHARS`` characters are ever held, so an endless line is an error, not memory
+    without bound. Errors name ``name`` (the file, or stdin) and the line."""
+    limit = 4 * MAX_LINE_CHARS + 2  # UTF-8 takes at most 4 bytes a character; then \r\n
+    for n in itertools.count(1):
+        line = stream.readline(limit)
+        if not line:
+            return
+        too_long = TinyMTError(f"{name}: line {n} is longer than {MAX_LINE_CHARS:,} characters")
+        if len(line) == limit and line[-1:] not in (b"\n", "\n"):
+            raise too_long  # more than `limit` bytes: more than MAX_LINE_CHARS characters
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TinyMTError(f"{name}: line {n} is not valid UTF-8") from None
+        line = line.removesuffix("\n").removesuffix("\r")
+        if n == 1:
+            line = line.removeprefix("\ufeff")
+        if len(line) > MAX_LINE_CHARS:
+            raise too_long
+        yield line
 
 
 def _find_text_file(folder: Path, split: str, lang: str) -> Path:

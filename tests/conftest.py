@@ -164,7 +164,7 @@ TINY_TRAIN_OVERRIDES = [
     "data.max_len=60",
     "model.d_model=32", "model.n_heads=2", "model.n_encoder_layers=2",
     "model.n_decoder_layers=1", "model.d_ff=64", "model.dropout=0.1", "model.max_positions=64",
-    "optim.warmup_steps=10", "optim.lr=3e-3",
+    "optim.warmup_steps=10", "optim.lr=3e-3", "optim.schedule=inverse_sqrt",
     "trainer.max_tokens=800", "trainer.max_minutes=0", "trainer.num_threads=1",
     "trainer.valid_sentences=20", "trainer.test_beam=2", "trainer.log_every=1",
     "trainer.n_probes=1",
@@ -217,6 +217,7 @@ TRAINED_OVERRIDES = [
     "data.vocab_size=1000", f"trainer.max_steps={TRAINED_STEPS}", "trainer.max_minutes=0",
     f"trainer.valid_every={TRAINED_STEPS}", "trainer.valid_sentences=100",
     "trainer.test_beam=1", "trainer.n_probes=0", "trainer.log_every=100", "optim.lr=3e-3",
+    "optim.schedule=inverse_sqrt",
     "trainer.device=cpu",
 ]
 

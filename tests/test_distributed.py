@@ -1,4 +1,5 @@
-"""torchrun --nproc_per_node=2 on CPU (gloo): same global batches, same losses, the same
+"""torchrun --nproc_per_node=2 on CPU (gloo): same global batches (subword regularization
+drawn alike on every rank), same losses, the same
 function (logits to float rounding) and the same translations as one process; only rank 0
 writes, and the checkpoint resumes in a single process. The ranks decide the wall-clock
 budget together, even when one of them runs slower."""
@@ -25,9 +26,12 @@ from tinymt.runtime import SLOW_RANK_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-# dropout off: with it, each rank would draw masks for its own share of the batch
+# dropout off: with it, each rank would draw masks for its own share of the batch.
+# Subword regularization on, over 150 pairs (a few batches an epoch): each rank draws
+# every epoch's segmentation itself, and the losses agree only if the draws do.
 COMMON = [*TINY_TRAIN_OVERRIDES, "model.dropout=0.0", "trainer.max_steps=12",
-          "trainer.valid_every=6", "trainer.valid_sentences=10", "trainer.test_beam=1"]
+          "trainer.valid_every=6", "trainer.valid_sentences=10", "trainer.test_beam=1",
+          "data.sampling_alpha=0.1", "data.train_size=150"]
 
 
 def _losses(run_dir):
@@ -106,6 +110,7 @@ def test_torchrun_two_processes_matches_single_process(tmp_path):
     ma = json.loads((single / "metrics.json").read_text())
     mb = json.loads((ddp / "metrics.json").read_text())
     assert mb["best_valid_bleu"] == ma["best_valid_bleu"]
+    assert ma["epochs"] == mb["epochs"] >= 1  # an epoch boundary crossed: a second draw
 
     # the 2-process checkpoint resumes in one process and goes on
     r = subprocess.run([sys.executable, "scripts/train.py", f"trainer.resume={ddp}",

@@ -12,7 +12,7 @@ must stay within ``max_tokens`` (a single pair longer than that is a batch of it
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,11 @@ class TokenBatchSampler:
     with the same generator. ``shuffle=False`` (evaluation) keeps index order within equal
     lengths and yields the batches shortest first.
 
+    ``lengths_of`` (optional): a function ``epoch -> (src_lens, tgt_lens)`` for data whose
+    lengths change between epochs (subword regularization draws new segmentations): each
+    epoch is then sorted and cut by its own lengths (``src_lens`` / ``tgt_lens`` only give
+    the pair count and ``len()``).
+
     Resuming: ``state_dict()`` is ``{"epoch", "position"}`` where ``position`` counts the
     batches of the current epoch already yielded. ``load_state_dict()`` then makes the next
     ``iter()`` continue with exactly the batches an uninterrupted run would have produced.
@@ -44,6 +49,7 @@ class TokenBatchSampler:
         max_tokens: int,
         seed: int = 0,
         shuffle: bool = True,
+        lengths_of: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None,
     ):
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
@@ -57,6 +63,7 @@ class TokenBatchSampler:
         self.max_tokens = int(max_tokens)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
+        self.lengths_of = lengths_of
         self.epoch = 0
         self.position = 0
         # Batch boundaries depend only on the sorted length sequence, which is the same in
@@ -79,13 +86,19 @@ class TokenBatchSampler:
         epoch = self.epoch if epoch is None else int(epoch)
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
+        src_lens, tgt_lens, bounds = self.src_lens, self.tgt_lens, self._bounds
+        if self.lengths_of is not None:  # this epoch's own lengths
+            src_lens, tgt_lens = (np.asarray(x, dtype=np.int64) for x in self.lengths_of(epoch))
+            bounds = None
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(len(self.src_lens))
-            order = perm[np.lexsort((self.tgt_lens[perm], self.src_lens[perm]))]
+            perm = rng.permutation(len(src_lens))
+            order = perm[np.lexsort((tgt_lens[perm], src_lens[perm]))]
         else:
-            order = self._base_order
-        batches = [order[a:b].tolist() for a, b in zip(self._bounds[:-1], self._bounds[1:])]
+            order = np.lexsort((tgt_lens, src_lens)) if bounds is None else self._base_order
+        if bounds is None:
+            bounds = _cut(src_lens[order], tgt_lens[order], self.max_tokens)
+        batches = [order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         self._cached = (epoch, batches)
@@ -100,6 +113,7 @@ class TokenBatchSampler:
         self.position = 0
 
     def __len__(self) -> int:
+        """Batches per epoch (epoch 0's count when the lengths change between epochs)."""
         return len(self._bounds) - 1
 
     # -- resume ---------------------------------------------------------------------------
@@ -107,10 +121,11 @@ class TokenBatchSampler:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        position = int(state["position"])
-        if not 0 <= position <= len(self):
-            raise ValueError(f"sampler position {position} outside 0..{len(self)}")
-        self.epoch = int(state["epoch"])
+        position, epoch = int(state["position"]), int(state["epoch"])
+        n = len(self.batches(epoch))
+        if not 0 <= position <= n:
+            raise ValueError(f"sampler position {position} outside 0..{n}")
+        self.epoch = epoch
         self.position = position
 
 

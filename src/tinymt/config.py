@@ -100,6 +100,8 @@ class DataConfig:
     joint_vocab: bool = True
     character_coverage: float = _r(1.0, number(0, 1, lo_open=True))
     cache_dir: str = _r("outputs/.cache", FOLDER)
+    sampling_alpha: float = _r(0.0, number(0, 1, hi_open=True, note="0 = off"))
+    sampling_nbest_size: int = _r(16, integer(2, 64, note="unigram only"))
 
 
 @dataclass
@@ -126,13 +128,13 @@ class OptimConfig:
     """AdamW and the learning-rate schedule."""
 
     name: str = "adamw"
-    lr: float = _r(2e-3, number(0, 10, lo_open=True))
+    lr: float = _r(3e-3, number(0, 10, lo_open=True))
     betas: list[float] = _r([0.9, 0.98], (
         lambda v: len(v) == 2 and all(is_number(b) and 0 <= b < 1 for b in v),
         "must be two numbers in [0, 1), e.g. [0.9, 0.98]"))
     eps: float = _r(1e-9, number(0, 1, lo_open=True))
     weight_decay: float = _r(0.0, number(0, 10))
-    schedule: str = _r("inverse_sqrt", one_of("inverse_sqrt", "cosine", "constant"))
+    schedule: str = _r("cosine", one_of("inverse_sqrt", "cosine", "constant"))
     warmup_steps: int = _r(100, COUNT)
     min_lr: float = _r(0.0, number(0, 10))
     label_smoothing: float = _r(0.1, number(0, 1, hi_open=True))
@@ -152,9 +154,9 @@ class TrainerConfig:
     num_threads: int = _r(0, integer(0, MAX_THREADS, note="0 = torch's default"))
     max_tokens: int = _r(2048, BATCH_TOKENS)
     accumulate: int = _r(1, integer(1, MAX_ACCUMULATE, note="micro-batches per step"))
-    max_steps: int = _r(2000, POSITIVE)
+    max_steps: int = _r(800, POSITIVE)
     max_epochs: int = _r(1000, POSITIVE)
-    max_minutes: float = _r(3.0, number(0, 10**6, note="about two years; 0 = no limit"))
+    max_minutes: float = _r(0.0, number(0, 10**6, note="about two years; 0 = no limit"))
     log_every: int = _r(50, POSITIVE)
     valid_every: int = _r(400, POSITIVE)
     valid_sentences: int = _r(300, integer(0, MAX_COUNT, note="0 = all"))

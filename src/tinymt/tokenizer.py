@@ -10,8 +10,11 @@ adds them where the model wants them.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import io
+import math
 import os
+import random
 import re
 import shutil
 from collections.abc import Iterable, Sequence
@@ -37,6 +40,9 @@ ENCODING_FIELDS = ("model_type", "treat_whitespace_as_suffix", "allow_whitespace
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+_WORD = re.compile("\u2581[^\u2581]*|[^\u2581]+")  # ▁word: BPE pieces never span two words
 
 
 def _num_threads() -> int:
@@ -157,6 +163,43 @@ class Tokenizer:
             return []
         return self.sp.encode(texts, out_type=int, num_threads=_num_threads())
 
+    def encode_sampled(self, texts: Sequence[str], alpha: float, nbest_size: int,
+                       seed: int) -> list[list[int]]:
+        """Piece ids of each text under subword regularization, the same for the same
+        ``seed`` in any process: BPE-dropout (a merge skipped with probability ``alpha``)
+        for a BPE model; for a unigram one, a draw among the ``nbest_size`` best
+        segmentations with probability proportional to ``P(pieces) ** alpha``.
+
+        sentencepiece's own ``enable_sampling`` draws the same distributions, but its
+        generator is not reproducible across processes (sentencepiece 0.2.3: the same
+        ``set_random_generator_seed`` gives other pieces in another process), so a resumed
+        run or a second DDP rank would see other data; hence our seeded generator here.
+        A sentence with a character the vocabulary lacks keeps its fixed segmentation."""
+        rand = random.Random(seed).random
+        if self._model_type() == "unigram":
+            return [_draw_nbest(self, text, alpha, nbest_size, rand) for text in texts]
+        table, piece_ids = self._merge_table()
+        out = []
+        for text in texts:
+            pieces = [p for word in _WORD.findall(self.sp.normalize(text))
+                      for p in bpe_dropout(word, table, alpha, rand)]
+            ids = [piece_ids.get(p, -1) for p in pieces]
+            out.append(self.encode(text) if -1 in ids else ids)
+        return out
+
+    def _model_type(self) -> str:
+        proto = spm_pb.ModelProto.FromString(self.sp.serialized_model_proto())
+        return "unigram" if proto.trainer_spec.model_type == 1 else "bpe"
+
+    def _merge_table(self) -> tuple[dict[str, float], dict[str, int]]:
+        """{piece: score} and {piece: id} of the normal pieces, what BPE may merge into."""
+        if getattr(self, "_table", None) is None:
+            proto = spm_pb.ModelProto.FromString(self.sp.serialized_model_proto())
+            normal = [(i, p) for i, p in enumerate(proto.pieces) if p.type == p.NORMAL]
+            self._table = ({p.piece: p.score for _, p in normal},
+                           {p.piece: i for i, p in normal})
+        return self._table
+
     def decode(self, ids) -> str:
         """Text of ``ids``: stops at the first eos, drops pad and bos."""
         out = []
@@ -267,3 +310,50 @@ def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
         f"no tokenizer in {folder}: expected {JOINT_MODEL} (joint vocabulary) or both "
         f"{SRC_MODEL} and {TGT_MODEL} (separate vocabularies)"
     )
+
+
+def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand) -> list[str]:
+    """BPE on one word with dropout (Provilkov et al. 2020), as sentencepiece's BPE model
+    does it: the adjacent pair whose merge is the best-scored piece (leftmost on ties) is
+    merged, except that each pair reaching the top is dropped with probability ``alpha``
+    (``rand()`` draws). ``alpha=0`` is plain BPE: the model's own segmentation."""
+    sym = list(word)  # the piece starting at each character; "" once merged into its left
+    nxt, prv = [*range(1, len(sym)), -1], [*range(-1, len(sym) - 1)]
+    agenda: list[tuple[float, int, int, int]] = []  # (-score, left, right, merged length)
+
+    def push(left: int, right: int) -> None:
+        if left >= 0 and right >= 0:
+            score = table.get(sym[left] + sym[right])
+            if score is not None:
+                heapq.heappush(agenda, (-score, left, right, len(sym[left]) + len(sym[right])))
+
+    for i in range(len(sym) - 1):
+        push(i, i + 1)
+    while agenda:
+        _, left, right, size = heapq.heappop(agenda)
+        if not sym[left] or not sym[right] or len(sym[left]) + len(sym[right]) != size:
+            continue  # a stale pair: one side has merged since
+        if alpha > 0 and rand() < alpha:
+            continue  # dropped
+        sym[left], sym[right] = sym[left] + sym[right], ""
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        push(prv[left], left)
+        push(left, nxt[left])
+    return [s for s in sym if s]
+
+
+def _draw_nbest(tok: Tokenizer, text: str, alpha: float, nbest_size: int, rand) -> list[int]:
+    """One of the ``nbest_size`` best unigram segmentations, weighted ``exp(alpha * logP)``."""
+    candidates = tok.sp.nbest_encode(text, nbest_size=nbest_size, out_type=int)
+    if len(candidates) < 2:
+        return candidates[0] if candidates else tok.encode(text)
+    logp = [sum(tok.sp.get_score(i) for i in ids) for ids in candidates]
+    weights = [math.exp(alpha * (lp - max(logp))) for lp in logp]
+    r, acc = rand() * sum(weights), 0.0
+    for ids, w in zip(candidates, weights):
+        acc += w
+        if r < acc:
+            return ids
+    return candidates[-1]

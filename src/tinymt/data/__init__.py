@@ -18,7 +18,8 @@ Every loader returns splits ``train`` / ``valid`` / ``test`` with columns ``src`
 Then (:mod:`tinymt.data.pipeline`): NFKC + whitespace normalisation, empty pairs dropped,
 sentencepiece trained on the train split, everything tokenized, and the length filters
 (``max_len``, ``max_len_ratio``) applied **to train only** -- valid/test pairs are never
-dropped for length.
+dropped for length. :mod:`tinymt.data.sampling` re-segments the train split every epoch
+(subword regularization, ``sampling_alpha``; not part of the cache).
 
 The result is cached under ``<cache_dir>/<hash>/`` (:mod:`tinymt.data.cache`: hash of the
 data config, the source files' size+mtime, the corpus / pipeline versions). A cache is
@@ -30,6 +31,7 @@ folder layout; :mod:`tinymt.data.summary` the stats and their table.
 from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
 from tinymt.data.pipeline import normalize, prepare, target_language
 from tinymt.data.prepared import PreparedData
+from tinymt.data.sampling import TrainSegments
 from tinymt.data.sources import MAX_LINE_CHARS, SPLITS, capped_lines, read_lines
 from tinymt.data.summary import summary_table
 
@@ -38,6 +40,7 @@ __all__ = [
     "MAX_LINE_CHARS",
     "PIPELINE_VERSION",
     "SPLITS",
+    "TrainSegments",
     "PreparedData",
     "cache_key",
     "capped_lines",

@@ -79,10 +79,15 @@ def _source_fingerprint(cfg) -> Any:
     return {"hub": cfg.path}
 
 
+# data keys the prepared folder does not depend on: labels, where it lives, and the
+# train-time segmentation sampling (tinymt.data.sampling), drawn afresh by every run
+NOT_CACHED = ("name", "cache_dir", "sampling_alpha", "sampling_nbest_size")
+
+
 def cache_key(cfg) -> str:
-    """Hash of everything that determines the prepared data (not ``name``/``cache_dir``)."""
+    """Hash of everything that determines the prepared data (not :data:`NOT_CACHED`)."""
     check_data(cfg)
-    fields = {k: v for k, v in config_dict(cfg).items() if k not in ("name", "cache_dir")}
+    fields = {k: v for k, v in config_dict(cfg).items() if k not in NOT_CACHED}
     payload = {
         "pipeline": PIPELINE_VERSION,
         "sentencepiece": spm.__version__,

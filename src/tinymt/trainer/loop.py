@@ -39,7 +39,7 @@ from tinymt.checkpoint import (
     save_checkpoint,
 )
 from tinymt.config import as_train_config
-from tinymt.data import PreparedData, prepare
+from tinymt.data import PreparedData, TrainSegments, prepare
 from tinymt.errors import TinyMTError
 from tinymt.metrics import token_nll
 from tinymt.model import Transformer, count_parameters
@@ -56,12 +56,11 @@ from tinymt.rundir import (
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
     check_resumable,
-    check_resume_tokenizer,
     check_same_config,
     checkpoint_state,
     finish_publishing,
     publish_checkpoints,
-    set_rng_state,
+    restore,
     write_run_files,
 )
 from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
@@ -82,6 +81,7 @@ class Training:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     sampler: TokenBatchSampler
+    segments: TrainSegments  # the train ids of each epoch (subword regularization)
     writer: SummaryWriter | None  # rank 0 only
     probes: list[str]
     state: dict = field(default_factory=lambda: {
@@ -105,11 +105,14 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
     cfg = as_train_config(cfg)
     rt = runtime.setup(cfg.trainer.device, cfg.trainer.precision, cfg.trainer.num_threads)
     locks: list[RunLock] = []  # the run dir's writer lock, released however we leave
+    t = None
     try:
         t = setup(cfg, rt, unique_run_dir, locks)
         stop_reason = run_loop(t)
         return finish(t, stop_reason)
     finally:
+        if t is not None:
+            t.segments.close()
         for lock in locks:
             lock.release()
         runtime.teardown(rt)
@@ -154,12 +157,18 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
         + (f", {rt.world_size} process{'es' if rt.world_size > 1 else ''} "
            f"({runtime.backend_for(rt.device)})" if rt.distributed else ""))
     optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
+    segments = TrainSegments(data, cfg.data.sampling_alpha, cfg.data.sampling_nbest_size,
+                             tc.seed, max_len=cfg.model.max_positions - 1)
     sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
-                                shuffle=True)
-    t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, None,
-                 probe_sentences(cfg, data))
+                                shuffle=True,
+                                lengths_of=segments.lengths if segments.sampling else None)
+    if segments.sampling:
+        log(f"data: subword regularization: alpha {cfg.data.sampling_alpha}, every epoch's "
+            f"train pieces drawn from (seed {tc.seed}, epoch)")
+    t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, segments,
+                 None, probe_sentences(cfg, data))
     if resume is not None:
-        _restore(t, resume)
+        restore(t, resume)
         if rt.is_main:
             finish_publishing(resume, run_dir, tc.keep_last, t.log)
     else:
@@ -199,19 +208,6 @@ def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
     return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
 
 
-def _restore(t: Training, ckpt: dict) -> None:
-    """Continue exactly where ``last.pt`` left off, after checking it fits this data."""
-    check_resume_tokenizer(t.run_dir, ckpt.get("tokenizer_sha256"), t.data.src_tokenizer,
-                           t.data.tgt_tokenizer)
-    t.model.load_state_dict(ckpt["model"])
-    t.optimizer.load_state_dict(ckpt["optimizer"])
-    t.scheduler.load_state_dict(ckpt["scheduler"])
-    t.sampler.load_state_dict(ckpt["sampler"])
-    t.state.update(ckpt["trainer_state"])
-    set_rng_state(ckpt["rng"])
-    t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
-
-
 def _write_run_files(t: Training, resuming: bool) -> None:
     """The tokenizer (new runs), config.yaml and the TensorBoard writer."""
     write_run_files(t.run_dir, t.cfg, t.data, resuming)
@@ -223,9 +219,12 @@ def _write_run_files(t: Training, resuming: bool) -> None:
 
 # ----------------------------------------------------------------------------- 2. loop
 def global_batches(t: Training):
-    """Global batches forever, epoch after epoch; the sampler remembers where it is."""
+    """Global batches forever, epoch after epoch, as ``(indices, src_ids, tgt_ids)`` with
+    the train ids of the batch's epoch; the sampler remembers where it is."""
     while True:
-        yield from t.sampler
+        src_ids, tgt_ids = t.segments.ids(t.sampler.epoch)
+        for indices in t.sampler:
+            yield indices, src_ids, tgt_ids
         t.state["epoch"] += 1
         t.sampler.set_epoch(t.state["epoch"])
 
@@ -273,7 +272,7 @@ def run_loop(t: Training) -> str:
     return "max_steps"
 
 
-def train_step(t: Training, micro: list[list[int]]) -> tuple[float, int]:
+def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[float, int]:
     """Forward and backward over the micro-batches of one optimizer step.
 
     Every rank knows the whole global batch, so the token count needs no collective; each
@@ -281,11 +280,10 @@ def train_step(t: Training, micro: list[list[int]]) -> tuple[float, int]:
     smoothing included) over all ranks and the number of target tokens.
     """
     rt, pad = t.rt, t.data.tgt_tokenizer.pad_id
-    train_src, train_tgt = t.data.ids("train")
-    n_tokens = sum(len(train_tgt[i]) + 1 for idx in micro for i in idx)
+    n_tokens = sum(len(tgt[i]) + 1 for idx, _, tgt in micro for i in idx)
     step_loss = 0.0
     t.optimizer.zero_grad(set_to_none=True)
-    for k, indices in enumerate(micro):
+    for k, (indices, train_src, train_tgt) in enumerate(micro):
         mine = indices[rt.rank::rt.world_size]  # this rank's share of the global batch
         weight = 1.0
         if not mine:

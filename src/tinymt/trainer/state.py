@@ -213,3 +213,17 @@ def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
             and tokenizer_digest(run_src, run_tgt) == tokenizer_digest(src, tgt)):
         raise TinyMTError(f"cannot resume {run_dir}: its checkpoint was trained with another "
                           "tokenizer than this data config builds")
+
+
+def restore(t, ckpt: dict) -> None:
+    """Continue exactly where ``last.pt`` left off, after checking it fits this data
+    (``t``: the loop's ``Training``)."""
+    check_resume_tokenizer(t.run_dir, ckpt.get("tokenizer_sha256"), t.data.src_tokenizer,
+                           t.data.tgt_tokenizer)
+    t.model.load_state_dict(ckpt["model"])
+    t.optimizer.load_state_dict(ckpt["optimizer"])
+    t.scheduler.load_state_dict(ckpt["scheduler"])
+    t.sampler.load_state_dict(ckpt["sampler"])
+    t.state.update(ckpt["trainer_state"])
+    set_rng_state(ckpt["rng"])
+    t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")

@@ -179,10 +179,14 @@ class Tokenizer:
         if self._model_type() == "unigram":
             return [_draw_nbest(self, text, alpha, nbest_size, rand) for text in texts]
         table, piece_ids = self._merge_table()
+        starts = self.__dict__.setdefault("_first_pairs", {})  # {word: first_pairs(word)}
         out = []
         for text in texts:
-            pieces = [p for word in _WORD.findall(self.sp.normalize(text))
-                      for p in bpe_dropout(word, table, alpha, rand)]
+            pieces = []
+            for word in _WORD.findall(self.sp.normalize(text)):
+                if word not in starts:
+                    starts[word] = first_pairs(word, table)
+                pieces += bpe_dropout(word, table, alpha, rand, starts[word])
             ids = [piece_ids.get(p, -1) for p in pieces]
             out.append(self.encode(text) if -1 in ids else ids)
         return out
@@ -312,35 +316,46 @@ def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
     )
 
 
-def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand) -> list[str]:
+def first_pairs(word: str, table: dict[str, float]) -> list[tuple[float, int, int, int]]:
+    """BPE's agenda before any merge: every adjacent character pair that is a piece, as a
+    heap of ``(-score, left, right, merged length)``; the same for every draw of a word."""
+    agenda = [(-table[word[i:i + 2]], i, i + 1, 2)
+              for i in range(len(word) - 1) if word[i:i + 2] in table]
+    heapq.heapify(agenda)
+    return agenda
+
+
+def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand,
+                start: list | None = None) -> list[str]:
     """BPE on one word with dropout (Provilkov et al. 2020), as sentencepiece's BPE model
     does it: the adjacent pair whose merge is the best-scored piece (leftmost on ties) is
     merged, except that each pair reaching the top is dropped with probability ``alpha``
-    (``rand()`` draws). ``alpha=0`` is plain BPE: the model's own segmentation."""
+    (``rand()`` draws). ``alpha=0`` is plain BPE: the model's own segmentation. ``start``:
+    the word's :func:`first_pairs`, when the caller keeps them (copied, not changed)."""
     sym = list(word)  # the piece starting at each character; "" once merged into its left
+    if len(sym) < 2:
+        return sym
     nxt, prv = [*range(1, len(sym)), -1], [*range(-1, len(sym) - 1)]
-    agenda: list[tuple[float, int, int, int]] = []  # (-score, left, right, merged length)
-
-    def push(left: int, right: int) -> None:
-        if left >= 0 and right >= 0:
-            score = table.get(sym[left] + sym[right])
-            if score is not None:
-                heapq.heappush(agenda, (-score, left, right, len(sym[left]) + len(sym[right])))
-
-    for i in range(len(sym) - 1):
-        push(i, i + 1)
+    agenda = list(start) if start is not None else first_pairs(word, table)
+    pop, push, get = heapq.heappop, heapq.heappush, table.get
     while agenda:
-        _, left, right, size = heapq.heappop(agenda)
-        if not sym[left] or not sym[right] or len(sym[left]) + len(sym[right]) != size:
+        _, left, right, size = pop(agenda)
+        a, b = sym[left], sym[right]
+        if not a or not b or len(a) + len(b) != size:
             continue  # a stale pair: one side has merged since
         if alpha > 0 and rand() < alpha:
             continue  # dropped
-        sym[left], sym[right] = sym[left] + sym[right], ""
-        nxt[left] = nxt[right]
-        if nxt[right] >= 0:
-            prv[nxt[right]] = left
-        push(prv[left], left)
-        push(left, nxt[left])
+        merged = sym[left] = a + b
+        sym[right] = ""
+        nxt[left] = after = nxt[right]
+        if after >= 0:
+            prv[after] = left
+        before = prv[left]
+        for lo, hi, piece in ((before, left, sym[before] + merged if before >= 0 else None),
+                              (left, after, merged + sym[after] if after >= 0 else None)):
+            score = get(piece) if piece is not None else None
+            if score is not None:
+                push(agenda, (-score, lo, hi, len(piece)))
     return [s for s in sym if s]
 
 

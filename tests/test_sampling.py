@@ -61,7 +61,7 @@ def test_sampled_pieces_spell_the_sentence_and_differ_from_the_fixed_ones(data):
 def test_without_dropout_the_draw_is_sentencepieces_own_segmentation(data):
     """The independent reference: sentencepiece's deterministic encoding of every train
     sentence (BPE: alpha 0 is plain BPE; unigram: a huge alpha leaves only the best)."""
-    alpha = 0.0 if data.src_tokenizer._model_type() == "bpe" else 1e4
+    alpha = 1e4 if data.src_tokenizer._sampling_tables()["unigram"] else 0.0
     texts = data.splits["train"]["src"][:] + data.splits["train"]["tgt"][:]
     assert data.src_tokenizer.encode_sampled(texts, alpha, 16, seed=3) == \
         data.src_tokenizer.encode_batch(texts)

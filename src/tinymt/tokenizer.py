@@ -176,33 +176,35 @@ class Tokenizer:
         run or a second DDP rank would see other data; hence our seeded generator here.
         A sentence with a character the vocabulary lacks keeps its fixed segmentation."""
         rand = random.Random(seed).random
-        if self._model_type() == "unigram":
+        tables = self._sampling_tables()
+        if tables["unigram"]:
             return [_draw_nbest(self, text, alpha, nbest_size, rand) for text in texts]
-        table, piece_ids = self._merge_table()
-        starts = self.__dict__.setdefault("_first_pairs", {})  # {word: first_pairs(word)}
+        scores, piece_ids, starts = tables["scores"], tables["ids"], tables["first_pairs"]
         out = []
         for text in texts:
             pieces = []
             for word in _WORD.findall(self.sp.normalize(text)):
                 if word not in starts:
-                    starts[word] = first_pairs(word, table)
-                pieces += bpe_dropout(word, table, alpha, rand, starts[word])
+                    starts[word] = first_pairs(word, scores)
+                pieces += bpe_dropout(word, scores, alpha, rand, starts[word])
             ids = [piece_ids.get(p, -1) for p in pieces]
             out.append(self.encode(text) if -1 in ids else ids)
         return out
 
-    def _model_type(self) -> str:
-        proto = spm_pb.ModelProto.FromString(self.sp.serialized_model_proto())
-        return "unigram" if proto.trainer_spec.model_type == 1 else "bpe"
-
-    def _merge_table(self) -> tuple[dict[str, float], dict[str, int]]:
-        """{piece: score} and {piece: id} of the normal pieces, what BPE may merge into."""
-        if getattr(self, "_table", None) is None:
+    def _sampling_tables(self) -> dict:
+        """What :meth:`encode_sampled` reads, built once: whether the model is unigram,
+        ``{piece: score}`` and ``{piece: id}`` of the normal pieces (what BPE may merge
+        into), and the :func:`first_pairs` of every word drawn so far."""
+        if "_sampling" not in self.__dict__:
             proto = spm_pb.ModelProto.FromString(self.sp.serialized_model_proto())
             normal = [(i, p) for i, p in enumerate(proto.pieces) if p.type == p.NORMAL]
-            self._table = ({p.piece: p.score for _, p in normal},
-                           {p.piece: i for i, p in normal})
-        return self._table
+            self._sampling = {
+                "unigram": proto.trainer_spec.model_type == proto.trainer_spec.UNIGRAM,
+                "scores": {p.piece: p.score for _, p in normal},
+                "ids": {p.piece: i for i, p in normal},
+                "first_pairs": {},
+            }
+        return self._sampling
 
     def decode(self, ids) -> str:
         """Text of ``ids``: stops at the first eos, drops pad and bos."""

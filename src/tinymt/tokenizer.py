@@ -347,17 +347,17 @@ def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand,
             continue  # a stale pair: one side has merged since
         if alpha > 0 and rand() < alpha:
             continue  # dropped
-        merged = sym[left] = a + b
+        sym[left] = a + b
         sym[right] = ""
         nxt[left] = after = nxt[right]
         if after >= 0:
             prv[after] = left
-        before = prv[left]
-        for lo, hi, piece in ((before, left, sym[before] + merged if before >= 0 else None),
-                              (left, after, merged + sym[after] if after >= 0 else None)):
-            score = get(piece) if piece is not None else None
-            if score is not None:
-                push(agenda, (-score, lo, hi, len(piece)))
+        for lo, hi in ((prv[left], left), (left, after)):  # the merged piece's new neighbours
+            if lo >= 0 and hi >= 0:
+                piece = sym[lo] + sym[hi]
+                score = get(piece)
+                if score is not None:
+                    push(agenda, (-score, lo, hi, len(piece)))
     return [s for s in sym if s]
 
 

@@ -1,7 +1,9 @@
 """Validation and what the trainer writes to TensorBoard about it.
 
 :func:`validate` gives teacher-forced loss / perplexity on a whole split and sacreBLEU /
-chrF of greedy (or beam) translations of its first ``limit`` sentences; under torchrun
+chrF of greedy (or beam) translations of ``limit`` sentences spread evenly over it (a
+source listed by length, as Tatoeba's is, would make the first ``limit`` the shortest and
+the score too kind); under torchrun
 each rank does a share and the results are gathered. :func:`log_validation` writes the
 numbers, source/reference/hypothesis samples, every head's attention of the probe
 sentences (as view documents for the Attention tab, :mod:`tinymt.viewer`, and as PNG grids)
@@ -37,7 +39,7 @@ from tinymt.viewer.summary import probe_summary
 def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime.Runtime,
              limit: int = 0, beam: int = 1, with_loss: bool = True) -> dict:
     """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``
-    sentences (0 = all)."""
+    sentences spread evenly over it (0 = all)."""
     model.eval()
     ds = data.splits[split]
     limit_len = cfg.model.max_positions - 1  # valid/test are never length-filtered: clip
@@ -53,7 +55,8 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
             loss_sum += token_nll(logits, batch.tgt_out, data.tgt_tokenizer.pad_id).item()
             tok += batch.n_tgt_tokens
         loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])
-    keep = list(range(n if not limit else min(limit, n)))
+    k = n if not limit else min(limit, n)
+    keep = [i * n // k for i in range(k)]  # k indices evenly spaced over the split, increasing
     mine = keep[rt.rank::rt.world_size]
     with rt.autocast():
         outs = translate_ids(model, [src_ids[i] for i in mine], beam=beam,

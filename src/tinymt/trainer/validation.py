@@ -1,14 +1,13 @@
 """Validation and what the trainer writes to TensorBoard about it.
 
 :func:`validate` gives teacher-forced loss / perplexity on a whole split and sacreBLEU /
-chrF of greedy (or beam) translations of ``limit`` sentences spread evenly over it (a
-source listed by length, as Tatoeba's is, would make the first ``limit`` the shortest and
-the score too kind); under torchrun
-each rank does a share and the results are gathered. :func:`log_validation` writes the
-numbers, source/reference/hypothesis samples, every head's attention of the probe
-sentences (as view documents for the Attention tab, :mod:`tinymt.viewer`, and as PNG grids)
-and each head's mean attention entropy; :func:`log_hparams` the final numbers
-for TensorBoard's HPARAMS tab.
+chrF of greedy (or beam) translations of ``limit`` sentences spread evenly over it (in a
+source listed by length, as Tatoeba's is, the first ``limit`` would be the shortest and the
+score too kind); under torchrun each rank does a share and the results are gathered.
+:func:`log_validation` writes the numbers, source/reference/hypothesis samples, every
+head's attention of the probe sentences (as view documents for the Attention tab,
+:mod:`tinymt.viewer`, and as PNG grids) and each head's mean attention entropy;
+:func:`log_hparams` the final numbers for TensorBoard's HPARAMS tab.
 """
 
 from __future__ import annotations

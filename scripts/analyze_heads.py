@@ -16,8 +16,8 @@ configs/analyze_heads.yaml.
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors
-from tinymt.config import check_analyze, run_hydra
+from tinymt.cli import one_line_errors, run_hydra
+from tinymt.config import check_analyze
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="analyze_heads")

@@ -48,8 +48,8 @@ LAYERS: list[tuple[str, ...]] = [
     # interactive attention viewer (its data, TensorBoard plugin, HTML file)
     ("decoding",),  # greedy and beam search, translate_ids
     ("ct2",),  # export to CTranslate2 (a run's model) and translating with it (its length rule)
-    ("translate", "bench"),  # translating a run; the benchmark (its nn.Transformer peer,
-    # times decoding, loads runs)
+    ("translate", "serve", "bench"),  # translating a run; serving it over HTTP; the benchmark
+    # (its nn.Transformer peer, times decoding and the server, loads runs)
     ("trainer",),  # train(cfg)
     ("heads",),  # head analysis of a trained run
 ]

@@ -37,6 +37,7 @@ BASE = {  # per script: overrides every row starts from (a row's own ones replac
     "analyze_heads": ["run={tmp}/no-run"],
     "average_checkpoints": ["run={tmp}/no-run"],
     "export": ["run={tmp}/no-run", "out={tmp}/out"],
+    "serve": ["run={tmp}/no-run", "port=0"],
 }
 # root writes anywhere a mode allows; sysfs refuses new files even to root
 UNWRITABLE = "/sys/tinymt-test.txt" if os.geteuid() == 0 else "{tmp}/ro/out.txt"
@@ -52,7 +53,7 @@ def row(script: str, *overrides: str, expect: str, make: tuple[str, ...] = ()):
 # errors found after the checks: no such export folder, no such run); slow (seconds each)
 SUBPROCESS = {"train trainer.max_tokens=0", "prepare_data data.cache_dirr={tmp}/c",
               "translate engine=ct2 model_dir={tmp}/m", "export checkpoint=avg",
-              "analyze_heads split=train", "average_checkpoints last=0"}
+              "analyze_heads split=train", "average_checkpoints last=0", "serve port=70000"}
 
 
 ROWS = [
@@ -85,7 +86,7 @@ ROWS = [
     row("train", "trainer.resume={tmp}/nothing", expect="cannot resume"),
     row("train", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
     row("train", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
-    # Hydra's own composition errors, made one line by tinymt.config.run_hydra
+    # Hydra's own composition errors, made one line by tinymt.cli.run_hydra
     row("train", "model.n_head=4", expect="n_head"),
     row("train", "model.d_model=wide", expect="model.d_model=wide"),
     row("train", "model=huge", expect="model/huge"),
@@ -95,6 +96,16 @@ ROWS = [
     row("prepare_data", "data.cache_dir={tmp}/a_file/sub", expect="a_file is a file",
         make=("a_file",)),
     # translation: checked before the run is read (run= points nowhere)
+    # the server: limits, keys, the search; a missing run (after the checks) is one line too
+    row("serve", "port=70000", expect="port=70000"),
+    row("serve", "batch_sentences=0", expect="batch_sentences=0"),
+    row("serve", "timeout_s=0", expect="timeout_s=0"),
+    row("serve", "decode.nbest=2", "decode.beam=2", expect="decode.nbest=2"),
+    row("serve", "api_keys={tmp}/no-keys.txt", expect="api_keys="),
+    row("serve", "host=' '", expect="host="),
+    row("serve", "engine=ct2", expect="engine=ct2 needs model_dir"),
+    row("serve", "hosts=0.0.0.0", expect="hosts"),
+    row("serve", "run={tmp}/no-run", expect="no-run"),
     row("translate", "output={tmp}/a_dir", expect="output=", make=("a_dir/",)),
     row("translate", f"output={UNWRITABLE}", expect="cannot write", make=("ro/",)),
     row("translate", "output={tmp}/no-folder/out.txt", expect="no-folder does not exist"),

@@ -21,6 +21,7 @@ from tinymt.config import (
     ModelConfig,
     OptimConfig,
     PrepareConfig,
+    ServeConfig,
     TrainConfig,
     TrainerConfig,
     TranslateConfig,
@@ -117,7 +118,7 @@ def test_translate_config_composes():
 # ----------------------------------------------------------------------------- defaults
 SCHEMAS = {"train": TrainConfig, "prepare_data": PrepareConfig, "translate": TranslateConfig,
            "export": ExportConfig, "analyze_heads": AnalyzeConfig,
-           "average_checkpoints": AverageConfig}
+           "average_checkpoints": AverageConfig, "serve": ServeConfig}
 GROUP_SCHEMAS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig,
                  "trainer": TrainerConfig}
 

@@ -42,12 +42,14 @@ from tinymt.config import (
     AVERAGE_RULES,
     DATA_RULES,
     EXPORT_RULES,
+    SERVE_RULES,
     TRAIN_RULES,
     TRANSLATE_RULES,
     AnalyzeConfig,
     AverageConfig,
     ExportConfig,
     PrepareConfig,
+    ServeConfig,
     TrainConfig,
     TranslateConfig,
 )
@@ -109,8 +111,9 @@ CASES = [pytest.param(script, key, value, id=f"{script} {key}={value}")
 
 
 def test_every_numeric_rule_is_bounded():
-    """No numeric key takes a huge or non-finite value (the cheap half of the fuzz)."""
-    for rules, schema in SCRIPTS.values():
+    """No numeric key takes a huge or non-finite value (the cheap half of the fuzz; the
+    server's too, whose accepted values would serve until stopped: tests/test_serve.py)."""
+    for rules, schema in [*SCRIPTS.values(), (SERVE_RULES, ServeConfig)]:
         for key in numeric_keys(schema, rules):
             check = rules[key][0]
             for value in (10**30, -10**30, 2**64, 1e300, math.inf, -math.inf, math.nan):

@@ -1,7 +1,7 @@
 """The attention view in a real browser: headless Chromium (Debian's ``chromium``, driven
 by Playwright pointed at that executable; no browser download) opens TensorBoard's
-Attention tab on the tiny run and the self-contained HTML file of ``translate.py``, and
-what is on screen is checked against the numbers the plugin serves.
+Attention tab on the tiny run, the self-contained HTML file of ``translate.py`` and the page
+of ``serve.py``, and what is on screen is checked against the numbers they serve.
 
 Without Chromium these tests skip with the reason, except under CI (``CI`` set), where
 ``.ci/run`` installs it and a missing browser is a failure.
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import compose_translate, http_get, inline_data
+from conftest import Server, compose_translate, http_get, inline_data, post_json
 from tinymt.translate import translate
 
 pytestmark = pytest.mark.slow
@@ -162,4 +162,101 @@ def test_the_html_file_shows_the_same_numbers(browser, tiny_run, tmp_path):
     drive(page, page, lambda step: doc, [doc["step"]], screenshot_dir(tmp_path), "attention_html",
           expect_gold=False)
     assert not errors, errors
+    page.close()
+
+
+# ----------------------------------------------------------------------------- serve.py's page
+SHOWCASE = "我请李雷帮我订了去北京的机票。"
+HOSTILE = ["他说</script><script>window.__pwned=1</script>", '<img src=x onerror="window.__pwned=1">',
+           "<!--<script>", "我喜欢\u2028猫。"]
+SHOWN = 60  # the view draws the first 60 tokens a side (MAX_TOKENS of view.js)
+# the page has drawn the typed lines: its view's probes are these lines and #out has a
+# translation for each (an answer to half-typed text does not pass). A function, not an
+# expression: Playwright evaluates a bare expression with eval, which the page's CSP forbids.
+DRAWN = """(lines) => document.querySelector('#tinymt-attention').dataset.ready === 'true'
+  && document.querySelectorAll('#out li').length === lines.length
+  && JSON.stringify([...document.querySelectorAll('#probe option')].map((o) => o.textContent))
+     === JSON.stringify(lines)"""
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run):
+    """``serve.py`` on the tiny run; it must stop cleanly (SIGTERM: exit 0)."""
+    srv = Server([f"run={tiny_run}", "device=cpu"])
+    yield srv
+    code, err = srv.stop()
+    assert code == 0, err
+
+
+def open_page(browser, server):
+    """The server's page once it has read /health, and the list its problems go to: page
+    errors and console errors (a Content-Security-Policy violation is one)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.goto(f"{server.base}/")
+    page.locator("body[data-ready='true']").wait_for(timeout=30_000)
+    return page, problems
+
+
+def type_lines(page, lines: list[str]) -> None:
+    """Type ``lines`` into #q with key events and wait for their translations and view."""
+    page.locator("#q").press_sequentially("\n".join(lines))
+    page.wait_for_function(DRAWN, arg=lines, timeout=60_000)
+
+
+def served(server, lines: list[str]) -> tuple[list[str], list[dict]]:
+    """What the server answers for ``lines``: /translate's texts, /attention's documents."""
+    status, answer = post_json(f"{server.base}/translate",
+                               {"q": lines, "source": "zh", "target": "en"})
+    assert status == 200, answer
+    status, shown = post_json(f"{server.base}/attention", {"q": lines})
+    assert status == 200, shown
+    assert shown["translatedText"] == answer["translatedText"]
+    docs = list(shown["view"]["docs"].values())  # one a probe, in the order of the lines
+    assert [d["sentence"] for d in docs] == lines
+    return answer["translatedText"], docs
+
+
+def test_the_server_page_shows_every_head(browser, server, tmp_path):
+    """Type the showcase sentence: the page shows the server's translation, and every head
+    of every layer of every kind is /attention's numbers."""
+    page, problems = open_page(browser, server)
+    type_lines(page, [SHOWCASE])
+    texts, (doc,) = served(server, [SHOWCASE])
+    assert page.locator("#out li").all_text_contents() == texts
+    assert page.locator("#sentence").text_content() == SHOWCASE
+    assert page.locator("#translation").text_content() == texts[0]
+    page.locator("#mode").select_option("matrix")
+    for kind in ("encoder_self", "decoder_self", "cross"):
+        weights = np.asarray(doc["kinds"][kind]["weights"])  # (layers, heads, T_q, T_k)
+        page.locator("#kind").select_option(kind)
+        assert page.locator("#layer option").count() == weights.shape[0]
+        for layer in range(weights.shape[0]):
+            page.locator("#layer").select_option(str(layer))
+            assert_cells_are(page, weights[layer, :, :SHOWN, :SHOWN], range(weights.shape[1]))
+    page.locator("#kind").select_option("cross")
+    page.locator("#layer").select_option("0")
+    page.screenshot(path=str(screenshot_dir(tmp_path) / "serve_page.png"), full_page=True)
+    assert not problems, problems
+    page.close()
+
+
+def test_the_server_page_shows_hostile_text_as_text(browser, server):
+    """Markup typed as sentences (one a line) stays text everywhere the page shows it."""
+    page, problems = open_page(browser, server)
+    type_lines(page, HOSTILE)
+    texts, docs = served(server, HOSTILE)
+    assert page.locator("#out li").all_text_contents() == texts
+    for k, line in enumerate(HOSTILE):
+        page.locator("#probe").select_option(f"probe_{k}")
+        page.locator("#tinymt-attention[data-ready='true']").wait_for()
+        assert page.locator("#sentence").text_content() == line
+        cross = np.asarray(docs[k]["kinds"]["cross"]["weights"])[0, :, :SHOWN, :SHOWN]
+        page.locator("#kind").select_option("cross")
+        assert_cells_are(page, cross, range(cross.shape[0]))
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.locator("img, iframe, #tinymt-attention script").count() == 0
+    assert not problems, problems
     page.close()

@@ -8,9 +8,8 @@ would first fill from the YAML. ``tests/test_config.py`` proves both equal, key 
 **Rules**: each field names the values it allows (``_r(default, rule)``, the rules made by
 :mod:`tinymt.rules`: every number bounded above too, paths checked without opening them);
 ``*_RULES`` are those tables, ``*_CROSS`` the rules between keys; a bad value is one
-``TinyMTError`` line. Scripts
-call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
-or ``check_train|data|translate|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
+``TinyMTError`` line. Scripts call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
+or ``check_train|data|translate|serve|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
 makes Hydra's own composition errors (unknown key, wrong type, missing option) one line too.
 """
 
@@ -18,15 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from tinymt.cli import run_hydra  # noqa: F401  (the scripts' import of it, kept)
 from tinymt.errors import TinyMTError
 from tinymt.rules import (
     BATCH_TOKENS,
@@ -52,25 +49,21 @@ from tinymt.rules import (
     SEED,
     TEXT_FILE,
     WIDTH,
-    Rule,
+    Cross,
+    apply_rules,
     attention_target,
     creatable_folder,
     integer,
     is_number,
     number,
     one_of,
+    rule_field,
+    rules_of,
     writable_file,
 )
 
+_r = rule_field  # a schema field: its default (= the YAML's, tested) and the values it allows
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")  # = tinymt.model.KINDS (tested)
-
-
-# ----------------------------------------------------------------------------- fields
-def _r(default, rule: Rule):
-    """A schema field: its default (= the YAML's, tested) and the values it allows."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"rule": rule})
-    return field(default=default, metadata={"rule": rule})
 
 
 # ----------------------------------------------------------------------------- schemas
@@ -200,9 +193,21 @@ class DecodeConfig:
 
 
 @dataclass
-class TranslateConfig:
+class EngineConfig:
+    """What translates (translate.py, serve.py): a run's checkpoint (``engine=torch``) or a
+    model folder of scripts/export.py (``engine=ct2``), and how it searches."""
+
     run: str = "latest"
     checkpoint: str = "best"
+    device: str = _r("auto", DEVICE)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    outputs_root: str = "outputs"
+    engine: str = _r("torch", one_of("torch", "ct2"))
+    model_dir: str | None = None  # engine=ct2: a folder of scripts/export.py ("model" is a group)
+
+
+@dataclass
+class TranslateConfig(EngineConfig):
     input: str | None = _r(None, TEXT_FILE)
     output: str | None = _r(None, (lambda v: writable_file(v, make_parents=False),
                                    "must be a file to write, in an existing writable folder"))
@@ -211,11 +216,28 @@ class TranslateConfig:
     attention_kinds: list[str] = _r(["cross"], (
         lambda v: len(v) > 0 and all(k in ATTENTION_KINDS for k in v),
         "must be a non-empty list of " + ", ".join(ATTENTION_KINDS)))
-    device: str = _r("auto", DEVICE)
-    decode: DecodeConfig = field(default_factory=DecodeConfig)
-    outputs_root: str = "outputs"
-    engine: str = _r("torch", one_of("torch", "ct2"))
-    model_dir: str | None = None  # engine=ct2: a folder of scripts/export.py ("model" is a group)
+
+
+@dataclass
+class ServeConfig(EngineConfig):
+    """scripts/serve.py: the HTTP server (LibreTranslate's API, the page), its limits and
+    its micro-batching."""
+
+    host: str = _r("127.0.0.1", (lambda v: bool(str(v).strip()), "must be a host name or "
+                                 "address, e.g. 127.0.0.1 (this machine) or 0.0.0.0 (all)"))
+    port: int = _r(5000, integer(0, 65535, note="0 = any free port"))
+    threads: int = _r(0, integer(0, MAX_THREADS, note="0 = every core"))
+    api_keys: str | None = _r(None, TEXT_FILE)
+    max_chars: int = _r(5000, integer(1, 1_000_000, note="characters per item"))
+    max_items: int = _r(100, integer(1, 100_000, note="items per request"))
+    max_body_bytes: int = _r(1_048_576, integer(1024, 1 << 30))
+    batch_sentences: int = _r(64, integer(1, 100_000, note="1 = no micro-batching"))
+    batch_wait_ms: float = _r(5.0, number(0, 60_000))
+    max_queue: int = _r(4096, integer(1, MAX_COUNT, note="sentences"))
+    timeout_s: float = _r(60.0, number(0, 86_400, lo_open=True))
+    max_connections: int = _r(1000, integer(1, 1_000_000))
+    attention_items: int = _r(8, integer(0, 1000, note="0 = no /attention, no page"))
+    access_log: bool = False
 
 
 @dataclass
@@ -254,26 +276,14 @@ class AverageConfig:
 
 
 # ----------------------------------------------------------------------------- rule tables
-def rules_of(schema, prefix: str = "") -> dict[str, Rule]:
-    """``{dotted key: (check, what to tell the user)}`` of a schema, its groups included."""
-    out: dict[str, Rule] = {}
-    for f in fields(schema):
-        if is_dataclass(f.default_factory):
-            out.update(rules_of(f.default_factory, f"{prefix}{f.name}."))
-        elif "rule" in f.metadata:
-            out[prefix + f.name] = f.metadata["rule"]
-    return out
-
-
 TRAIN_RULES = rules_of(TrainConfig)
 DATA_RULES = rules_of(DataConfig, "data.")
 TRANSLATE_RULES = rules_of(TranslateConfig)
+SERVE_RULES = rules_of(ServeConfig)
 EXPORT_RULES = rules_of(ExportConfig)
 ANALYZE_RULES = rules_of(AnalyzeConfig)
 AVERAGE_RULES = rules_of(AverageConfig)
 
-# (fine?, message: a format string of c, the config (DATA_CROSS: data), or a function of it)
-Cross = tuple[Callable[[Any], bool], "str | Callable[[Any], str]"]
 DATA_CROSS: list[Cross] = [
     (lambda c: c.source == "builtin" or bool(c.path),
      "data.source={c.source} needs data.path (it is not set)"),
@@ -320,7 +330,7 @@ TRAIN_CROSS: list[Cross] = [
      "trainer.average_last={c.trainer.average_last} needs trainer.keep_last >= "
      "{c.trainer.average_last} (only the last keep_last step checkpoints are kept)"),
 ]
-TRANSLATE_CROSS: list[Cross] = [
+ENGINE_CROSS: list[Cross] = [  # translate.py and serve.py alike
     (lambda c: c.decode.nbest <= c.decode.beam,
      "decode.beam={c.decode.beam}, decode.nbest={c.decode.nbest}: need 1 <= nbest <= beam"),
     (lambda c: c.decode.batch_tokens * c.decode.beam <= MAX_BEAM_TOKENS,
@@ -332,60 +342,52 @@ TRANSLATE_CROSS: list[Cross] = [
      "engine=ct2 needs model_dir=<a folder written by scripts/export.py>"),
     (lambda c: c.engine == "ct2" or not c.model_dir, "model_dir={c.model_dir} is an exported "
      "model, read by engine=ct2: add engine=ct2 (or drop model_dir=)"),
-    (lambda c: c.engine != "ct2" or not c.attention, "attention={c.attention}: attention maps "
-     "are drawn by the PyTorch engine only; drop attention= or use engine=torch"),
     (lambda c: c.engine != "ct2" or c.decode.beam_rule != "shrink", "decode.beam_rule=shrink: "
      "CTranslate2 searches with beam_rule=full only; drop decode.beam_rule or use engine=torch"),
     (lambda c: c.engine != "ct2" or c.device != "mps",
      "device=mps: CTranslate2 runs on cpu or cuda (engine=ct2)"),
 ]
+TRANSLATE_CROSS: list[Cross] = [*ENGINE_CROSS, (
+    lambda c: c.engine != "ct2" or not c.attention, "attention={c.attention}: attention maps "
+    "are drawn by the PyTorch engine only; drop attention= or use engine=torch")]
+SERVE_CROSS: list[Cross] = [*ENGINE_CROSS, (
+    lambda c: c.decode.nbest == 1, "decode.nbest={c.decode.nbest}: the server's n-best lists "
+    "come from each request's `alternatives`; drop decode.nbest")]
 EXPORT_CROSS: list[Cross] = [(lambda c: bool(c.out), "out= is not set: name the new folder to "
                               "write the model to, e.g. out=exports/my-model")]
 
 
 # ----------------------------------------------------------------------------- checking
-def _apply(cfg, rules: Mapping[str, Rule], cross: list[Cross] = (), strip: str = "") -> None:
-    """Every key's own rule (None = unset, skipped), then the rules between keys."""
-    for key, (check, allowed) in rules.items():
-        value = cfg
-        for part in key.removeprefix(strip).split("."):
-            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
-        verdict = True if value is None else check(value)
-        if verdict is not True:
-            shown = list(value) if OmegaConf.is_list(value) else value
-            why = f" ({verdict})" if isinstance(verdict, str) else ""
-            raise TinyMTError(f"{key}={shown!r}: {allowed}{why}")
-    for ok, message in cross:
-        if not ok(cfg):
-            raise TinyMTError(message(cfg) if callable(message) else message.format(c=cfg))
-
-
 def check_data(cfg) -> None:
     """A ``data`` node alone (DictConfig or :class:`DataConfig`); messages say ``data.<key>``."""
-    _apply(cfg, DATA_RULES, DATA_CROSS, strip="data.")
+    apply_rules(cfg, DATA_RULES, DATA_CROSS, strip="data.")
 
 
 def check_train(cfg) -> None:
     """A whole training config (typed: pass it through :func:`as_train_config`)."""
-    _apply(cfg, TRAIN_RULES)
-    _apply(cfg.data, {}, DATA_CROSS)
-    _apply(cfg, {}, TRAIN_CROSS)
+    apply_rules(cfg, TRAIN_RULES)
+    apply_rules(cfg.data, {}, DATA_CROSS)
+    apply_rules(cfg, {}, TRAIN_CROSS)
 
 
 def check_translate(cfg) -> None:
-    _apply(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)
+    apply_rules(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)
+
+
+def check_serve(cfg) -> None:
+    apply_rules(cfg, SERVE_RULES, SERVE_CROSS)
 
 
 def check_export(cfg) -> None:
-    _apply(cfg, EXPORT_RULES, EXPORT_CROSS)
+    apply_rules(cfg, EXPORT_RULES, EXPORT_CROSS)
 
 
 def check_analyze(cfg) -> None:
-    _apply(cfg, ANALYZE_RULES)
+    apply_rules(cfg, ANALYZE_RULES)
 
 
 def check_average(cfg) -> None:
-    _apply(cfg, AVERAGE_RULES)
+    apply_rules(cfg, AVERAGE_RULES)
 
 
 def as_train_config(cfg) -> DictConfig:
@@ -439,7 +441,8 @@ def register_configs() -> None:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
     for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),
-                       ("translate", TranslateConfig), ("export", ExportConfig),
+                       ("translate", TranslateConfig), ("serve", ServeConfig),
+                       ("export", ExportConfig),
                        ("analyze", AnalyzeConfig), ("average", AverageConfig)):
         ConfigStore.instance().store(name=f"{name}_schema", node=node)
 

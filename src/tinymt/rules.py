@@ -2,7 +2,8 @@
 bound of every number (``MAX_*``: what the machine and the libraries below can do), and the
 checks of paths (a file to write is a regular one or new; ``input=`` / ``ref=`` a regular
 file or a pipe; checked without opening them: a pipe blocks, a device never ends).
-:mod:`tinymt.config` puts them on its schemas' fields.
+:mod:`tinymt.config` puts them on its schemas' fields (``rule_field``) and checks a config
+against them (``rules_of`` a schema, ``apply_rules``: one ``TinyMTError`` line).
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import math
 import re
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
+
+from tinymt.errors import TinyMTError
 
 Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
 Rule = tuple[Check, str]  # (check, what to tell the user)
@@ -143,3 +149,42 @@ FOLDER: Rule = (creatable_folder, "must be a folder (or where one can be made), 
 TEXT_FILE: Rule = (readable_file, "must be a text file to read (a regular file or a pipe)")
 CKPT_FILE: Rule = (lambda v: writable_file(v, make_parents=True),
                    "must be a checkpoint file to write (not a folder)")
+
+
+# ----------------------------------------------------------------------------- on schemas
+def rule_field(default, rule: Rule):
+    """A schema field: its default (= the YAML's, tested) and the values it allows."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"rule": rule})
+    return field(default=default, metadata={"rule": rule})
+
+
+def rules_of(schema, prefix: str = "") -> dict[str, Rule]:
+    """``{dotted key: (check, what to tell the user)}`` of a schema, its groups included."""
+    out: dict[str, Rule] = {}
+    for f in fields(schema):
+        if is_dataclass(f.default_factory):
+            out.update(rules_of(f.default_factory, f"{prefix}{f.name}."))
+        elif "rule" in f.metadata:
+            out[prefix + f.name] = f.metadata["rule"]
+    return out
+
+
+# (fine?, message: a format string of c, the config (DATA_CROSS: data), or a function of it)
+Cross = tuple[Callable[[Any], bool], "str | Callable[[Any], str]"]
+
+
+def apply_rules(cfg, rules: Mapping[str, Rule], cross: list[Cross] = (), strip: str = "") -> None:
+    """Every key's own rule (None = unset, skipped), then the rules between keys."""
+    for key, (check, allowed) in rules.items():
+        value = cfg
+        for part in key.removeprefix(strip).split("."):
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        verdict = True if value is None else check(value)
+        if verdict is not True:
+            shown = list(value) if OmegaConf.is_list(value) else value
+            why = f" ({verdict})" if isinstance(verdict, str) else ""
+            raise TinyMTError(f"{key}={shown!r}: {allowed}{why}")
+    for ok, message in cross:
+        if not ok(cfg):
+            raise TinyMTError(message(cfg) if callable(message) else message.format(c=cfg))

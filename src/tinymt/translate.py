@@ -53,12 +53,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     check_translate(cfg)
-    if cfg.engine == "ct2":
-        device = None
-        run = load_export(cfg.model_dir, cfg.device)
-    else:
-        device = pick_device(cfg.device)
-        run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
+    run, device = load_translator(cfg)
     if sentences and cfg.input:
         raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
     refs = read_lines(cfg.ref) if cfg.ref else None
@@ -133,9 +128,21 @@ def _output(path: str | None, stdout, key: str = "output") -> Iterator:
         tmp.unlink(missing_ok=True)
 
 
-def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
-                     first_line: int = 1) -> list[str]:
-    d = cfg.decode
+def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, object]:
+    """``(model, torch device)`` that ``cfg`` names: a run's checkpoint (``engine=torch``,
+    keys ``run``, ``checkpoint``, ``device``, ``outputs_root``) or an export (``engine=ct2``,
+    ``model_dir``; the device is then CTranslate2's, returned as None). ``threads``:
+    CTranslate2's intra-op threads (0 = its default); torch's are the process's."""
+    if cfg.engine == "ct2":
+        return load_export(cfg.model_dir, cfg.device, threads), None
+    device = pick_device(cfg.device)
+    return load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root), device
+
+
+def source_ids(run: LoadedRun | LoadedExport, lines: Sequence[str], warn,
+               first_line: int = 1) -> list[list[int]]:
+    """Each line normalised as the training text was and encoded; a line longer than the
+    model takes is cut to fit (``warn`` names it, counting from ``first_line``)."""
     max_positions = run.max_positions if isinstance(run, LoadedExport) else \
         run.model.max_positions
     max_src = max_positions - 1  # room for eos
@@ -147,10 +154,19 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
                  "translated after truncation")
             toks = toks[:max_src]
         ids.append(toks)
+    return ids
+
+
+def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, device,
+           progress: bool = False) -> list[list[tuple[list[int], float]]]:
+    """Per id list, ``decode.nbest`` ``(ids, score)`` best first, by the engine ``run`` is
+    (:func:`tinymt.decoding.translate_ids` or :func:`tinymt.ct2.translate_export_ids`, with
+    the settings of a ``decode`` config node); an empty list gives no hypothesis."""
+    d = decode
     todo = [i for i, t in enumerate(ids) if t]
     kw = {"beam": d.beam, "len_penalty": d.len_penalty, "max_len_a": d.max_len_a,
           "max_len_b": d.max_len_b, "nbest": d.nbest, "batch_tokens": d.batch_tokens,
-          "progress": len(todo) > 200}
+          "progress": progress}
     if d.beam_rule:  # None: the engine's own rule
         kw["beam_rule"] = d.beam_rule
     if isinstance(run, LoadedExport):  # the decoding step is the only difference
@@ -160,6 +176,14 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     nbests: list[list[tuple[list[int], float]]] = [[] for _ in ids]
     for i, o in zip(todo, outs):
         nbests[i] = o
+    return nbests
+
+
+def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
+                     first_line: int = 1) -> list[str]:
+    d = cfg.decode
+    ids = source_ids(run, lines, warn, first_line)
+    nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     texts = []
     for hyps in nbests:
         best = run.tgt_tokenizer.decode(hyps[0][0]) if hyps else ""
@@ -215,20 +239,30 @@ def _imsave(path: Path, image: np.ndarray, attention: str) -> None:
         raise TinyMTError(f"cannot write attention={attention}: {e.strerror or e}") from None
 
 
-def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
-    """Every head of all three kinds for each sentence, teacher-forced on the model's own
-    translation, in one self-contained page (written whole: temp file, then rename). The
-    built-in corpus's showcase sentences bring their gold words."""
+def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:
+    """The view document (:mod:`tinymt.viewer.document`) of each sentence: every head of all
+    three kinds, teacher-forced on the model's own translation ``outs``. The built-in
+    corpus's showcase sentences bring their gold words."""
     data = run.config.get("data", {})
     gold = data.get("source") == "builtin" and not data.get("reverse")
     step = int(run.state.get("step", 0))
-    docs = [translation_document(
+    return [translation_document(
         collect_attention(run.model, src, out, device), run.src_tokenizer.pieces(src),
         run.tgt_tokenizer.pieces(out), line, run.tgt_tokenizer.decode(out), step, gold)
         for line, src, out in zip(lines, ids, outs)]
-    name = f"{run.run_dir.name} · {run.checkpoint.name}"
+
+
+def view_name(run: LoadedRun) -> str:
+    """How the view names the model: run folder and checkpoint."""
+    return f"{run.run_dir.name} · {run.checkpoint.name}"
+
+
+def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
+    """Every sentence's documents in one self-contained page (written whole: temp file,
+    then rename)."""
+    docs = attention_documents(run, lines, ids, outs, device)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _output(str(target), None, key="attention") as f:
-        f.write(html_page(name, docs, title=f"tinymt attention: {lines[0].strip()}"
+        f.write(html_page(view_name(run), docs, title=f"tinymt attention: {lines[0].strip()}"
                           if docs else "tinymt attention"))
     print(f"attention view: {target}", file=sys.stderr)

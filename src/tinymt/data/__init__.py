@@ -29,7 +29,7 @@ folder layout; :mod:`tinymt.data.summary` the stats and their table.
 """
 
 from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
-from tinymt.data.pipeline import normalize, prepare, target_language
+from tinymt.data.pipeline import normalize, prepare, source_language, target_language
 from tinymt.data.prepared import PreparedData
 from tinymt.data.sampling import TrainSegments
 from tinymt.data.sources import MAX_LINE_CHARS, SPLITS, capped_lines, read_lines
@@ -49,5 +49,6 @@ __all__ = [
     "prepare",
     "read_lines",
     "summary_table",
+    "source_language",
     "target_language",
 ]

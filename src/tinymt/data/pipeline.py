@@ -37,6 +37,12 @@ def target_language(cfg) -> str:
     return get("src_lang") if get("reverse", False) else get("tgt_lang", "en")
 
 
+def source_language(cfg) -> str:
+    """The language the model reads (``target_language``'s counterpart)."""
+    get = cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    return get("tgt_lang") if get("reverse", False) else get("src_lang", "zh")
+
+
 def normalize(text: str) -> str:
     """Unicode NFKC, whitespace runs collapsed to one space, stripped."""
     return " ".join(unicodedata.normalize("NFKC", text).split())

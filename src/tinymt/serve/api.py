@@ -1,0 +1,217 @@
+"""LibreTranslate's API, as this server speaks it: reading a request's fields (JSON, a form,
+or the query string; the body capped), checking them against the limits, and the answer's
+shape. No model here: :mod:`tinymt.serve.app` routes, this module reads and writes.
+
+    POST /translate  q (a string or a list of strings), source, target, format=text,
+                     alternatives (n-best), api_key
+                     -> {"translatedText": ...[, "alternatives": ...][, "detectedLanguage": ...]}
+    GET  /languages  -> [{"code": "zh", "name": "Chinese", "targets": ["en"]}, ...]
+    errors           -> {"error": "..."} with 400 (bad request), 403 (API key), 413 (body too
+                        large), 429 (queue full), 500, 503 (timed out, shutting down)
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+
+MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+MAX_FIELDS = 16  # form fields read (q is one field: a list comes as JSON)
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
+    "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
+    "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian",
+    "zh": "Chinese", "cmn": "Chinese (Mandarin)",
+}
+
+
+class ApiError(Exception):
+    """A request answered with ``{"error": message}`` and ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may hold (the server's config)."""
+
+    max_chars: int = 5000
+    max_items: int = 100
+    max_body_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The one language pair a model translates."""
+
+    source: str
+    target: str
+
+    def languages(self) -> list[dict]:
+        """``GET /languages``: each language with the codes it translates into."""
+        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
+                for code, targets in ((self.source, [self.target]), (self.target, []))]
+
+    def check(self, source: str, target: str) -> bool:
+        """Whether ``source`` -> ``target`` is this pair (``source`` may be ``auto``);
+        True means the source was ``auto``."""
+        src, tgt = source.strip().lower(), target.strip().lower()
+        if (src in ("auto", self.source.lower())) and tgt == self.target.lower():
+            return src == "auto"
+        raise ApiError(400, f"{source}→{target} is not a language pair this server "
+                            f"translates: it translates {self.source}→{self.target}")
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    items: list[str]
+    single: bool  # q was a string (the answer holds strings, not lists)
+    auto: bool  # source=auto
+    alternatives: int
+
+
+# ----------------------------------------------------------------------------- reading
+async def read_fields(request: Request, limits: Limits) -> dict:
+    """The request's fields: the query string, then a JSON object, a urlencoded or a
+    multipart form body on top. The body is read up to ``limits.max_body_bytes`` (413
+    beyond); anything unreadable is one 400."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise _too_large(limits)
+    fields: dict = dict(request.query_params)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.max_body_bytes:
+            raise _too_large(limits)
+    if not body:
+        return fields
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        fields.update(_json_object(bytes(body)))
+    elif kind == "application/x-www-form-urlencoded":
+        fields.update(_form(bytes(body)))
+    elif kind == "multipart/form-data":
+        request._body = bytes(body)  # starlette's form parser reads the body kept here
+        try:
+            form = await request.form(max_files=0, max_fields=MAX_FIELDS)
+        except Exception as e:  # noqa: BLE001  (python-multipart's and starlette's errors)
+            raise ApiError(400, f"Invalid request: the form cannot be read ({e})") from None
+        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
+    else:
+        raise ApiError(400, "Invalid request: send JSON (Content-Type: application/json) or a "
+                            "form (application/x-www-form-urlencoded or multipart/form-data)")
+    return fields
+
+
+def _too_large(limits: Limits) -> ApiError:
+    return ApiError(413, f"Invalid request: the body is over {limits.max_body_bytes:,} bytes")
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        value = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ApiError(400, "Invalid request: the body is not valid JSON in UTF-8") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "Invalid request: the JSON body must be an object, "
+                            'e.g. {"q": "...", "source": "zh", "target": "en"}')
+    return value
+
+
+def _form(body: bytes) -> dict:
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
+                          max_num_fields=MAX_FIELDS, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "Invalid request: the form is not valid UTF-8 or has too many "
+                            f"fields (at most {MAX_FIELDS})") from None
+    return dict(pairs)
+
+
+# ----------------------------------------------------------------------------- checking
+def check_key(fields: Mapping, keys: frozenset[str] | None) -> None:
+    """403 unless keys are off or ``api_key`` is one of them (compared in constant time)."""
+    if keys is None:
+        return
+    given = fields.get("api_key")
+    if not isinstance(given, str) or not given:
+        raise ApiError(403, "Please contact the server operator to get an API key")
+    if not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
+        raise ApiError(403, "Invalid API key")
+
+
+def text_items(fields: Mapping, limits: Limits, max_items: int | None = None
+               ) -> tuple[list[str], bool]:
+    """``(q as a list of strings, whether q was one string)``, checked against the limits."""
+    q = fields.get("q")
+    max_items = limits.max_items if max_items is None else max_items
+    if q is None or q == "" or q == []:
+        raise ApiError(400, "Invalid request: missing q parameter")
+    single = isinstance(q, str)
+    items = [q] if single else q
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
+        raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+    if len(items) > max_items:
+        raise ApiError(400, f"Invalid request: q has {len(items):,} items; at most {max_items:,}"
+                            " a request")
+    for n, text in enumerate(items, 1):
+        if len(text) > limits.max_chars:
+            which = "q" if single else f"q item {n}"
+            raise ApiError(400, f"Invalid request: {which} has {len(text):,} characters; at "
+                                f"most {limits.max_chars:,}")
+        if "\x00" in text:
+            raise ApiError(400, "Invalid request: q holds a NUL character")
+    return items, single
+
+
+def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
+                      ) -> TranslateRequest:
+    """``POST /translate``'s fields, checked; ``beam``: the server's beam size (n-best
+    lists hold at most that many)."""
+    items, single = text_items(fields, limits)
+    for name in ("source", "target"):
+        if not isinstance(fields.get(name), str) or not fields[name].strip():
+            raise ApiError(400, f"Invalid request: missing {name} parameter")
+    auto = pair.check(fields["source"], fields["target"])
+    fmt = fields.get("format", "text")
+    if fmt != "text":
+        raise ApiError(400, f"Invalid request: format={str(fmt)[:40]!r}: this server "
+                            "translates plain text only (format=text)")
+    alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, MAX_ALTERNATIVES)
+    if alternatives >= beam:
+        raise ApiError(400, f"Invalid request: alternatives={alternatives} needs a beam of at "
+                            f"least {alternatives + 1}; this server searches with beam {beam} "
+                            "(start it with decode.beam=N)")
+    return TranslateRequest(items, single, auto, alternatives)
+
+
+def _integer(value, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ApiError(400, f"Invalid request: {name} must be an integer from {lo} to {hi}")
+    return value
+
+
+# ----------------------------------------------------------------------------- answers
+def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair) -> dict:
+    """LibreTranslate's answer: each item's best translation, its alternatives (the next
+    best of the n-best) when asked for, and the source language when it was ``auto`` (the
+    model's own: it reads one language, and detects none)."""
+    best = [hyps[0] if hyps else "" for hyps in nbests]
+    out: dict = {"translatedText": best[0] if req.single else best}
+    if req.alternatives:
+        alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
+        out["alternatives"] = alts[0] if req.single else alts
+    if req.auto:
+        detected = {"confidence": 100.0, "language": pair.source}
+        out["detectedLanguage"] = detected if req.single else [detected] * len(best)
+    return out

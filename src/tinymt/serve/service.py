@@ -1,0 +1,139 @@
+"""A loaded model behind the micro-batcher: what the HTTP routes call.
+
+:class:`Service` turns text into source ids (:func:`tinymt.translate.source_ids`, the same
+normalising and truncation as ``translate.py``), hands them to the worker thread
+(:mod:`tinymt.serve.batcher`) and awaits the answer, bounded by the request timeout. The
+search is :func:`tinymt.translate.search` with the server's ``decode`` settings, so an
+answer is what ``translate.py`` prints for the same sentence, checkpoint and settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from types import SimpleNamespace
+
+from omegaconf import OmegaConf
+
+from tinymt.ct2 import LoadedExport
+from tinymt.data import read_lines, source_language, target_language
+from tinymt.errors import TinyMTError
+from tinymt.rundir import LoadedRun
+from tinymt.serve.api import ApiError, Limits, Pair
+from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher, Task, TranslateJob
+from tinymt.translate import attention_documents, search, source_ids, view_name
+from tinymt.viewer.html import inline_data
+
+
+def read_keys(path: str) -> frozenset[str]:
+    """The API keys of ``api_keys=``: one a line; blank lines and ``#`` comments skipped."""
+    keys = frozenset(k.strip() for k in read_lines(path) if k.strip()
+                     and not k.lstrip().startswith("#"))
+    if not keys:
+        raise TinyMTError(f"api_keys={path} holds no key (one a line)")
+    return keys
+
+
+class Service:
+    """The model (a run or an export), its limits and its worker, for the routes."""
+
+    def __init__(self, run: LoadedRun | LoadedExport, device, cfg):
+        self.run, self.device = run, device
+        self.decode = SimpleNamespace(**OmegaConf.to_container(cfg.decode, resolve=True))
+        data = run.config.get("data", {})
+        self.pair = Pair(source_language(data), target_language(data))
+        self.limits = Limits(cfg.max_chars, cfg.max_items, cfg.max_body_bytes)
+        self.keys = read_keys(cfg.api_keys) if cfg.api_keys else None
+        self.attention_items = cfg.attention_items if isinstance(run, LoadedRun) else 0
+        self.timeout = float(cfg.timeout_s)
+        self.engine = cfg.engine
+        self.name = view_name(run) if isinstance(run, LoadedRun) else run.path.name
+        self.batcher = MicroBatcher(self._decode, cfg.batch_sentences,
+                                    cfg.batch_wait_ms / 1000, cfg.max_queue)
+
+    # ------------------------------------------------------------------ the worker's side
+    def _decode(self, ids: list[list[int]], nbest: int):
+        return search(self.run, ids, SimpleNamespace(**{**vars(self.decode), "nbest": nbest}),
+                      self.device)
+
+    def _attention(self, items: list[str], ids: list[list[int]]) -> dict:
+        """Translations and the view documents of ``items`` (on the worker thread)."""
+        outs = [h[0][0] if h else [] for h in self._decode(ids, 1)]
+        keep = [i for i, t in enumerate(ids) if t]
+        docs = attention_documents(self.run, [items[i] for i in keep], [ids[i] for i in keep],
+                                   [outs[i] for i in keep], self.device)
+        return {"translatedText": [self.run.tgt_tokenizer.decode(o) for o in outs],
+                "view": inline_data(self.name, docs)}
+
+    def start(self) -> None:
+        """Start the worker and warm the model up (the first request is then not slower)."""
+        self.batcher.start()
+        sample = list(range(4, min(12, self.run.src_tokenizer.vocab_size)))
+        for n in (1, 4):
+            self.batcher.run_now(TranslateJob([sample] * n, 1))
+        if self.attention_items:
+            self.batcher.run_now(Task(lambda: self._attention(["warm-up"], [sample])))
+
+    def close(self) -> None:
+        self.batcher.close()
+
+    # ------------------------------------------------------------------ the routes' side
+    def encode(self, items: list[str]) -> list[list[int]]:
+        """Source ids; a sentence longer than the model takes is cut to fit, as
+        ``translate.py`` does."""
+        return source_ids(self.run, items, warn=lambda _: None)
+
+    async def translate(self, items: list[str], nbest: int) -> list[list[str]]:
+        """Each item's ``nbest`` translations, best first (an empty item: none)."""
+        hyps = await self._wait(TranslateJob(self.encode(items), nbest))
+        tgt = self.run.tgt_tokenizer
+        return [[tgt.decode(toks) for toks, _ in h] for h in hyps]
+
+    async def attention(self, items: list[str]) -> dict:
+        """``{"translatedText": [...], "view": <view data of inline_data>}``."""
+        ids = self.encode(items)
+        return await self._wait(Task(lambda: self._attention(items, ids), weight=len(items)))
+
+    async def _wait(self, job: Job):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def on_done(result):  # on the worker thread
+            try:
+                loop.call_soon_threadsafe(_resolve, future, result)
+            except RuntimeError:  # the loop is gone: nobody waits any more
+                pass
+
+        job.on_done = on_done
+        try:
+            self.batcher.submit(job)
+        except Busy:
+            raise ApiError(429, f"Too many requests: {self.batcher.queued:,} sentences are "
+                                "waiting; try again later") from None
+        except Closed:
+            raise ApiError(503, "the server is shutting down") from None
+        try:
+            result = await asyncio.wait_for(future, self.timeout)
+        except asyncio.TimeoutError:
+            job.cancelled = True
+            raise ApiError(503, f"no answer within {self.timeout:g} s: the server is busy; "
+                                "try again later") from None
+        if isinstance(result, TinyMTError):
+            raise ApiError(400, str(result))
+        if isinstance(result, BaseException):
+            print(f"error: {type(result).__name__}: {result}", file=sys.stderr, flush=True)
+            raise ApiError(500, f"internal error ({type(result).__name__})")
+        return result
+
+    def health(self) -> dict:
+        return {"status": "ok", "model": self.name, "engine": self.engine,
+                "source": self.pair.source, "target": self.pair.target,
+                "beam": self.decode.beam, "attention": bool(self.attention_items),
+                "attention_items": self.attention_items, "api_keys": self.keys is not None,
+                "max_items": self.limits.max_items, "max_chars": self.limits.max_chars,
+                "queued": self.batcher.queued, **self.batcher.stats}
+
+
+def _resolve(future: asyncio.Future, result) -> None:
+    if not future.done():
+        future.set_result(result)

@@ -1,0 +1,415 @@
+"""The server (scripts/serve.py) as its users meet it: LibreTranslate's own Python client,
+plain HTTP with bad input, many connections at once, and signals.
+
+Every answer is held to ``translate.py``'s output for the same sentences and checkpoint
+(``tinymt.translate.translate``: what the script prints), micro-batched or not. The
+servers are real processes on loopback ports (``conftest.Server``); the worker's queue
+rules are checked in-process on a batcher whose decoding records what it is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import io
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from conftest import (
+    REPO_ROOT,
+    Server,
+    compose_translate,
+    http_get,
+    post_json,
+    run_script_in_process,
+)
+from tinymt.config import ServeConfig
+from tinymt.corpus import SHOWCASE, sample_pairs
+from tinymt.rundir import load_run
+from tinymt.serve import Service
+from tinymt.serve.api import ApiError
+from tinymt.serve.batcher import Busy, Closed, MicroBatcher, Task, TranslateJob
+from tinymt.translate import translate
+
+SENTENCES = [p.zh for _, p in sample_pairs(11, 10)] + [p.zh for p in SHOWCASE[:2]]
+
+
+def translations(run, *overrides, sentences=SENTENCES) -> list[str]:
+    """What ``translate.py run=<run> <overrides> <sentences>`` prints."""
+    return translate(compose_translate(f"run={run}", *overrides), sentences,
+                     stdout=io.StringIO())["translations"]
+
+
+def ask(base: str, q, **fields) -> tuple[int, dict]:
+    return post_json(f"{base}/translate", {"q": q, "source": "zh", "target": "en", **fields})
+
+
+# ----------------------------------------------------------------------------- the worker
+def recording_batcher(max_sentences=4, wait_s=0.0, max_queue=100):
+    """A batcher whose decoding reverses each id list and records each call's size."""
+    calls: list[tuple[int, int]] = []
+
+    def decode(ids, nbest):
+        calls.append((len(ids), nbest))
+        return [[(s[::-1], float(k)) for k in range(nbest)] for s in ids]
+
+    return MicroBatcher(decode, max_sentences, wait_s, max_queue), calls
+
+
+def test_the_batcher_groups_waiting_jobs_and_answers_each_its_own():
+    b, calls = recording_batcher(max_sentences=4)
+    done: dict[int, object] = {}
+    jobs = [TranslateJob([[i, i + 1]], 1 if i % 3 else 2) for i in range(9)]
+    jobs.append(TranslateJob([[7]] * 6, 1))  # larger than a batch: taken alone
+    for i, job in enumerate(jobs):
+        job.on_done = lambda r, i=i: done.__setitem__(i, r)
+        b.submit(job)  # all waiting before the worker starts
+    b.start()
+    b.close(timeout=10)
+    assert len(done) == len(jobs)
+    for i, job in enumerate(jobs):
+        assert done[i] == [[(s[::-1], float(k)) for k in range(job.nbest)] for s in job.ids]
+    assert sum(n for n, _ in calls) == 9 + 6
+    assert all(n <= 4 for n, _ in calls[:-1]) and calls[-1] == (6, 1)
+    assert b.stats["largest_batch"] == 6 and b.stats["batches"] == len(calls) < 9
+    with pytest.raises(Closed):
+        b.submit(TranslateJob([[1]]))
+
+
+def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue():
+    b, calls = recording_batcher(max_sentences=8, max_queue=5)
+    gone = TranslateJob([[1, 2]])
+    gone.cancelled = True
+    b.submit(gone)
+    b.submit(TranslateJob([[3]] * 3))
+    with pytest.raises(Busy):  # 1 + 3 sentences queued: two more do not fit
+        b.submit(TranslateJob([[4]] * 2))
+    b.start()
+    assert b.run_now(Task(lambda: "alone", weight=2), timeout=10) == "alone"
+    assert b.run_now(TranslateJob([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
+    b.close(timeout=10)
+    assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
+
+
+def test_a_failed_decode_is_each_waiting_request_s_error():
+    def decode(ids, nbest):
+        raise RuntimeError("boom")
+
+    b = MicroBatcher(decode, 8, 0.0, 100)
+    b.start()
+    with pytest.raises(RuntimeError, match="boom"):
+        b.run_now(TranslateJob([[1]]), timeout=10)
+    b.close(timeout=10)
+
+
+def serve_config(*overrides):
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        return compose(config_name="serve", overrides=["device=cpu", *overrides])
+
+
+def test_a_full_queue_is_429_and_a_late_answer_503(tiny_run):
+    """In-process, with the worker not started: the queue fills and nothing is answered."""
+    run = load_run(str(tiny_run), "best", "cpu")
+    service = Service(run, None, serve_config(f"run={tiny_run}", "max_queue=2"))
+    service.batcher.submit(TranslateJob([[4], [5]]))
+    with pytest.raises(ApiError) as e:
+        asyncio.run(service.translate(["他喜欢猫吗？"], 1))
+    assert e.value.status == 429 and "try again" in e.value.message
+    service = Service(run, None, serve_config(f"run={tiny_run}", "timeout_s=0.05"))
+    with pytest.raises(ApiError) as e:
+        asyncio.run(service.translate(["他喜欢猫吗？"], 1))
+    assert e.value.status == 503 and "0.05 s" in e.value.message
+
+
+def test_a_taken_port_is_one_line_before_the_model_loads(tiny_run, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        status, err = run_script_in_process("serve", [f"run={tiny_run}", f"port={port}"], capsys)
+    assert status == 2 and err.strip() == f"error: cannot listen on 127.0.0.1:{port}: " \
+                                          "Address already in use"
+
+
+# ----------------------------------------------------------------------------- servers
+@pytest.fixture(scope="module")
+def greedy(tiny_run):
+    server = Server([f"run={tiny_run}", "device=cpu"])
+    yield server
+    status, err = server.stop()
+    assert status == 0 and "Traceback" not in err, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def keys_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("keys") / "keys.txt"
+    path.write_text("# one key a line\nsecret-1\n\nsecret-2\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def beam(tiny_run, keys_file):
+    """Beam 3, with API keys; stopped by Ctrl-C (SIGINT)."""
+    server = Server([f"run={tiny_run}", "device=cpu", "decode.beam=3", f"api_keys={keys_file}"])
+    yield server
+    status, err = server.stop(signal.SIGINT)
+    assert status == 0 and "Traceback" not in err, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_run, tmp_path_factory):
+    pytest.importorskip("ctranslate2", reason="CTranslate2 is the optional extra .[ct2]")
+    from tinymt.ct2 import export_run
+
+    out = tmp_path_factory.mktemp("serve_export") / "model"
+    export_run(load_run(str(tiny_run), "best", "cpu"), out, "none")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["torch", "ct2"])
+def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run, greedy,
+                                                               request):
+    from libretranslatepy import LibreTranslateAPI
+
+    if engine == "ct2":
+        model = request.getfixturevalue("exported")
+        server = Server(["engine=ct2", f"model_dir={model}", "device=cpu"])
+        expected = translate(compose_translate("engine=ct2", f"model_dir={model}"), SENTENCES,
+                             stdout=io.StringIO())["translations"]
+    else:
+        server, expected = greedy, translations(tiny_run)
+    try:
+        lt = LibreTranslateAPI(server.base)
+        assert [lt.translate(s, "zh", "en") for s in SENTENCES] == expected
+        assert [(x["code"], x["targets"]) for x in lt.languages()] == [("zh", ["en"]), ("en", [])]
+        status, answer = ask(server.base, SENTENCES)  # q as a list: one request
+        assert status == 200 and answer == {"translatedText": expected}
+        status, answer = ask(server.base, SENTENCES[0], source="auto")
+        assert answer["detectedLanguage"]["language"] == "zh"
+    finally:
+        if server is not greedy:
+            assert server.stop()[0] == 0
+
+
+def _concurrently(base: str, sentences: list[str], clients: int, **fields) -> list:
+    with ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(lambda s: ask(base, s, **fields), sentences))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_micro_batched_answers_equal_each_sentence_alone(search, tiny_run, request):
+    server = request.getfixturevalue(search)
+    overrides, key = ([], {}) if search == "greedy" else (["decode.beam=3"], {"api_key": "secret-1"})
+    alone = {s: translations(tiny_run, *overrides, sentences=[s])[0] for s in SENTENCES}
+    before = json.loads(http_get(f"{server.base}/health")[1])
+    answers = _concurrently(server.base, SENTENCES * 4, 16, **key)
+    after = json.loads(http_get(f"{server.base}/health")[1])
+    assert [a for a in answers] == [(200, {"translatedText": alone[s]}) for s in SENTENCES * 4]
+    sentences = after["sentences"] - before["sentences"]
+    assert sentences == len(SENTENCES) * 4
+    assert after["batches"] - before["batches"] < sentences  # requests shared batches
+    assert after["largest_batch"] > 1
+
+
+@pytest.mark.slow
+def test_alternatives_are_translate_py_s_n_best(tiny_run, beam):
+    out = io.StringIO()
+    translate(compose_translate(f"run={tiny_run}", "decode.beam=3", "decode.nbest=3"),
+              SENTENCES[:3], stdout=out)
+    blocks = [b.splitlines() for b in out.getvalue().strip("\n").split("\n\n")]
+    status, answer = ask(beam.base, SENTENCES[:3], alternatives=2, api_key="secret-2")
+    assert status == 200
+    assert answer["translatedText"] == [b[0].split("\t")[1] for b in blocks]
+    assert answer["alternatives"] == [[ln.split("\t")[1] for ln in b[1:]] for b in blocks]
+
+
+@pytest.mark.slow
+def test_api_keys(beam, keys_file):
+    from libretranslatepy import LibreTranslateAPI
+
+    assert ask(beam.base, "他喜欢猫吗？") == (403, {"error": "Please contact the server "
+                                                    "operator to get an API key"})
+    assert ask(beam.base, "他喜欢猫吗？", api_key="secret-3") == (403, {"error": "Invalid API key"})
+    assert ask(beam.base, "他喜欢猫吗？", api_key="# one key a line")[0] == 403  # a comment
+    text = LibreTranslateAPI(beam.base, api_key="secret-2").translate("他喜欢猫吗？", "zh", "en")
+    assert text == ask(beam.base, "他喜欢猫吗？", api_key="secret-1")[1]["translatedText"]
+    assert json.loads(http_get(f"{beam.base}/health")[1])["api_keys"] is True
+
+
+BAD = [  # (body, content type, status, words of the error)
+    (b'{"q": "", "source": "zh", "target": "en"}', "application/json", 400, "missing q"),
+    (b'{"source": "zh", "target": "en"}', "application/json", 400, "missing q"),
+    (b'{"q": "x", "target": "en"}', "application/json", 400, "missing source"),
+    (json.dumps({"q": "a" * 1_000_000, "source": "zh", "target": "en"}).encode(),
+     "application/json", 400, "1,000,000 characters; at most 5,000"),
+    (json.dumps({"q": ["猫"] * 10_000, "source": "zh", "target": "en"}).encode(),
+     "application/json", 400, "10,000 items; at most 100"),
+    (b'{"q": 5, "source": "zh", "target": "en"}', "application/json", 400, "string or a list"),
+    (b'{"q": ["a", 1], "source": "zh", "target": "en"}', "application/json", 400, "string or"),
+    (b'{"q": "a", "source": 3, "target": "en"}', "application/json", 400, "missing source"),
+    (b'{"q": "a", "source": "zh", "target": "en", "alternatives": "x"}', "application/json",
+     400, "alternatives must be an integer"),
+    (b'{"q": "a", "source": "zh", "target": "en", "alternatives": 1}', "application/json",
+     400, "needs a beam of at least 2"),
+    (b'{"q": "a", "source": "zh", "target": "en", "format": "html"}', "application/json", 400,
+     "plain text only"),
+    (b'{"q": "a", "source": "de", "target": "en"}', "application/json", 400,
+     "de→en is not a language pair this server translates: it translates zh→en"),
+    (b'{"q": "a", "source": "zh", "target": "fr"}', "application/json", 400, "zh→fr"),
+    (b'{"q": "a", "source": "zh", "target": "en"', "application/json", 400, "not valid JSON"),
+    (b'[1, 2]', "application/json", 400, "must be an object"),
+    (b"[" * 100_000 + b"]" * 100_000, "application/json", 400, "not valid JSON"),
+    (b'{"q": "\xff\xfe", "source": "zh", "target": "en"}', "application/json", 400, "UTF-8"),
+    (b"q=%FF&source=zh&target=en", "application/x-www-form-urlencoded", 400, "UTF-8"),
+    (b"q=a&source=zh&target=en", "text/plain", 400, "send JSON"),
+    (b'{"q": "a\\u0000b", "source": "zh", "target": "en"}', "application/json", 400, "NUL"),
+]
+
+
+@pytest.mark.slow
+def test_bad_input_is_one_json_error_each_and_the_server_stays_up(greedy):
+    for body, kind, status, words in BAD:
+        got, answer = post_json(f"{greedy.base}/translate", None, raw=body, content_type=kind)
+        assert (got, list(answer)) == (status, ["error"]), (body[:60], answer)
+        assert words in answer["error"] and "\n" not in answer["error"], answer
+    for method, path, status in (("GET", "/translate", 405), ("GET", "/nowhere", 404),
+                                 ("POST", "/languages", 405), ("GET", "/../etc/passwd", 404)):
+        conn = http.client.HTTPConnection("127.0.0.1", greedy.port, timeout=30)
+        conn.request(method, path)
+        resp = conn.getresponse()
+        assert resp.status == status and list(json.loads(resp.read())) == ["error"], path
+        conn.close()
+    assert http_get(f"{greedy.base}/health")[0] == 200
+    assert ask(greedy.base, "他喜欢猫吗？")[0] == 200
+
+
+def _send_raw(port: int, head: str, body: bytes) -> tuple[int, dict]:
+    """Send a request's head and (part of) its body on a socket, read the answer: how a
+    client sees a body refused before it has all been sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head.encode() + b"\r\n\r\n" + body)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+                data.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0] or 0):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+
+@pytest.mark.slow
+def test_a_body_over_the_limit_is_413_declared_or_streamed(greedy):
+    head = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+    status, answer = _send_raw(greedy.port, head + "\r\nContent-Length: 2000000", b'{"q": "')
+    assert status == 413 and answer == {"error": "Invalid request: the body is over "
+                                                 "1,048,576 bytes"}
+    chunk = b"a" * (1 << 20)
+    status, answer = _send_raw(greedy.port, head + "\r\nTransfer-Encoding: chunked",
+                               b"%x\r\n%s\r\n" % (len(chunk), chunk) * 2)
+    assert status == 413 and "over 1,048,576 bytes" in answer["error"]
+    assert ask(greedy.base, "他喜欢猫吗？")[0] == 200
+
+
+# ----------------------------------------------------------------------------- load
+class Client(threading.Thread):
+    """One keep-alive connection sending its sentences one after another; ``results`` are
+    ``(sentence, status or None, translation or error)``: None = no answer on a connection
+    the server closed before taking the request."""
+
+    def __init__(self, port: int, sentences: list[str], stop: threading.Event | None = None):
+        super().__init__(daemon=True)
+        self.port, self.sentences, self.stop = port, sentences, stop
+        self.results: list[tuple[str, int | None, str]] = []
+
+    def run(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        for s in self.sentences:
+            if self.stop is not None and self.stop.is_set() and self.results \
+                    and self.results[-1][1] is None:
+                break
+            body = json.dumps({"q": s, "source": "zh", "target": "en"})
+            try:
+                conn.request("POST", "/translate", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                answer = json.loads(resp.read())
+                self.results.append((s, resp.status, answer.get("translatedText")
+                                     or answer.get("error")))
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.results.append((s, None, ""))
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.close()
+
+
+@pytest.mark.slow
+def test_2000_requests_over_32_connections(greedy):
+    alone = {s: ask(greedy.base, s)[1]["translatedText"] for s in SENTENCES}
+    warm = [Client(greedy.port, SENTENCES * 2) for _ in range(32)]  # 768 requests
+    for c in warm:
+        c.start()
+    for c in warm:
+        c.join(120)
+    rss_warm = greedy.rss_kib()
+    start = time.monotonic()
+    clients = [Client(greedy.port, (SENTENCES * 8)[k % 12:][:63]) for k in range(32)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(300)
+    seconds = time.monotonic() - start
+    results = [r for c in clients + warm for r in c.results]
+    assert not any(c.is_alive() for c in clients)
+    assert len(results) == 768 + 32 * 63  # 2,784 in all
+    assert [(s, st, t) for s, st, t in results if (st, t) != (200, alone[s])] == []
+    growth = (greedy.rss_kib() - rss_warm) / 1024
+    print(f"\n2,016 requests over 32 connections in {seconds:.1f} s; server memory "
+          f"{rss_warm / 1024:.0f} MiB after the first 768, growth {growth:+.1f} MiB after")
+    assert growth < 32, f"the server grew by {growth:.1f} MiB"
+
+
+@pytest.mark.slow
+def test_sigterm_under_load_answers_what_it_accepted_and_exits_0(tiny_run):
+    server = Server([f"run={tiny_run}", "device=cpu"])
+    alone = {s: ask(server.base, s)[1]["translatedText"] for s in SENTENCES}
+    stop = threading.Event()
+    clients = [Client(server.port, SENTENCES * 100, stop) for _ in range(32)]
+    for c in clients:
+        c.start()
+    time.sleep(1.5)
+    stop.set()
+    status, err = server.stop(signal.SIGTERM)
+    for c in clients:
+        c.join(60)
+    assert not any(c.is_alive() for c in clients), "a client hangs"
+    results = [r for c in clients for r in c.results]
+    answered = [r for r in results if r[1] == 200]
+    assert all(t == alone[s] for s, _, t in answered)
+    assert {st for _, st, _ in results} <= {200, 503, None}
+    assert len(answered) > 32
+    assert status == 0 and "Traceback" not in err, err[-3000:]
+    assert "stopped:" in err.splitlines()[-1]
+
+
+def test_help_shows_the_examples_and_every_setting():
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    help_ = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml").hydra.help
+    assert r.stdout.startswith(help_.header) and help_.footer.strip() in r.stdout
+    config = r.stdout.split("== Config ==", 1)[1]
+    for key in ServeConfig.__dataclass_fields__:
+        assert f"\n{key}:" in config, key

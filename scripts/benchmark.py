@@ -5,6 +5,9 @@
         --out docs/benchmarks.md                              # the published CPU report
     python scripts/benchmark.py --device cuda --merge docs/benchmarks.json \\
         --json docs/benchmarks-cuda.json --out docs/benchmarks.md   # add the GPU sections
+    python scripts/benchmark.py --device cpu --sections serve --run outputs/<date>/<time> \\
+        --merge docs/benchmarks.json --json docs/benchmarks.json \\
+        --out docs/benchmarks.md             # scripts/serve.py under load, keeping the rest
 
 Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; docs/ is
 written only when named, from a clean working tree. `--help` lists the options; the

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -22,6 +24,7 @@ from tinymt.bench.decode_speed import bench_decoding, decode_once
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.report import render_decoding, render_markdown
+from tinymt.bench.serve_load import HttpError, percentile, read_response
 from tinymt.bench.targets import evaluate_targets
 from tinymt.bench.workload import load_data
 from tinymt.config import ModelConfig
@@ -143,8 +146,100 @@ def test_help_lists_the_options():
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0
     for option in ("--quick", "--device", "--sizes", "--steps", "--repeats", "--sentences",
-                   "--out", "--json", "--run", "--compile", "--merge"):
+                   "--out", "--json", "--run", "--compile", "--merge", "--sections",
+                   "--serve-clients", "--serve-requests", "--serve-process-requests"):
         assert option in proc.stdout
+
+
+# --------------------------------------------------------------------------- serving
+@pytest.mark.slow
+def test_serve_section_measures_the_server_and_keeps_the_merged_sections(tiny_run, tmp_path):
+    """``--sections serve`` on a trained run: both servers of each engine at every level,
+    every answer equal to the one-at-a-time answer, the translate.py baseline, the table
+    and the target; the training and decoding sections come from --merge unchanged."""
+    merged = REPO_ROOT / "docs" / "benchmarks.json"
+    out, js = tmp_path / "b.md", tmp_path / "b.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
+           "--threads", "1", "--sections", "serve", "--run", str(tiny_run),
+           "--serve-clients", "2,1", "--serve-requests", "6", "--serve-process-requests", "1",
+           "--merge", str(merged), "--out", str(out), "--json", str(js)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(js.read_text())
+    cpu, before = res["devices"]["cpu"], json.loads(merged.read_text())["devices"]["cpu"]
+    assert cpu["training"] == before["training"] and cpu["decoding"] == before["decoding"]
+    assert cpu["machine"] == before["machine"]  # the command that measured those
+    serve = cpu["serve"]
+    assert serve["machine"]["command"].startswith("python scripts/benchmark.py --device cpu")
+    assert serve["settings"]["requests"] == {"1": 6, "2": 6}
+    assert serve["settings"]["sentences"] == 6 and serve["settings"]["threads"] == 1
+    engines = ["torch"] + (["ct2"] if importlib.util.find_spec("ctranslate2") else [])
+    rows = {(r["engine"], r["method"], r["clients"]): r for r in serve["rows"]}
+    expected = {(e, m, c) for e in engines for m in ("micro_batching", "one_at_a_time")
+                for c in (1, 2)} | {("torch", "translate_py", c) for c in (1, 2)}
+    assert set(rows) == expected and len(serve["rows"]) == len(expected)
+    for key, row in rows.items():
+        n = key[2] if key[1] == "translate_py" else 6  # one process per client
+        assert row["requests"] == n and row["errors"] == 0, key
+        assert row["equal_to_one_at_a_time"] == n, key  # batching changes no translation
+        assert row["sentences_per_s"] == pytest.approx(n / row["seconds"])
+        assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["seconds"] * 1000 * (1 + 1e-9)
+        if key[1] != "translate_py":
+            assert row["server_rss_mib"] > 50 and row["mean_batch"] >= 1
+    assert rows[("torch", "micro_batching", 1)]["mean_batch"] == 1  # one client, one sentence
+    md = out.read_text()
+    assert "\n### Serving\n" in md and "\n### Training throughput" in md
+    assert ("| engine | method | clients | sentences/s | p50 ms | p99 ms | errors "
+            "| equal to one-at-a-time |") in md
+    sps = rows[("torch", "micro_batching", 2)]["sentences_per_s"]
+    assert f"| torch | micro-batching | 2 | {sps:,.{1 if sps >= 10 else 2}f} |" in md
+    for engine in ("torch", "ct2"):
+        assert (f"| micro-batching ≥ 4× one-at-a-time at 64 clients | CPU, {engine} | "
+                "not measured | n/a |") in md
+    assert "| CPU serving: command | `python scripts/benchmark.py --device cpu" in md
+
+
+def test_serve_section_needs_a_run(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)  # main() moves to the repo root; this moves back after
+    with pytest.raises(SystemExit) as exit_:
+        bench_main.main(["--device", "cpu", "--sections", "serve", "--out", str(tmp_path / "x.md")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --sections serve needs --run")
+    for bad in (["--sections", "training,serving"], ["--serve-clients", "1,x"],
+                ["--serve-clients", "0"]):
+        with pytest.raises(SystemExit):
+            bench_main.parse_args(bad)
+    args = bench_main.parse_args(["--sections", "serve", "--serve-clients", "64, 1,8"])
+    assert args.section_set == {"serve"} and args.serve_client_list == [1, 8, 64]
+    assert bench_main.parse_args([]).section_set == {"training", "decoding"}
+
+
+def test_serve_load_percentiles_and_responses():
+    values = [float(x) for x in torch.randperm(101).tolist()]
+    for q in (0.0, 0.5, 0.9, 0.99, 1.0):
+        assert percentile(values, q) == pytest.approx(100 * q)
+    assert percentile([5.0], 0.99) == 5.0 and math.isnan(percentile([], 0.5))
+
+    def read(raw: bytes):
+        async def go():
+            reader = asyncio.StreamReader()
+            reader.feed_data(raw)
+            reader.feed_eof()
+            return await read_response(reader)
+        return asyncio.run(go())
+
+    body = b'{"translatedText": "a"}'
+    assert read(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-A: b\r\n\r\n%s" % (len(body), body)
+                ) == (200, {"content-length": str(len(body)), "x-a": "b"}, body)
+    with pytest.raises(HttpError, match="Content-Length"):
+        read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n")
+    with pytest.raises(HttpError, match="status line"):
+        read(b"garbage\r\n\r\n")
+    with pytest.raises(asyncio.IncompleteReadError):
+        read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
 
 
 # --------------------------------------------------------------------------- the peer

@@ -7,6 +7,9 @@ tinymt's ``Transformer`` against the same model built from ``torch.nn.Transforme
 * :mod:`~tinymt.bench.workload` -- the data, the model sizes, the pair (ours, peer) with the
   same weights,
 * :mod:`~tinymt.bench.training` / :mod:`~tinymt.bench.decode_speed` -- the two measurements,
+* :mod:`~tinymt.bench.serve_speed` -- ``scripts/serve.py`` under load (``--sections serve``):
+  the servers, the load of :mod:`~tinymt.bench.serve_load`, the one-``translate.py``-process-
+  per-request baseline of :mod:`~tinymt.bench.serve_baseline`,
 * :mod:`~tinymt.bench.measure` -- timing a measurement; :mod:`~tinymt.bench.memory` -- its
   peak memory; :mod:`~tinymt.bench.machine` -- what it ran on,
 * :mod:`~tinymt.bench.targets` -- the targets and what is measured against them,

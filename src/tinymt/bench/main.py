@@ -11,11 +11,17 @@ Measures, in one process:
   with a trained run (``--run``) also its CTranslate2 export, float32 and int8, and the
   BLEU of every method;
 * peak memory of each measurement;
+* with ``--sections serve`` and ``--run``, ``scripts/serve.py`` under load
+  (``tinymt.bench.serve_speed``): sentences/s and p50/p99 latency at 1, 8 and 64
+  concurrent clients, micro-batching against one request at a time, both engines, beside
+  one ``translate.py`` process per request;
 
 and writes a markdown report and the raw numbers as JSON: by default into a folder of their
 own, ``outputs/benchmarks/<date>/<time>/`` under the current directory; into the project's
 ``docs/`` only when ``--out`` / ``--json`` name it, and only from a clean working tree, so
-that a published report names the commit it measured.
+that a published report names the commit it measured. ``--sections`` picks what is
+measured; a section left out is taken from ``--merge`` (the same device's earlier JSON),
+so that one section can be measured again without the others.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from tinymt.bench.machine import REPO_ROOT, machine_info, uncommitted_changes
 from tinymt.bench.measure import log
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.report import mark, render_markdown
+from tinymt.bench.serve_speed import bench_serve
 from tinymt.bench.targets import CPU_SIZES, CUDA_SIZES, evaluate_targets
 from tinymt.bench.training import bench_training
 from tinymt.bench.workload import DEFAULT_DATA, load_data, model_config
@@ -43,6 +50,8 @@ from tinymt.errors import TinyMTError
 from tinymt.rundir import clock_run_dir
 
 PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
+SECTIONS = ("training", "decoding", "serve")
+DEFAULT_SECTIONS = "training,decoding"
 OUTPUTS = "outputs/benchmarks"  # default: <cwd>/outputs/benchmarks/<date>/<time>/
 REPORT, RESULTS = "benchmarks.md", "benchmarks.json"
 DOCS = REPO_ROOT / "docs"  # the published report: written from a clean working tree only
@@ -140,14 +149,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the raw results (default: beside the default report; none when --out "
                         "is given without --json)")
     p.add_argument("--merge", default=None,
-                   help="JSON of an earlier run on another device (e.g. the CPU run): its "
-                        "sections are included in this report")
+                   help="JSON of an earlier run: its other devices (e.g. the CPU run), and "
+                        "of this device the sections not in --sections, are included in "
+                        "this report")
+    _serve_options(p)
     args = p.parse_args(argv)
-    for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "warmup" else 1):
-            p.error(f"--{name.replace('_', '-')} must be positive")
+    _check_values(p, args)
     return args
+
+
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sections", default=DEFAULT_SECTIONS,
+                   help=f"comma-separated, of {', '.join(SECTIONS)} (default "
+                        f"{DEFAULT_SECTIONS}); serve needs --run. A section left out is "
+                        "taken from --merge when it holds this device")
+    p.add_argument("--serve-clients", default="1,8,64",
+                   help="serve: concurrent clients of each load level (default 1,8,64)")
+    p.add_argument("--serve-requests", type=int, default=None,
+                   help="serve: timed requests per load level, one sentence each (at "
+                        "least one per client; default max(40, 4 × clients))")
+    p.add_argument("--serve-process-requests", type=int, default=None,
+                   help="serve: translate.py processes per level of the one-process-per-"
+                        "request baseline, run at levels of at most 8 clients (at least one "
+                        "per client; default max(6, 2 × clients); 0 = no baseline)")
+
+
+def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Counts positive; ``--sections`` -> ``args.section_set``, ``--serve-clients`` ->
+    ``args.serve_client_list``."""
+    for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len",
+                 "serve_requests", "serve_process_requests"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name in ("warmup", "serve_process_requests")
+                                          else 1):
+            p.error(f"--{name.replace('_', '-')} must be positive")
+
+    def split(value: str) -> list[str]:
+        return [v.strip() for v in value.split(",") if v.strip()]
+
+    sections = split(args.sections)
+    if not sections or set(sections) - set(SECTIONS):
+        p.error(f"--sections {args.sections}: comma-separated, of {', '.join(SECTIONS)}")
+    args.section_set = set(sections)
+    clients = split(args.serve_clients)
+    if not clients or not all(c.isdigit() and int(c) > 0 for c in clients):
+        p.error(f"--serve-clients {args.serve_clients}: positive whole numbers, "
+                "comma-separated")
+    args.serve_client_list = sorted({int(c) for c in clients})
 
 
 def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
@@ -203,18 +251,33 @@ def read_merge(path: str | None) -> dict:
 
 
 def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str]) -> dict:
-    """This device's section of the results: machine, data, training, decoding."""
+    """What this run measures of its device: machine, data, training, decoding (those of
+    ``args.section_set``) and serve (which keeps its own machine: its command, date, git
+    revision)."""
     t_start = time.time()
-    log(f"benchmark on {device.type}: sizes {','.join(args.size_list)}, "
-        f"{torch.get_num_threads()} threads")
-    data, data_info = load_data(args.data_path, args.cache_dir, args.quick)
-    meter = MemoryMeter(device)
-    training = bench_training(args, device, data, data_info, meter)
-    decoding = bench_decoding(args, device, data, data_info, meter)
-    return {"machine": machine_info(device, argv), "data": data_info,
-            "training": training, "decoding": decoding,
-            "memory_method": meter.describe(),
-            "wall_seconds": round(time.time() - t_start, 1)}
+    sections = args.section_set
+    mine = {}
+    if sections & {"training", "decoding"}:
+        log(f"benchmark on {device.type}: sizes {','.join(args.size_list)}, "
+            f"{torch.get_num_threads()} threads")
+        data, data_info = load_data(args.data_path, args.cache_dir, args.quick)
+        meter = MemoryMeter(device)
+        mine.update(machine=machine_info(device, argv), data=data_info)
+        if "training" in sections:
+            mine["training"] = bench_training(args, device, data, data_info, meter)
+        if "decoding" in sections:
+            mine["decoding"] = bench_decoding(args, device, data, data_info, meter)
+        mine["memory_method"] = meter.describe()
+    if "serve" in sections:
+        mine["serve"] = bench_serve(args, device, argv)
+    mine["wall_seconds"] = round(time.time() - t_start, 1)
+    return mine
+
+
+def combine(earlier: dict | None, mine: dict) -> dict:
+    """This device's results: what this run measured, over what ``--merge`` holds of the
+    same device (the sections this run left out)."""
+    return {**(earlier or {}), **mine}
 
 
 def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -> None:
@@ -236,18 +299,22 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     check_docs_output([args.out, args.json])
     device = benchmark_device(args)
     resolve_defaults(args, device.type)
-    for size in args.size_list:
-        model_config(size)  # fail early on a bad --sizes
+    if "serve" in args.section_set and not args.run:
+        raise TinyMTError("--sections serve needs --run <a trained run dir>: the server "
+                          "serves a trained model")
+    if args.section_set & {"training", "decoding"}:
+        for size in args.size_list:
+            model_config(size)  # fail early on a bad --sizes
     merged = read_merge(args.merge)
     mine = measure(args, device, argv)
     devices = {dev: merged.get(dev) for dev in ("cpu", "cuda")}
-    devices[device.type] = mine
+    devices[device.type] = combine(devices[device.type], mine)
     results = {
         "schema": 1,
         "meta": {"quick": bool(args.quick), "json": json_name(args.json),
                  "cuda_available": torch.cuda.is_available(),
-                 "memory_method": {dev: res["memory_method"]
-                                   for dev, res in devices.items() if res},
+                 "memory_method": {dev: res["memory_method"] for dev, res in devices.items()
+                                   if res and "memory_method" in res},
                  "device": device.type},
         "devices": devices,
         "targets": evaluate_targets(devices),

@@ -8,7 +8,11 @@ from tinymt.bench.targets import (
     CACHE_VS_PEER_TARGET,
     METHOD_LABELS,
     SEARCHES,
+    SERVE_METHOD_LABELS,
+    SERVE_TARGET,
+    SERVE_TARGET_CLIENTS,
     TRAIN_TARGETS,
+    serve_ratios,
 )
 
 INTRO = (
@@ -93,6 +97,9 @@ GPU_STEPS = (
 
 CPU_COMMAND = ("python scripts/benchmark.py --device cpu --json docs/benchmarks.json "
                "--out docs/benchmarks.md")
+SERVE_COMMAND = ("python scripts/benchmark.py --device cpu --sections serve --run "
+                 "outputs/<date>/<time> --merge docs/benchmarks.json --json docs/benchmarks.json "
+                 "--out docs/benchmarks.md")
 
 
 def code(machine: dict) -> str:
@@ -223,12 +230,92 @@ def render_ct2(de: dict) -> list[str]:
     return L
 
 
+def _ms(x: float) -> str:
+    return fmt(x, 1 if x < 100 else 0)
+
+
+def _serve_row(row: dict) -> str:
+    label = SERVE_METHOD_LABELS.get(row["method"], row["method"])
+    head = f"| {row['engine']} | {label} | {row['clients']} |"
+    if "not_run" in row:
+        return head + f" {row['not_run']} | | | | | | |"
+    rss = (fmt(row["server_rss_mib"]) if row.get("server_rss_mib") is not None else
+           f"— (each process: {fmt(row['process_peak_rss_mib'])} peak)")
+    batch = f"{row['mean_batch']:.1f}" if row.get("mean_batch") else "—"
+    sps = row["sentences_per_s"]
+    return (head + f" {fmt(sps, 1 if sps >= 10 else 2)} | {_ms(row['p50_ms'])} | "
+            f"{_ms(row['p99_ms'])} | {row['errors']} | {row['equal_to_one_at_a_time']:,} of "
+            f"{row['requests']:,} | {batch} | {rss} |")
+
+
+def _serve_ratio_lines(serve: dict) -> list[str]:
+    """Micro-batching over one-at-a-time at every level, per engine, and the target."""
+    L = []
+    for engine, by_clients in serve_ratios(serve).items():
+        parts = [f"{'**' if c == SERVE_TARGET_CLIENTS else ''}{r:.2f}×"
+                 f"{'**' if c == SERVE_TARGET_CLIENTS else ''} at {plural(c, 'client')}"
+                 for c, r in sorted(by_clients.items())]
+        r = by_clients.get(SERVE_TARGET_CLIENTS)
+        target = (f"target ≥ {SERVE_TARGET:g}× at {SERVE_TARGET_CLIENTS} clients: "
+                  + ("not measured" if r is None else ("met" if r >= SERVE_TARGET else "missed")))
+        L.append(f"- {engine}: {', '.join(parts)} ({target}).")
+    return L
+
+
+def render_serving(serve: dict, where: str) -> list[str]:
+    """``### Serving``: the server under load, its table, the micro-batching ratios."""
+    st, m = serve["settings"], serve["machine"]
+    levels = ", ".join(f"{n} at {plural(int(c), 'client')}" for c, n in st["requests"].items())
+    search = "greedy" if st["beam"] == 1 else f"beam {st['beam']}"
+    L = ["### Serving", "",
+         (f"`scripts/serve.py` under load on {where}, measured by `{m['command']}` ({m['date']}, git "
+          f"{code(m)}): LibreTranslate's `POST /translate`, one sentence a request, "
+          f"{st['sentence_source']}; run `{st['run']}` (`{st['checkpoint']}`, "
+          f"{st['pair']['source']}→{st['pair']['target']}, {search}); {plural(st['threads'], 'thread')} per server; timed requests per level: "
+          f"{levels}, after one untimed request per client. The clients run closed loops "
+          "(the next request when the answer arrives), each on its own keep-alive "
+          "connection, all in one asyncio loop of the benchmark process on the same cores. "
+          f"Micro-batching: the server's defaults (`batch_sentences={st['batch_sentences']}` "
+          f"`batch_wait_ms={st['batch_wait_ms']:g}`); one at a time: `batch_sentences=1 "
+          "batch_wait_ms=0`. The two servers of an engine run side by side and take the "
+          "levels in turn. The ct2 engine serves the run's checkpoint exported (float32, "
+          "`tinymt.ct2.export_run`) into a temporary folder. Sentences/s = answered requests ÷ wall time of the level; latency "
+          "from writing a request to reading its answer; *equal* counts answers identical to "
+          "the one-at-a-time server's answer to the same sentence sent alone (the "
+          "`translate.py` rows: the torch engine's); mean batch = sentences ÷ batches the "
+          "server decoded during the level (its warm-up included); server RSS after the level."), "",
+         ("| engine | method | clients | sentences/s | p50 ms | p99 ms | errors "
+          "| equal to one-at-a-time | mean batch | server RSS MiB |"),
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    L += [_serve_row(row) for row in serve["rows"]]
+    L += ["", "Micro-batching's sentences/s over one-at-a-time's:", "",
+          *_serve_ratio_lines(serve), ""]
+    if serve.get("ct2_equal_to_torch") is not None:
+        L += [(f"CTranslate2's one-at-a-time answers equal torch's for "
+               f"{serve['ct2_equal_to_torch']:,} of {st['sentences']:,} sentences (greedy is "
+               "the same search on both)."), ""]
+    for engine, why in serve.get("skipped", {}).items():
+        L += [f"{engine}: not measured ({why}).", ""]
+    return L
+
+
 def render_device(dev: str, res: dict) -> list[str]:
-    machine = res["machine"]
+    machine = res.get("machine") or res["serve"]["machine"]
     where = machine["gpu"] if dev == "cuda" else \
         f"{machine['cpu']}, {plural(machine['torch_threads'], 'thread')}"
-    return (render_training(dev, res["training"], where)
-            + render_decoding(dev, res["decoding"], where))
+    L = []
+    if "training" in res:
+        L += render_training(dev, res["training"], where)
+    if "decoding" in res:
+        L += render_decoding(dev, res["decoding"], where)
+    if "serve" in res:
+        sm = res["serve"]["machine"]
+        L += render_serving(res["serve"], sm["gpu"] if dev == "cuda" else
+                            f"{sm['cpu']}, {sm['cpu_cores']} cores")
+    elif dev == "cpu":
+        L += ["### Serving", "", ("Not measured in this run. With a trained run (keeps the "
+                                  "other sections):"), "", "```", SERVE_COMMAND, "```", ""]
+    return L
 
 
 # --------------------------------------------------------------------------- the report
@@ -238,7 +325,15 @@ def render_machines(devices: dict) -> list[str]:
         res = devices.get(dev)
         if not res:
             continue
-        m, D = res["machine"], dev.upper()
+        D = dev.upper()
+        if "serve" in res:
+            sm = res["serve"]["machine"]
+            L += [f"| {D} serving: date | {sm['date']} |",
+                  f"| {D} serving: command | `{sm['command']}` |",
+                  f"| {D} serving: code | git {code(sm)} |"]
+        if "machine" not in res:
+            continue
+        m = res["machine"]
         L += [f"| {D} run: date | {m['date']} |",
               f"| {D} run: command | `{m['command']}` |",
               f"| {D} run: code | git {code(m)} |",
@@ -249,9 +344,10 @@ def render_machines(devices: dict) -> list[str]:
                f"{m['torch_threads']} torch threads |")]
         if m.get("gpu"):
             L.append(f"| {D} run: GPU | {m['gpu']} |")
-        L.append(f"| {D} run: data | {res['data']['name']}; "
-                 f"{res['data']['train_pairs']:,} train / {res['data']['test_pairs']:,} test "
-                 "pairs |")
+        if res.get("data"):
+            L.append(f"| {D} run: data | {res['data']['name']}; "
+                     f"{res['data']['train_pairs']:,} train / {res['data']['test_pairs']:,} "
+                     "test pairs |")
     L.append("")
     return L
 
@@ -300,7 +396,8 @@ def render_markdown(results: dict) -> str:
     meta, devices = results["meta"], results["devices"]
     L = ["# Benchmarks", "", INTRO, ""]
     L += render_machines(devices)
-    notes = [res["data"]["note"] for res in devices.values() if res and res["data"]["note"]]
+    notes = [res["data"]["note"] for res in devices.values()
+             if res and res.get("data") and res["data"]["note"]]
     if meta.get("quick"):
         notes.append("`--quick` run: a smoke test of the benchmark itself (few steps, few "
                      "sentences); its numbers are not meaningful")
@@ -318,6 +415,9 @@ def render_markdown(results: dict) -> str:
           "python scripts/benchmark.py --run outputs/<date>/<time>",
           "# this report and its raw numbers (docs/ is written from a clean working tree only)",
           CPU_COMMAND,
+          "# the serving section alone (scripts/serve.py under load, both engines), keeping the",
+          "# others: a trained run, and a quiet machine (the clients share its cores)",
+          SERVE_COMMAND,
           "# GPU sections, keeping the CPU ones",
           gpu_command("docs/benchmarks.json"),
           "```", ""]

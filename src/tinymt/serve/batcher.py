@@ -2,10 +2,10 @@
 
 One worker thread owns the model. Requests put *jobs* on a bounded queue (bounded in
 sentences: a full queue is :class:`Busy`, the server's 429) and wait for their answers;
-the worker takes the first job waiting, then every job that arrives within ``wait_s`` (or
-is already queued) while the batch holds at most ``max_sentences`` sentences, decodes
-them with one ``decode(ids, nbest)`` call per n-best size, and hands each job its own
-slice. ``decode`` batches by length and pads with masks, so a sentence's answer does not
+the worker takes the first job waiting, then every job already queued and, under load (the
+last batch held several requests), every job that arrives within ``wait_s``, while the batch
+holds at most ``max_sentences`` sentences, decodes them with one ``decode(ids, nbest)``
+call per n-best size, and hands each job its own slice. ``decode`` batches by length and pads with masks, so a sentence's answer does not
 depend on its neighbours (tests/test_serve.py checks it against each sentence alone).
 
 A *task* (any other work on the model, e.g. the page's attention maps) runs alone, in
@@ -89,6 +89,7 @@ class MicroBatcher:
         self._queued = 0  # sentences in the queue
         self._cond = threading.Condition()
         self._closing = False
+        self._last_jobs = 0  # requests in the last batch taken
         self._thread = threading.Thread(target=self._work, name="tinymt-decode", daemon=True)
 
     # ------------------------------------------------------------------ callers' side
@@ -144,7 +145,10 @@ class MicroBatcher:
             first = self._queue.popleft()
             batch, n = [first], first.size
             if isinstance(first, TranslateJob):
-                deadline = time.monotonic() + self.wait_s
+                # wait for more only under load (the last batch held several requests): a
+                # lone request is not held back
+                wait = self.wait_s if self._last_jobs > 1 else 0.0
+                deadline = time.monotonic() + wait
                 while n < self.max_sentences:
                     if self._queue:
                         nxt = self._queue[0]
@@ -158,6 +162,7 @@ class MicroBatcher:
                         break
                     self._cond.wait(left)
             self._queued -= sum(j.size for j in batch)
+            self._last_jobs = len(batch)
             return batch
 
     def _work(self) -> None:

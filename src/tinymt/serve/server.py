@@ -59,9 +59,11 @@ def _listen(host: str, port: int) -> socket.socket:
     """The bound socket (uvicorn listens on it); a taken port or an unknown host is one
     line, before the model is warmed."""
     try:
-        family, kind, _, _, address = socket.getaddrinfo(
+        family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind)
+        # proto = TCP: asyncio then sets TCP_NODELAY on each connection (without it a kept-
+        # alive request's body waits ~40 ms for the ACK of its headers: Nagle's algorithm)
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
     except OSError as e:

@@ -101,6 +101,25 @@ def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue(
     assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
 
 
+def test_a_batch_waits_for_arriving_requests_only():
+    """A request being read joins the batch being gathered; a lone one is not held back by
+    ``wait_s`` (here a long 5 s, so that a wrong wait shows)."""
+    b, calls = recording_batcher(max_sentences=8, wait_s=5.0)
+    b.start()
+    start = time.monotonic()
+    assert b.run_now(TranslateJob([[1, 2]]), timeout=10) == [[([2, 1], 0.0)]]
+    assert time.monotonic() - start < 2.5 and calls == [(1, 1)]  # not held 5 s
+    done = threading.Event()
+    with b.arrival() as arrival:  # a second request is on its way in
+        first = TranslateJob([[3]], on_done=lambda r: done.set())
+        b.submit(first)
+        time.sleep(0.2)
+        assert not done.is_set()  # the batch waits for the arriving request
+        b.submit(TranslateJob([[4]]), arrival)
+    assert done.wait(10) and calls == [(1, 1), (2, 1)]
+    b.close(timeout=10)
+
+
 def test_a_failed_decode_is_each_waiting_request_s_error():
     def decode(ids, nbest):
         raise RuntimeError("boom")

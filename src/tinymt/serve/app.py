@@ -77,10 +77,11 @@ def create_app(service: Service) -> Starlette:
 
     @_json_errors
     async def translate(request: Request) -> Response:
-        fields = await read_fields(request, service.limits)
-        check_key(fields, service.keys)
-        req = translate_request(fields, service.limits, service.pair, service.decode.beam)
-        nbests = await service.translate(req.items, req.alternatives + 1)
+        with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
+            fields = await read_fields(request, service.limits)
+            check_key(fields, service.keys)
+            req = translate_request(fields, service.limits, service.pair, service.decode.beam)
+            nbests = await service.translate(req.items, req.alternatives + 1, arrival)
         return JSONResponse(translate_answer(req, nbests, service.pair))
 
     @_json_errors

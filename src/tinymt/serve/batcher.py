@@ -2,9 +2,10 @@
 
 One worker thread owns the model. Requests put *jobs* on a bounded queue (bounded in
 sentences: a full queue is :class:`Busy`, the server's 429) and wait for their answers;
-the worker takes the first job waiting, then every job already queued and, under load (the
-last batch held several requests), every job that arrives within ``wait_s``, while the batch
-holds at most ``max_sentences`` sentences, decodes them with one ``decode(ids, nbest)``
+the worker takes the first job waiting, then every job already queued and, while requests
+are *arriving* (inside the server, being read, not yet queued: :meth:`MicroBatcher.arrival`),
+waits up to ``wait_s`` for them, while the batch holds at most ``max_sentences`` sentences
+(a lone request is never held back), decodes them with one ``decode(ids, nbest)``
 call per n-best size, and hands each job its own slice. ``decode`` batches by length and pads with masks, so a sentence's answer does not
 depend on its neighbours (tests/test_serve.py checks it against each sentence alone).
 
@@ -20,10 +21,11 @@ queue order. :meth:`MicroBatcher.close` refuses new jobs (:class:`Closed`, the s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 Hyps = list[tuple[list[int], float]]  # one sentence's n-best: (ids, score), best first
@@ -77,6 +79,22 @@ class Task(Job):
         return self.weight
 
 
+class Arrival:
+    """One request counted as arriving until it leaves (queued, or failed), once."""
+
+    def __init__(self, batcher: MicroBatcher):
+        self.batcher, self.counted = batcher, True
+
+    def leave(self, locked: bool = False) -> None:
+        if not self.counted:
+            return
+        self.counted = False
+        b = self.batcher
+        with contextlib.nullcontext() if locked else b._cond:
+            b._arriving -= 1
+            b._cond.notify_all()
+
+
 class MicroBatcher:
     """The worker thread and its queue (module docstring). ``stats``: batches decoded,
     sentences decoded, the largest batch, tasks run."""
@@ -89,7 +107,7 @@ class MicroBatcher:
         self._queued = 0  # sentences in the queue
         self._cond = threading.Condition()
         self._closing = False
-        self._last_jobs = 0  # requests in the last batch taken
+        self._arriving = 0  # requests inside the server, not yet queued
         self._thread = threading.Thread(target=self._work, name="tinymt-decode", daemon=True)
 
     # ------------------------------------------------------------------ callers' side
@@ -100,8 +118,21 @@ class MicroBatcher:
     def queued(self) -> int:
         return self._queued
 
-    def submit(self, job: Job) -> None:
-        """Queue ``job``; :class:`Busy` when it does not fit, :class:`Closed` when closing."""
+    @contextlib.contextmanager
+    def arrival(self) -> Iterator[Arrival]:
+        """Around a request, from its first byte until its job is queued (``submit(job,
+        arrival)``) or it fails: the worker waits for arriving requests to join a batch."""
+        arrival = Arrival(self)
+        with self._cond:
+            self._arriving += 1
+        try:
+            yield arrival
+        finally:
+            arrival.leave()
+
+    def submit(self, job: Job, arrival: Arrival | None = None) -> None:
+        """Queue ``job`` (``arrival``: the request it came with has arrived); :class:`Busy`
+        when it does not fit, :class:`Closed` when closing."""
         size = job.size
         with self._cond:
             if self._closing:
@@ -110,6 +141,8 @@ class MicroBatcher:
                 raise Busy  # a job alone is always taken: the limits on a request bound it
             self._queue.append(job)
             self._queued += size
+            if arrival is not None:
+                arrival.leave(locked=True)
             self._cond.notify_all()
 
     def run_now(self, job: Job, timeout: float | None = None) -> object:
@@ -145,10 +178,7 @@ class MicroBatcher:
             first = self._queue.popleft()
             batch, n = [first], first.size
             if isinstance(first, TranslateJob):
-                # wait for more only under load (the last batch held several requests): a
-                # lone request is not held back
-                wait = self.wait_s if self._last_jobs > 1 else 0.0
-                deadline = time.monotonic() + wait
+                deadline = time.monotonic() + self.wait_s
                 while n < self.max_sentences:
                     if self._queue:
                         nxt = self._queue[0]
@@ -158,11 +188,10 @@ class MicroBatcher:
                         n += nxt.size
                         continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self._closing:
+                    if left <= 0 or self._closing or not self._arriving:
                         break
                     self._cond.wait(left)
             self._queued -= sum(j.size for j in batch)
-            self._last_jobs = len(batch)
             return batch
 
     def _work(self) -> None:

@@ -20,7 +20,7 @@ from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
 from tinymt.serve.api import ApiError, Limits, Pair
-from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher, Task, TranslateJob
+from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher, Task, TranslateJob
 from tinymt.translate import attention_documents, search, source_ids, view_name
 from tinymt.viewer.html import inline_data
 
@@ -83,9 +83,11 @@ class Service:
         ``translate.py`` does."""
         return source_ids(self.run, items, warn=lambda _: None)
 
-    async def translate(self, items: list[str], nbest: int) -> list[list[str]]:
-        """Each item's ``nbest`` translations, best first (an empty item: none)."""
-        hyps = await self._wait(TranslateJob(self.encode(items), nbest))
+    async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None
+                        ) -> list[list[str]]:
+        """Each item's ``nbest`` translations, best first (an empty item: none);
+        ``arrival``: the request's (:meth:`MicroBatcher.arrival`)."""
+        hyps = await self._wait(TranslateJob(self.encode(items), nbest), arrival)
         tgt = self.run.tgt_tokenizer
         return [[tgt.decode(toks) for toks, _ in h] for h in hyps]
 
@@ -94,7 +96,7 @@ class Service:
         ids = self.encode(items)
         return await self._wait(Task(lambda: self._attention(items, ids), weight=len(items)))
 
-    async def _wait(self, job: Job):
+    async def _wait(self, job: Job, arrival: Arrival | None = None):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
@@ -106,7 +108,7 @@ class Service:
 
         job.on_done = on_done
         try:
-            self.batcher.submit(job)
+            self.batcher.submit(job, arrival)
         except Busy:
             raise ApiError(429, f"Too many requests: {self.batcher.queued:,} sentences are "
                                 "waiting; try again later") from None

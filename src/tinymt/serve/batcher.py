@@ -2,10 +2,11 @@
 
 One worker thread owns the model. Requests put *jobs* on a bounded queue (bounded in
 sentences: a full queue is :class:`Busy`, the server's 429) and wait for their answers;
-the worker takes the first job waiting, then every job already queued and, while requests
-are *arriving* (inside the server, being read, not yet queued: :meth:`MicroBatcher.arrival`),
-waits up to ``wait_s`` for them, while the batch holds at most ``max_sentences`` sentences
-(a lone request is never held back), decodes them with one ``decode(ids, nbest)``
+the worker takes the first job waiting, then every job already queued, and waits up to
+``wait_s`` for more while requests are *arriving* (inside the server, being read, not yet
+queued: :meth:`MicroBatcher.arrival`) or the batch has fewer requests than the last one (the
+clients answered together come back together), while the batch holds at most
+``max_sentences`` sentences; a lone client is never held back, decodes them with one ``decode(ids, nbest)``
 call per n-best size, and hands each job its own slice. ``decode`` batches by length and pads with masks, so a sentence's answer does not
 depend on its neighbours (tests/test_serve.py checks it against each sentence alone).
 
@@ -108,6 +109,7 @@ class MicroBatcher:
         self._cond = threading.Condition()
         self._closing = False
         self._arriving = 0  # requests inside the server, not yet queued
+        self._last_jobs = 0  # requests in the last batch
         self._thread = threading.Thread(target=self._work, name="tinymt-decode", daemon=True)
 
     # ------------------------------------------------------------------ callers' side
@@ -188,10 +190,12 @@ class MicroBatcher:
                         n += nxt.size
                         continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self._closing or not self._arriving:
+                    expected = self._arriving or len(batch) < self._last_jobs
+                    if left <= 0 or self._closing or not expected:
                         break
                     self._cond.wait(left)
             self._queued -= sum(j.size for j in batch)
+            self._last_jobs = len(batch)
             return batch
 
     def _work(self) -> None:

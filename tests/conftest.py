@@ -395,47 +395,6 @@ def tensorboard(tiny_run):
 
 
 # ----------------------------------------------------------------------------- server
-class Server:
-    """``python scripts/serve.py <args>`` as a user starts it, on a free loopback port."""
-
-    def __init__(self, args: list[str], cwd=REPO_ROOT, timeout: float = 120):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), *args,
-             f"port={self.port}", "host=127.0.0.1"], cwd=cwd, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if http_get(f"{self.base}/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"serve.py did not serve: {self.proc.stderr.read()[-3000:]}")
-            time.sleep(0.2)
-
-    def rss_kib(self) -> int:
-        """The server's resident memory now (KiB, /proc)."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
-
-    def stop(self, sig=None, timeout: float = 60) -> tuple[int, str]:
-        """``(exit status, stderr)`` after ``sig`` (default SIGTERM)."""
-        import signal
-
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig or signal.SIGTERM)
-        try:
-            _, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, err
-
-
 def post_json(url: str, body, timeout: float = 60, raw: bytes | None = None,
               content_type: str = "application/json") -> tuple[int, object]:
     """``(status, parsed JSON answer)`` of a POST (``raw``: these bytes as the body)."""

@@ -3,7 +3,7 @@ plain HTTP with bad input, many connections at once, and signals.
 
 Every answer is held to ``translate.py``'s output for the same sentences and checkpoint
 (``tinymt.translate.translate``: what the script prints), micro-batched or not. The
-servers are real processes on loopback ports (``conftest.Server``); the worker's queue
+servers are real processes on loopback ports (the benchmark's ``ServerProcess``); the worker's queue
 rules are checked in-process on a batcher whose decoding records what it is given.
 """
 
@@ -27,12 +27,12 @@ from omegaconf import OmegaConf
 
 from conftest import (
     REPO_ROOT,
-    Server,
     compose_translate,
     http_get,
     post_json,
     run_script_in_process,
 )
+from tinymt.bench.serve_speed import ServerProcess
 from tinymt.config import ServeConfig
 from tinymt.corpus import SHOWCASE, sample_pairs
 from tinymt.rundir import load_run
@@ -163,7 +163,7 @@ def test_a_taken_port_is_one_line_before_the_model_loads(tiny_run, capsys):
 # ----------------------------------------------------------------------------- servers
 @pytest.fixture(scope="module")
 def greedy(tiny_run):
-    server = Server([f"run={tiny_run}", "device=cpu"])
+    server = ServerProcess([f"run={tiny_run}", "device=cpu"])
     yield server
     status, err = server.stop()
     assert status == 0 and "Traceback" not in err, err[-3000:]
@@ -179,7 +179,7 @@ def keys_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def beam(tiny_run, keys_file):
     """Beam 3, with API keys; stopped by Ctrl-C (SIGINT)."""
-    server = Server([f"run={tiny_run}", "device=cpu", "decode.beam=3", f"api_keys={keys_file}"])
+    server = ServerProcess([f"run={tiny_run}", "device=cpu", "decode.beam=3", f"api_keys={keys_file}"])
     yield server
     status, err = server.stop(signal.SIGINT)
     assert status == 0 and "Traceback" not in err, err[-3000:]
@@ -203,7 +203,7 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
 
     if engine == "ct2":
         model = request.getfixturevalue("exported")
-        server = Server(["engine=ct2", f"model_dir={model}", "device=cpu"])
+        server = ServerProcess(["engine=ct2", f"model_dir={model}", "device=cpu"])
         expected = translate(compose_translate("engine=ct2", f"model_dir={model}"), SENTENCES,
                              stdout=io.StringIO())["translations"]
     else:
@@ -382,7 +382,7 @@ def test_2000_requests_over_32_connections(greedy):
         c.start()
     for c in warm:
         c.join(120)
-    rss_warm = greedy.rss_kib()
+    rss_warm = greedy.rss_mib()
     start = time.monotonic()
     clients = [Client(greedy.port, (SENTENCES * 8)[k % 12:][:63]) for k in range(32)]
     for c in clients:
@@ -394,15 +394,15 @@ def test_2000_requests_over_32_connections(greedy):
     assert not any(c.is_alive() for c in clients)
     assert len(results) == 384 + 32 * 63  # 2,400 in all
     assert [(s, st, t) for s, st, t in results if (st, t) != (200, alone[s])] == []
-    growth = (greedy.rss_kib() - rss_warm) / 1024
+    growth = greedy.rss_mib() - rss_warm
     print(f"\n2,016 requests over 32 connections in {seconds:.1f} s; server memory "
-          f"{rss_warm / 1024:.0f} MiB after the first 384, growth {growth:+.1f} MiB after")
+          f"{rss_warm:.0f} MiB after the first 384, growth {growth:+.1f} MiB after")
     assert growth < 32, f"the server grew by {growth:.1f} MiB"
 
 
 @pytest.mark.slow
 def test_sigterm_under_load_answers_what_it_accepted_and_exits_0(tiny_run):
-    server = Server([f"run={tiny_run}", "device=cpu"])
+    server = ServerProcess([f"run={tiny_run}", "device=cpu"])
     alone = {s: ask(server.base, s)[1]["translatedText"] for s in SENTENCES}
     stop = threading.Event()
     clients = [Client(server.port, SENTENCES * 100, stop) for _ in range(32)]

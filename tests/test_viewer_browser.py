@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Server, compose_translate, http_get, inline_data, post_json
+from conftest import compose_translate, http_get, inline_data, post_json
+from tinymt.bench.serve_speed import ServerProcess
 from tinymt.translate import translate
 
 pytestmark = pytest.mark.slow
@@ -182,7 +183,7 @@ DRAWN = """(lines) => document.querySelector('#tinymt-attention').dataset.ready 
 @pytest.fixture(scope="module")
 def server(tiny_run):
     """``serve.py`` on the tiny run; it must stop cleanly (SIGTERM: exit 0)."""
-    srv = Server([f"run={tiny_run}", "device=cpu"])
+    srv = ServerProcess([f"run={tiny_run}", "device=cpu"])
     yield srv
     code, err = srv.stop()
     assert code == 0, err

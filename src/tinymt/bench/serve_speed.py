@@ -92,7 +92,7 @@ class ServerProcess:
 
     def health(self) -> dict:
         """``GET /health`` (raises until the server answers 200)."""
-        with urllib.request.urlopen(f"http://{HOST}:{self.port}/health", timeout=10) as r:
+        with urllib.request.urlopen(f"{self.base}/health", timeout=10) as r:
             return json.loads(r.read())
 
     def rss_mib(self) -> float | None:
@@ -104,16 +104,26 @@ class ServerProcess:
         match = re.search(r"VmRSS:\s+(\d+)", status)
         return int(match.group(1)) / 1024 if match else None
 
-    def stop(self) -> None:
-        """SIGTERM (the server finishes what it accepted), killed after 60 s."""
+    @property
+    def base(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        """``(exit status, stderr)`` after ``sig`` (SIGTERM: the server finishes what it
+        accepted); killed after 60 s."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
+        err = ""
+        if not self.log.closed:
+            self.log.seek(0)
+            err = self.log.read()
+            self.log.close()
+        return self.proc.returncode, err
 
     def __enter__(self) -> ServerProcess:
         return self

@@ -8,8 +8,6 @@ this itself at the end of training (trainer.average_last=N). Options:
 configs/average_checkpoints.yaml (schema: tinymt.config.AverageConfig).
 """
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
@@ -24,16 +22,21 @@ def main(cfg: DictConfig) -> None:
     check_average(cfg)
     # after the check: a bad value fails at once, before torch is imported
     from tinymt.checkpoint import average_checkpoints, save_checkpoint
-    from tinymt.rundir import find_run, refuse_run_state, step_checkpoints
-
+    from tinymt.files import check_output
+    from tinymt.rundir import find_run, step_checkpoints
+    from tinymt.runlock import lock_run
     run_dir = find_run(cfg.run, cfg.outputs_root)
-    out = Path(cfg.output or run_dir / "checkpoints" / "avg.pt")
-    refuse_run_state(out, "output")  # never the run's last.pt, best.pt, ...
+    out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt", "output",
+                       owner=run_dir)  # never the run's last.pt, best.pt, ...
     steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
-    save_checkpoint(average_checkpoints(steps), out)
+    lock = lock_run(run_dir, "average the checkpoints of")  # one writer per run
+    try:
+        save_checkpoint(average_checkpoints(steps), out, owner=run_dir)
+    finally:
+        lock.release()
     print(f"averaged {', '.join(p.name for p in steps)} -> {out}")
 
 

@@ -21,9 +21,11 @@ def main(cfg: DictConfig) -> None:
     check_export(cfg)
     # after the check: a bad value fails at once, before torch is imported
     from tinymt.ct2 import export_run, require_ct2
+    from tinymt.files import check_output
     from tinymt.rundir import load_run
 
     require_ct2()  # before the run is loaded: say at once when the extra is missing
+    check_output(cfg.out, "out", folder=True)  # never an existing folder, nor in a run
     run = load_run(cfg.run, cfg.checkpoint, "cpu", cfg.outputs_root)
     out = export_run(run, cfg.out, cfg.quantization)
     print(f"exported {run.checkpoint} ({cfg.quantization}) -> {out}")

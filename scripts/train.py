@@ -27,13 +27,13 @@ def _remove_if_empty(run_dir: str) -> None:
     """Hydra makes the run dir before ``main``: a run that fails before writing anything
     leaves no folder behind (nor the empty parents Hydra made inside the working dir)."""
     path, cwd = Path(run_dir).absolute(), Path.cwd()
-    while True:
+    while path != cwd:  # a named run: Hydra's dir is the working dir, never removed
         try:
             path.rmdir()  # only when empty
         except OSError:
             return
         path = path.parent
-        if path == cwd or not path.is_relative_to(cwd):
+        if not path.is_relative_to(cwd):
             return
 
 

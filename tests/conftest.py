@@ -12,17 +12,20 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # must precede any import of datasets / hugg
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
+import contextlib
 import importlib.util
 import json
 import random
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 from functools import cache
 from pathlib import Path
 
@@ -366,32 +369,184 @@ def http_get(url: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-@pytest.fixture(scope="session")
-def tensorboard(tiny_run):
-    """``tensorboard --logdir <the tiny run>`` exactly as a user starts it (the Attention
-    tab found through its entry point), on a loopback port; yields its base URL."""
+@contextlib.contextmanager
+def tensorboard_process(logdir: Path, ready, log: Path):
+    """``tensorboard --logdir <logdir>`` exactly as a user starts it (the Attention tab
+    found through its entry point), on a loopback port, its stderr to ``log``; yields
+    ``(base URL, process)`` once ``ready(base)`` is true."""
     port = free_port()
     tb = Path(sys.executable).with_name("tensorboard")
-    proc = subprocess.Popen([str(tb), "--logdir", str(tiny_run), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=err)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while True:
             try:
-                status, _ = http_get(f"{base}/data/plugin/tinymt_attention/steps?run=.&tag=probe_2")
-                if status == 200:
+                if ready(base):
                     break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"tensorboard did not serve: {proc.stderr.read()[-2000:]}")
+                raise AssertionError(f"tensorboard did not serve: {log.read_text()[-2000:]}")
             time.sleep(0.5)
-        yield base
+        yield base, proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def tensorboard(tiny_run, tmp_path_factory):
+    """``tensorboard --logdir <the tiny run>`` (:func:`tensorboard_process`); yields its
+    base URL."""
+    def ready(base):
+        return http_get(f"{base}/data/plugin/tinymt_attention/steps?run=.&tag=probe_2")[0] == 200
+
+    log = tmp_path_factory.mktemp("tensorboard") / "stderr.txt"
+    with tensorboard_process(tiny_run, ready, log) as (base, _):
+        yield base
+
+
+# ----------------------------------------------------------------------------- hostile records
+def small_document() -> dict:
+    """A valid view document written by hand (no model): one layer of two cross-attention
+    heads, 2 target x 3 source tokens."""
+    import numpy as np
+
+    w = np.array([[[[255, 0, 0], [0, 128, 127]], [[85, 85, 85], [0, 0, 255]]]], np.uint8)
+    return {"sentence": "猫。", "reference": "Cat", "translation": "Cat",
+            "forced": "reference", "step": 1, "scale": 255,
+            "kinds": {"cross": {"rows": ["▁Cat", "</s>"], "cols": ["▁猫", "。", "</s>"],
+                                "weights": w, "entropy": [[0.0, 1.0986]],
+                                "gold": [[0, 0, "aligned"]]}}}
+
+
+def unpack(blob: bytes) -> tuple[dict, bytes]:
+    """A record (summary.encode) -> its JSON header and its weight bytes."""
+    raw = zlib.decompress(blob)
+    (n,) = struct.unpack_from("<I", raw, 5)
+    return json.loads(raw[9:9 + n]), raw[9 + n:]
+
+
+def pack(header: dict | bytes, weights: bytes = b"") -> bytes:
+    """summary.encode's format around any header: a dict as JSON (NaN, lone surrogates
+    and all), bytes as they are."""
+    from tinymt.viewer.summary import MAGIC
+
+    head = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return zlib.compress(MAGIC + struct.pack("<I", len(head)) + head + weights)
+
+
+def zlib_bomb(prefix: bytes, mib: int) -> bytes:
+    """A valid zlib stream of ``prefix`` and ``mib`` MiB of zeros, about 1 KB a MiB: the
+    compressed bytes of a zero MiB repeat once the history is reset (a full flush)."""
+    c, zero = zlib.compressobj(9), bytes(1 << 20)
+    head = c.compress(prefix) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(zero) + c.flush(zlib.Z_FULL_FLUSH)
+    end = c.flush()[:-4]  # the final block, without the checksum of what c saw
+    adler = zlib.adler32(prefix)
+    for _ in range(mib):
+        adler = zlib.adler32(zero, adler)
+    return head + block * mib + end + struct.pack(">I", adler)
+
+
+def hostile_records() -> dict[str, tuple[bytes, list]]:
+    """``{tag: (its metadata's content, [(step, TensorProto), ...])}``: one way of
+    breaking the Attention tab's reader a tag, each record forged byte by byte."""
+    import numpy as np
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    from tinymt.viewer.summary import MAX_CELLS, encode
+
+    good = encode(small_document())
+    head, weights = unpack(good)
+
+    def changed(kind: dict | None = None, **top) -> dict:
+        return {**head, **top, "kinds": {"cross": {**head["kinds"]["cross"], **(kind or {})}}}
+
+    side = int(MAX_CELLS ** 0.5)  # 4096 tokens a side: one head of MAX_CELLS weights
+    toks = ["t"] * side
+    big = {"rows": toks, "cols": toks, "entropy": [[0.0]], "gold": [], "shape": [1, 1, side, side]}
+    largest = {**small_document(), "kinds": {"cross": {**big, "weights": np.full(
+        (1, 1, side, side), 255, np.uint8)}}}  # 3 digits a weight: the longest JSON
+    del largest["kinds"]["cross"]["shape"]
+    meta = json.dumps({"version": 1, "sentence": "a hostile record", "reference": None}).encode()
+    records = {
+        "huge_shape": pack(changed({"shape": [1, 1, 100_000, 100_000]}), weights),
+        "over_cap": pack({**head, "kinds": {"cross": big, "encoder_self": big}}),
+        "largest_allowed": encode(largest),
+        "gold_out_of_range": pack(changed({"gold": [[2, 0, "aligned"]]}), weights),
+        "scale_markup": pack(changed(scale='<img src=x onerror="window.__pwned=1">'), weights),
+        "truncated": good[:-7],
+        "zlib_bomb": zlib_bomb(zlib.decompress(good), 1024),  # ~1 MB -> 1 GiB
+        "header_deep": pack(b"[" * 100_000 + b"]" * 100_000),
+        "surrogate": pack(changed({"rows": ["\ud800", "</s>"]}), weights),
+        "meta_list": good, "meta_deep": good,
+        "probe_" + "9" * 5000: good,  # a number no int() reads (Python's 4,300 digits)
+    }
+
+    def string(blob):
+        return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[blob],
+                                      tensor_shape=tensor_shape_pb2.TensorShapeProto())
+
+    out = {tag: (meta, [(1, string(blob))]) for tag, blob in records.items()}
+    out["meta_list"] = (b"[1]", out["meta_list"][1])
+    out["meta_deep"] = (b"[" * 100_000 + b"]" * 100_000, out["meta_deep"][1])
+    nan = json.dumps(changed(scale=float("nan"))).encode()
+    out["scale_nan"] = (meta, [(1, string(pack(nan, weights))),
+                               (2, string(pack(nan.replace(b"NaN", b"1e999"), weights)))])
+    out["not_a_string"] = (meta, [(1, tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT, float_val=[1.0],
+        tensor_shape=tensor_shape_pb2.TensorShapeProto()))])
+    return out
+
+
+def write_records(folder: Path, records: dict[str, tuple[bytes, list]]) -> None:
+    """An event file in ``folder`` holding ``records`` (:func:`hostile_records`' form)
+    under our plugin's name, as TensorBoard's own writer writes it."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from tinymt.viewer.metadata import PLUGIN_NAME
+
+    writer = EventFileWriter(str(folder))
+    for tag, (content, steps) in records.items():
+        meta = summary_pb2.SummaryMetadata(
+            data_class=summary_pb2.DATA_CLASS_TENSOR,
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=PLUGIN_NAME,
+                                                               content=content))
+        for step, tensor in steps:
+            value = summary_pb2.Summary.Value(tag=tag, metadata=meta, tensor=tensor)
+            writer.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                              summary=summary_pb2.Summary(value=[value])))
+    writer.close()
+
+
+@pytest.fixture(scope="session")
+def hostile_tensorboard(tiny_run, tmp_path_factory):
+    """``(base URL, process)`` of one TensorBoard on a logdir of two runs: ``good`` (the
+    tiny run's events) and ``bad`` (:func:`hostile_records`, steps as written)."""
+    logdir = tmp_path_factory.mktemp("hostile_logdir")
+    (logdir / "good").mkdir()
+    for events in tiny_run.glob("events.out.tfevents.*"):
+        shutil.copy(events, logdir / "good" / events.name)
+    records = hostile_records()
+    (logdir / "bad").mkdir()
+    write_records(logdir / "bad", records)
+    route = "data/plugin/tinymt_attention"
+    want = {("good", "probe_2"): [20, 40],
+            **{("bad", tag): [s for s, _ in steps] for tag, (_, steps) in records.items()}}
+
+    def ready(base):  # every step of every tag loaded
+        answers = (http_get(f"{base}/{route}/steps?run={run}&tag={tag}")
+                   for run, tag in want)
+        return all(status == 200 and json.loads(body)["steps"] == steps
+                   for (status, body), steps in zip(answers, want.values()))
+
+    with tensorboard_process(logdir, ready, logdir.parent / "tensorboard.txt") as server:
+        yield server
 
 
 # ----------------------------------------------------------------------------- server

@@ -1,5 +1,6 @@
 """Checkpoints: atomic writes survive SIGKILL mid-save; damaged files fail with one line."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -9,21 +10,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import copy_run, run_script_in_process
-from tinymt.checkpoint import (
-    average_checkpoints,
-    clean_stale_temp_files,
-    load_checkpoint,
-    save_checkpoint,
-)
+from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from tinymt.config import ModelConfig
 from tinymt.errors import TinyMTError
+from tinymt.files import TEMP_PREFIX, clean_stale_temps
+from tinymt.model import Transformer
 from tinymt.rundir import step_checkpoints
+
+# a real (tiny) model's config and weights: load_checkpoint checks one against the other
+MC = dataclasses.asdict(ModelConfig(d_model=8, n_heads=2, n_encoder_layers=1,
+                                    n_decoder_layers=1, d_ff=16, max_positions=16))
 
 
 def _state(value: float, step: int) -> dict:
-    return {"model": {"w": torch.full((4, 4), value), "n": torch.tensor(step)},
-            "model_config": {"d_model": 4}, "step": step}
+    model = Transformer(OmegaConf.create(MC), 8, 8, shared_vocab=True).state_dict()
+    return {"model": {**model, "w": torch.full((4, 4), value), "n": torch.tensor(step)},
+            "model_config": dict(MC), "step": step,
+            "vocab": {"src_size": 8, "tgt_size": 8, "shared": True}}
 
 
 def test_roundtrip(tmp_path):
@@ -54,11 +60,11 @@ def test_not_a_checkpoint(tmp_path):
 
 def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
     """A real process is killed while it writes the new checkpoint's bytes."""
+    save_checkpoint(_state(0.0, 1), tmp_path / "last.pt")
     script = textwrap.dedent(f"""
         import sys, time, torch
         from tinymt import checkpoint
         path = {str(tmp_path / 'last.pt')!r}
-        checkpoint.save_checkpoint({{"model": {{"w": torch.zeros(3)}}, "step": 1}}, path)
         real_save = torch.save
         def slow_save(obj, f):
             real_save(obj, f)
@@ -77,9 +83,11 @@ def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
-    assert list(tmp_path.glob("last.pt.tmp-*")), "the kill should have hit the temp file"
+    assert list(tmp_path.glob(f"{TEMP_PREFIX}*")), "the kill should have hit the temp file"
     s = load_checkpoint(tmp_path / "last.pt")
-    assert s["step"] == 1 and torch.equal(s["model"]["w"], torch.zeros(3))
+    assert s["step"] == 1 and torch.equal(s["model"]["w"], torch.zeros(4, 4))
+    save_checkpoint(_state(3.0, 3), tmp_path / "best.pt")  # the next write cleans up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
 
 
 def test_average_checkpoints(tmp_path):
@@ -97,23 +105,33 @@ def test_average_checkpoints(tmp_path):
 def test_average_refuses_different_models(tmp_path):
     save_checkpoint(_state(1.0, 1), tmp_path / "a.pt")
     other = _state(1.0, 2)
-    other["model_config"] = {"d_model": 8}
+    other["model_config"] = {**MC, "dropout": 0.2}
     save_checkpoint(other, tmp_path / "b.pt")
     with pytest.raises(TinyMTError, match="different model"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
 
 
-def test_stale_temp_files_of_dead_writers_are_removed(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    dead_pid = int(dead.stdout)  # that process has exited
-    (tmp_path / f"last.pt.tmp-{dead_pid}").write_bytes(b"half a checkpoint")
-    (tmp_path / f"best.pt.tmp-{os.getpid()}").write_bytes(b"being written right now")
-    (tmp_path / "last.pt").write_bytes(b"keep")
-    removed = clean_stale_temp_files(tmp_path)
-    assert [p.name for p in removed] == [f"last.pt.tmp-{dead_pid}"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"best.pt.tmp-{os.getpid()}",
-                                                          "last.pt"]
+def test_stale_temp_files_are_judged_by_their_lock_not_a_pid(tmp_path):
+    """A temp file (or folder) whose writer holds its lock stays, whatever its name says;
+    one nobody holds (the writer died: on this host, another, or in a container) goes."""
+    live, dead, dead_dir = (tmp_path / f"{TEMP_PREFIX}{n}" for n in ("live", "dead", "d"))
+    dead.write_bytes(b"half a checkpoint")
+    dead_dir.mkdir()
+    (dead_dir / "model.bin").write_bytes(b"half an export")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, sys, time
+        f = open({str(live)!r}, "wb"); fcntl.flock(f, fcntl.LOCK_EX)
+        print("held", flush=True); time.sleep(60)""")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (tmp_path / "last.pt").write_bytes(b"keep")
+        removed = clean_stale_temps(tmp_path)
+        assert sorted(p.name for p in removed) == sorted([dead.name, dead_dir.name])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "last.pt"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [p.name for p in clean_stale_temps(tmp_path)] == [live.name]  # its writer is gone
 
 
 def test_step_checkpoints_ignore_other_files(tmp_path):
@@ -132,7 +150,7 @@ def _forge_step(run, edit) -> Path:
     path = run / "checkpoints" / "ckpt_40.pt"
     state = load_checkpoint(path)
     edit(state)
-    save_checkpoint(state, path)
+    save_checkpoint(state, path, owner=run)
     return path
 
 

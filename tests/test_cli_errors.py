@@ -83,7 +83,7 @@ ROWS = [
     row("train", "trainer.average_last=3", expect="trainer.keep_last"),
     row("train", "trainer.nan_policy=ignore",
         expect="trainer.nan_policy='ignore': choose one of stop, skip"),
-    row("train", "trainer.resume={tmp}/nothing", expect="cannot resume"),
+    row("train", "trainer.resume={tmp}/nothing", expect="nothing does not exist"),
     row("train", "data=tatoeba_zh_en", "data.split_seed=-1", expect="data.split_seed=-1"),
     row("train", "data.cache_dir={tmp}/a_file", expect="data.cache_dir=", make=("a_file",)),
     # Hydra's own composition errors, made one line by tinymt.cli.run_hydra
@@ -108,7 +108,8 @@ ROWS = [
     row("serve", "run={tmp}/no-run", expect="no-run"),
     row("translate", "output={tmp}/a_dir", expect="output=", make=("a_dir/",)),
     row("translate", f"output={UNWRITABLE}", expect="cannot write", make=("ro/",)),
-    row("translate", "output={tmp}/no-folder/out.txt", expect="no-folder does not exist"),
+    row("translate", "output={tmp}/a-file/out.txt", expect="a-file is a file, not a folder",
+        make=("a-file",)),
     row("translate", "attention_kinds=[]", expect="attention_kinds=[]"),
     row("translate", "attention={tmp}/a_file.txt", expect="not a .png or .html",
         make=("a_file.txt",)),

@@ -221,7 +221,7 @@ def test_an_option_the_export_does_not_know_is_refused(tiny_run, tmp_path):
     best = copy / "checkpoints" / "best.pt"
     state = load_checkpoint(best)
     state["model_config"]["rotary_positions"] = True
-    save_checkpoint(state, best)
+    save_checkpoint(state, best, owner=copy)
     r = cli("export", f"run={copy}", f"out={tmp_path / 'out'}")
     assert "model.rotary_positions=True" in one_error_line(r)
     assert not (tmp_path / "out").exists()

@@ -148,15 +148,17 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
     run = _check_trained_run(run_dir, 40)
     assert run.config["trainer"]["precision"] == "bf16"
     # a bf16-trained run translates (in float32) through the real translate config and
-    # function, and draws its attention maps
+    # function, and draws its attention maps (outside the run: only its own commands write
+    # into a run)
+    maps = run_dir.parent / "maps"
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
         cfg = compose(config_name="translate", overrides=[
-            f"run={run_dir}", "checkpoint=last", "device=cpu", f"attention={run_dir}/maps",
+            f"run={run_dir}", "checkpoint=last", "device=cpu", f"attention={maps}",
             "attention_kinds=[encoder_self,decoder_self,cross]"])
     out = translate(cfg, ["我喜欢猫。", "他昨天去了北京。"])
     lines = capsys.readouterr().out.splitlines()
     assert lines == out["translations"] and len(lines) == 2
-    assert sorted(p.name for p in (run_dir / "maps").iterdir()) == ["line1.png", "line2.png"]
+    assert sorted(p.name for p in maps.iterdir()) == ["line1.png", "line2.png"]
 
 
 @pytest.mark.slow

@@ -103,7 +103,7 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
     step = best_step if name == "best.pt" else best_step + 2
     target = f"ckpt_{step}.pt" if name == "ckpt.pt" else name
     real_save = state.save_checkpoint  # checkpoints: trainer.state; metrics.json: loop
-    real_text = getattr(loop, "publish_text", None)
+    real_text = loop.write_text
 
     def at(path, publish):
         if Path(path).name == target and (publish is None or publish["step"] == step):
@@ -112,20 +112,20 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
             return True
         return False
 
-    def save(state, path):
+    def save(state, path, **kw):
         kill = at(path, state)
-        real_save(state, path)
+        real_save(state, path, **kw)
         if kill:
             raise Killed
 
-    def text(content, path):
+    def text(content, path, **kw):
         kill = at(path, None)
-        real_text(content, path)
+        real_text(content, path, **kw)
         if kill:
             raise Killed
 
     monkeypatch.setattr(state, "save_checkpoint", save)
-    monkeypatch.setattr(loop, "publish_text", text, raising=False)
+    monkeypatch.setattr(loop, "write_text", text)
     shutil.copytree(ref / "cache", tmp_path / "cache")  # the same data, not built again
     with pytest.raises(Killed):
         train(compose_train(tmp_path, *KILL_RUN))
@@ -155,8 +155,8 @@ def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path):
     run = tmp_path / "run"
     fault = ("import os, signal, tinymt.trainer.state as state\n"
              "real = state.save_checkpoint\n"
-             "def save(state, path):\n"
-             "    real(state, path)\n"
+             "def save(state, path, **kw):\n"
+             "    real(state, path, **kw)\n"
              "    if path.name == 'last.pt':\n"
              "        os.kill(os.getpid(), signal.SIGKILL)\n"
              "state.save_checkpoint = save\n")

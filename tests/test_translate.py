@@ -23,6 +23,7 @@ from tinymt.config import TranslateConfig
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
+from tinymt.files import TEMP_PREFIX
 from tinymt.rundir import find_run, load_run
 from tinymt.tokenizer import UNK_ID
 from tinymt.translate import translate
@@ -198,14 +199,13 @@ def test_ref_with_wrong_line_count_leaves_output_as_it_was(tiny_run, tmp_path, c
 
 
 def test_a_killed_translations_temp_file_goes_next_time(tiny_run, tmp_path, capsys):
-    """A translation killed while writing output= leaves .<name>.tmp-<pid>; the next one
-    to the same output removes it (sentences and input= together are refused)."""
+    """A translation killed while writing output= leaves a temp file whose lock is free
+    (tinymt.files); the next write there removes it (sentences and input= together are
+    refused)."""
     from conftest import run_script_in_process
 
     out = tmp_path / "out.txt"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / f".out.txt.tmp-{dead}").write_text("half a transl")
+    (tmp_path / f"{TEMP_PREFIX}0123456789abcdef").write_text("half a transl")
     status, err = run_script_in_process("translate", [
         f"run={tiny_run}", "device=cpu", f"output={out}", "他喜欢猫吗？"], capsys)
     assert status == 0, err
@@ -270,8 +270,16 @@ def test_truncated_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     assert "damaged or truncated" in error_of(cfg_for(broken))
 
 
+def _resized(state: dict, size: int) -> None:
+    """The checkpoint of a model of another vocabulary size (load_checkpoint refuses sizes
+    that its own tensors contradict: a run's checkpoint holds both alike)."""
+    state["vocab"].update(src_size=size, tgt_size=size)
+    for name in ("src_embed.weight", "tgt_embed.weight", "output_proj.weight"):
+        state["model"][name] = state["model"][name].new_zeros(size, state["model"][name].shape[1])
+
+
 @pytest.mark.parametrize("forge,words", [
-    (lambda s: s["vocab"].update(src_size=900, tgt_size=900), "vocab sizes 900/900"),
+    (lambda s: _resized(s, 900), "vocab sizes 900/900"),
     (lambda s: s.update(tokenizer_sha256="0" * 64), "another tokenizer"),
 ], ids=["vocab sizes", "tokenizer"])
 def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path, forge, words):

@@ -9,23 +9,46 @@ tutorials' sentence; the browser side is tests/test_viewer_browser.py.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import re
+import struct
+import time
+import urllib.request
 import zlib
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import REPO_ROOT, compose_train, compose_translate, http_get, inline_data
+from conftest import (
+    REPO_ROOT,
+    compose_train,
+    compose_translate,
+    hostile_records,
+    http_get,
+    inline_data,
+    pack,
+    small_document,
+    unpack,
+)
 from tinymt.attention_maps import collect_attention
 from tinymt.corpus import SHOWCASE
 from tinymt.data import normalize
 from tinymt.rundir import load_run
 from tinymt.translate import translate
-from tinymt.viewer.document import SCALE, Probe, build_document, dequantize, probe_from_pair
-from tinymt.viewer.summary import PLUGIN_NAME, decode, encode
+from tinymt.viewer.document import (
+    SCALE,
+    Probe,
+    build_document,
+    dequantize,
+    jsonable,
+    probe_from_pair,
+)
+from tinymt.viewer.metadata import PLUGIN_NAME, parse_meta, summary_metadata
+from tinymt.viewer.summary import KINDS, MAGIC, decode, encode
 
 PRECISION = 0.5 / SCALE + 1e-6  # what 8 bits per weight keep
 
@@ -133,6 +156,147 @@ def test_records_round_trip_and_damage_is_refused():
             decode(bad)
 
 
+# ----------------------------------------------------------------------------- hostile records
+# what the reader says of each record of conftest.hostile_records (the tag's first step)
+REFUSED = {
+    "huge_shape": "cross.shape's rows is 100000, not an integer in 1..4096",
+    "over_cap": "the record declares over 16,777,216 weights",
+    "gold_out_of_range": "cross.gold's row is 2, not an integer in 0..1",
+    "scale_markup": "scale is not a positive finite number",
+    "scale_nan": "the record's header is not valid JSON (NaN is not a number JSON allows)",
+    "truncated": "the record is truncated",
+    "zlib_bomb": "the record inflates past the size its header declares",
+    "header_deep": "the record's header is nested deeper than 8 levels",
+    "not_a_string": "not a string tensor of one value (dtype float32, shape ())",
+}
+BAD_META = {"meta_list": "the tag's metadata is a JSON list, not an object",
+            "meta_deep": "the tag's metadata is nested deeper than 8 levels"}
+
+
+def header_refusals():
+    """``(what is wrong, the header changed, the error's start)``: every check of the
+    record's header, one at a time, on the small hand-written document."""
+    def change(path, value):
+        def apply(h):
+            *outer, last = path
+            node = h
+            for key in outer:
+                node = node[key]
+            if value is DELETE:
+                del node[last]
+            else:
+                node[last] = value
+        return apply
+
+    c = ("kinds", "cross")
+    return [
+        ("a missing field", change(("forced",), DELETE), "the record has fields 'forced'"),
+        ("an unknown field", change(("extra",), 1), "the record has fields 'extra'"),
+        ("a header that is a list", lambda h: h.clear(), "the record has fields"),
+        ("an unknown kind", change(("kinds", "self"), {}), "kinds is not an object of"),
+        ("a sentence that is a number", change(("sentence",), 5), "sentence is not a string"),
+        ("a reference that is a list", change(("reference",), ["a"]), "reference is not a"),
+        ("forced something else", change(("forced",), "x"), "forced is neither"),
+        ("a step that is a bool", change(("step",), True), "step is true, not an integer"),
+        ("a step that is a float", change(("step",), 1.5), "step is 1.5, not an integer"),
+        ("a scale of 0", change(("scale",), 0), "scale is not a positive finite number"),
+        ("a scale beyond any float", change(("scale",), 10 ** 400), "scale is not a positive"),
+        ("a token that is a number", change((*c, "rows", 0), 7), "cross.rows is not a string"),
+        ("no tokens", change((*c, "cols"), []), "cross.cols is not a list of 1 to 4096"),
+        ("a shape of 3 numbers", change((*c, "shape"), [1, 2, 2]), "cross.shape is not [layers"),
+        ("a shape beside its tokens", change((*c, "shape"), [1, 2, 3, 3]),
+         "cross.shape 3x3 is not its 2 rows x 3 columns"),
+        ("too many heads", change((*c, "shape"), [64, 64, 2, 3]), "cross.shape has 4,096 heads"),
+        ("a bool gold index", change((*c, "gold"), [[True, 0, "x"]]), "cross.gold's row is true"),
+        ("a negative gold index", change((*c, "gold"), [[0, -1, "x"]]),
+         "cross.gold's column is -1, not an integer in 0..2"),
+        ("a gold cell without label", change((*c, "gold"), [[0, 0]]), "cross.gold holds [0, 0]"),
+        ("infinite entropy", change((*c, "entropy"), [[0.0, "=1e999"]]),
+         "cross.entropy is not 1x2 finite numbers"),
+        ("entropy of too few heads", change((*c, "entropy"), [[0.0]]), "cross.entropy is not"),
+    ]
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("what, apply, message", header_refusals(),
+                         ids=[case[0] for case in header_refusals()])
+def test_the_reader_checks_every_field_of_the_header(what, apply, message):
+    head, weights = unpack(encode(small_document()))
+    apply(head)
+    text = json.dumps(head).replace('"=1e999"', "1e999").encode()  # inf, as a number
+    with pytest.raises(ValueError) as e:
+        decode(pack(text, weights))
+    assert str(e.value).startswith(message) and len(str(e.value).splitlines()) == 1, e.value
+
+
+def test_the_reader_refuses_every_hostile_record_in_bounded_memory():
+    """Each forged record of the hostile run is refused in one line, and the zlib bomb
+    (1 MB inflating to 1 GiB) costs the reader a few KB, not a GiB."""
+    import tracemalloc
+
+    records = hostile_records()
+    for tag, message in REFUSED.items():
+        _, [(_, tensor), *_] = records[tag]
+        blob = tensor.string_val[0] if tensor.string_val else tensor.float_val[0]
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError) as e:
+            decode(blob)
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        if tag != "not_a_string":  # the plugin's check; the reader wants bytes
+            assert str(e.value).startswith(message), (tag, e.value)
+        assert len(str(e.value).splitlines()) == 1 and seconds < 1, (tag, seconds)
+        assert peak < 4 << 20, (tag, peak)  # the bomb: 3 MiB, copies of its 1 MB input
+    for tag, message in BAD_META.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_meta(records[tag][0])
+    # the largest record allowed is read; a header longer than 1 MiB is refused unread
+    doc = decode(records["largest_allowed"][1][0][1].string_val[0])
+    assert doc["kinds"]["cross"]["weights"].shape == (1, 1, 4096, 4096)
+    with pytest.raises(ValueError, match="header is 1,048,577 bytes"):
+        decode(zlib.compress(MAGIC + struct.pack("<I", (1 << 20) + 1)))
+    assert decode(records["surrogate"][1][0][1].string_val[0])["kinds"]["cross"]["rows"][0] \
+        == "\ud800"  # a lone surrogate is text; the plugin escapes it in its JSON
+
+
+def test_tag_metadata_is_version_checked():
+    assert parse_meta(summary_metadata("猫。", None).plugin_data.content) == \
+        {"sentence": "猫。", "reference": None}
+    for content, message in [(b'{"version": 2, "sentence": "x"}', "version 2"),
+                             (b'{"version": true, "sentence": "x"}', "version True"),
+                             (b'{"version": 1}', "no sentence"),
+                             (b'{"version": 1, "sentence": "x", "reference": 1}', "reference"),
+                             (b"\xff", "not valid UTF-8"), (b"{", "not valid JSON"),
+                             (b" " * (1 << 20) + b"{}", "at most 1,048,576")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_meta(content)
+
+
+def test_the_tab_writes_documents_as_json_of_their_numbers():
+    """The plugin's own JSON writer (weights as text in one numpy buffer) says what
+    ``json.dumps`` of the document would, for every shape down to one weight."""
+    from tinymt.viewer.plugin import _document_json
+
+    rng = np.random.default_rng(0)
+    doc = showcase_document()[1]
+    doc["kinds"]["extra"] = {"rows": ["a"], "cols": ["b"], "weights": np.zeros((1, 1, 1, 1))}
+    for shape in [(1, 1, 1, 1), (3, 1, 2, 1), (1, 4, 1, 3), (2, 3, 5, 7)]:
+        doc["kinds"]["extra"]["weights"] = rng.integers(0, 256, shape).astype(np.uint8)
+        body = _document_json(doc)
+        assert body.isascii() and json.loads(body) == json.loads(json.dumps(jsonable(doc)))
+
+
+def test_the_plugin_knows_the_models_kinds():
+    from tinymt.model import KINDS as MODEL_KINDS
+    from tinymt.viewer.document import KIND_ORDER
+
+    assert KINDS == tuple(MODEL_KINDS) == KIND_ORDER
+
+
 # ----------------------------------------------------------------------------- a real run
 def model_attention(run_dir: Path, step: int, probe: Probe) -> dict:
     """The attention of the checkpoint of ``step`` for ``probe``, teacher-forced on its
@@ -208,6 +372,103 @@ def test_bad_requests_are_http_errors_not_crashes(tensorboard):
         assert status == code, (query, status, body)
         assert b"Traceback" not in body and len(body.splitlines()) == 1, body
     assert http_get(f"{route}/runs")[0] == 200  # still serving
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (TensorBoard and its data server)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            children.append(int(entry.name))
+    return [pid, *(p for c in children for p in process_tree(c))]
+
+
+def peak_mib(pids: list[int], reset: bool = False) -> float:
+    """The sum of the processes' peak resident memory (VmHWM) since the last reset, MiB;
+    ``reset``: start a new peak (Linux: ``clear_refs`` 5) instead."""
+    total = 0
+    for pid in pids:
+        if reset:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+            continue
+        status = Path(f"/proc/{pid}/status").read_text()
+        total += int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
+    return total / 1024
+
+
+@pytest.mark.slow
+def test_a_hostile_run_beside_a_good_one(hostile_tensorboard, tiny_run):
+    """One TensorBoard on a good run and a run of forged records: every route of the good
+    run answers as before; each forged record is a 422 with one line naming run, tag and
+    step (a bad tag's metadata an ``error`` in /runs), answered in bounded time and
+    memory; the server stays up."""
+    base, proc = hostile_tensorboard
+    route = f"{base}/data/plugin/{PLUGIN_NAME}"
+    records = hostile_records()
+    pids = process_tree(proc.pid)
+    peak_mib(pids, reset=True)
+    before = peak_mib(pids)  # resident now: a reset peak starts at it
+    status, body = http_get(f"{route}/runs")
+    assert status == 200
+    runs = {r["run"]: r["probes"] for r in json.loads(body)["runs"]}
+    assert list(runs) == ["bad", "good"]
+    assert [(p["tag"], p["sentence"]) for p in runs["good"]] == \
+        [(f"probe_{k}", pair.zh) for k, pair in enumerate(SHOWCASE)] + [("probe_2", ANY)]
+    assert {p["tag"]: p.get("error") for p in runs["bad"]} == \
+        {tag: BAD_META.get(tag) for tag in records}
+    slowest = 0.0
+    for tag, (_, steps) in records.items():  # steps are listed without reading a record
+        status, body = http_get(f"{route}/steps?run=bad&tag={tag}")
+        assert (status, json.loads(body)) == (200, {"steps": [s for s, _ in steps]}), tag
+        if tag not in REFUSED:  # readable records (odd metadata, names, text): served
+            if tag != "largest_allowed":
+                assert http_get(f"{route}/step?run=bad&tag={tag}&step=1")[0] == 200, tag
+            continue
+        t0 = time.perf_counter()
+        status, body = http_get(f"{route}/step?run=bad&tag={tag}&step={steps[0][0]}")
+        slowest = max(slowest, time.perf_counter() - t0)
+        assert status == 422 and len(body.splitlines()) == 1, (tag, status, body)
+        assert body.decode().startswith(f"run 'bad', tag '{tag}', step {steps[0][0]}: "
+                                        f"unreadable record: {REFUSED[tag]}"), body
+    status, body = http_get(f"{route}/step?run=bad&tag=scale_nan&step=2")
+    assert (status, body.split(b": ")[-1]) == (422, b"scale is not a positive finite number")
+    refused = peak_mib(pids)
+    # a lone surrogate goes out escaped: the answer is ASCII JSON
+    status, body = http_get(f"{route}/step?run=bad&tag=surrogate&step=1")
+    assert status == 200 and body.isascii()
+    assert json.loads(body)["kinds"]["cross"]["rows"] == ["\ud800", "</s>"]
+    # the largest record allowed: 16 Mi weights of 255, 67 MB of JSON
+    peak_mib(pids, reset=True)
+    t0 = time.perf_counter()
+    status, body = http_get(f"{route}/step?run=bad&tag=largest_allowed&step=1")
+    largest_s, largest = time.perf_counter() - t0, peak_mib(pids)
+    assert status == 200 and body.startswith(b'{"sentence":')
+    assert body.count(b"255") == (1 << 24) + 1  # every weight sent, and the scale
+    peak_mib(pids, reset=True)  # again, gzipped as a browser asks for it
+    request = urllib.request.Request(f"{route}/step?run=bad&tag=largest_allowed&step=1",
+                                     headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        assert gzip.decompress(answer.read()) == body
+    gzipped = peak_mib(pids)
+    print(f"\nTensorBoard (+ data server): {before:.0f} MiB resident before, peak "
+          f"{refused:.0f} MiB over the refused records (slowest {slowest:.2f} s), "
+          f"{largest:.0f} MiB for the largest allowed ({len(body) / 1e6:.1f} MB in "
+          f"{largest_s:.1f} s), {gzipped:.0f} MiB gzipped")
+    assert refused < 256 and max(largest, gzipped) < 512 and slowest < 5
+    # the good run, after all that: the records as logged, every route
+    assert proc.poll() is None
+    acc = EventAccumulator(str(tiny_run), size_guidance={"tensors": 0})
+    acc.Reload()
+    for tag in ("probe_0", "probe_2"):
+        status, body = http_get(f"{route}/steps?run=good&tag={tag}")
+        assert (status, json.loads(body)) == (200, {"steps": [20, 40]})
+        status, body = http_get(f"{route}/step?run=good&tag={tag}&step=40")
+        logged = decode(acc.Tensors(tag)[1].tensor_proto.string_val[0])
+        assert status == 200 and json.loads(body) == json.loads(json.dumps(jsonable(logged)))
 
 
 # ----------------------------------------------------------------------------- HTML file

@@ -129,14 +129,19 @@ def drive(page, view, fetch_doc, steps: list[int], shots: Path, name: str,
     return {"render_ms": render_ms, "lines": n_lines}
 
 
-def test_the_attention_tab_in_tensorboard(browser, tensorboard, tmp_path):
+def open_tab(browser, base: str):
+    """``(page, the tab's frame, page errors)``: TensorBoard at ``base`` on our tab."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{tensorboard}/#tinymt_attention")
+    page.goto(f"{base}/#tinymt_attention")
     frame = "iframe[src*='plugin_entry.html?name=tinymt_attention']"
     page.locator(frame).wait_for(timeout=60_000)
-    view = page.frame_locator(frame)
+    return page, page.frame_locator(frame), errors
+
+
+def test_the_attention_tab_in_tensorboard(browser, tensorboard, tmp_path):
+    page, view, errors = open_tab(browser, tensorboard)
     steps = json.loads(http_get(f"{tensorboard}/{ROUTE}/steps?run=.&tag=probe_0")[1])["steps"]
 
     def fetch_doc(step):
@@ -145,6 +150,37 @@ def test_the_attention_tab_in_tensorboard(browser, tensorboard, tmp_path):
     measured = drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab")
     assert "我请李雷帮我订了去北京的机票" in view.locator("#sentence").inner_text()
     print(f"\nthe tab showed one step in {measured['render_ms']:.0f} ms (request to drawn)")
+    assert not errors, errors
+    page.close()
+
+
+def test_the_tab_beside_a_hostile_run(browser, hostile_tensorboard, tmp_path):
+    """TensorBoard on the good run and a run of forged records (conftest.hostile_records):
+    the tab opens on the hostile run and says, in its status line, why a record cannot be
+    shown; markup in a record never reaches the page; the good run's tab works as above."""
+    base, _ = hostile_tensorboard
+    page, view, errors = open_tab(browser, base)
+    root = view.locator("#tinymt-attention[data-error]")
+    root.wait_for(timeout=60_000)  # the first run, "bad", its first tag
+    assert view.locator("#run").input_value() == "bad"
+    assert view.locator("#probe").input_value() == "gold_out_of_range"
+    for tag in ("gold_out_of_range", "scale_markup", "zlib_bomb", "header_deep"):
+        view.locator("#probe").select_option(tag)
+        status = view.locator("#status.error", has_text=f"tag '{tag}', step 1")
+        status.wait_for(timeout=30_000)
+        assert status.inner_text().startswith("error: 422"), status.inner_text()
+    assert view.locator("img").count() == 0
+    tab = page.frame(url=lambda url: "plugin_entry.html?name=tinymt_attention" in url)
+    assert tab.evaluate("() => window.__pwned") is None
+    # the good run, chosen in the tab, as the tab test checks it
+    view.locator("#run").select_option("good")
+    steps = json.loads(http_get(f"{base}/{ROUTE}/steps?run=good&tag=probe_0")[1])["steps"]
+
+    def fetch_doc(step):
+        return json.loads(http_get(f"{base}/{ROUTE}/step?run=good&tag=probe_0&step={step}")[1])
+
+    drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab_hostile")
+    assert "我请李雷帮我订了去北京的机票" in view.locator("#sentence").inner_text()
     assert not errors, errors
     page.close()
 

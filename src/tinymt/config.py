@@ -19,7 +19,6 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -28,9 +27,11 @@ from tinymt.errors import TinyMTError
 from tinymt.rules import (
     BATCH_TOKENS,
     BEAM,
+    CHECKPOINT,
     CKPT_FILE,
     COUNT,
     DEVICE,
+    DIR,
     FOLDER,
     LAYERS,
     MAX_ACCUMULATE,
@@ -44,19 +45,23 @@ from tinymt.rules import (
     MAX_THREADS,
     MAX_VOCAB,
     MAX_WIDTH,
+    NEW_FOLDER,
+    PATH,
     POSITIVE,
     PROBABILITY,
+    RUN,
+    RUN_FOLDER,
     SEED,
     TEXT_FILE,
     WIDTH,
     Cross,
     apply_rules,
     attention_target,
-    creatable_folder,
     integer,
     is_number,
     number,
     one_of,
+    owned_output,
     rule_field,
     rules_of,
     writable_file,
@@ -73,7 +78,7 @@ class DataConfig:
 
     name: str = "builtin_zh_en"
     source: str = _r("builtin", one_of("builtin", "hub", "text", "tsv"))
-    path: str | None = None
+    path: str | None = _r(None, PATH)
     src_lang: str = "zh"
     tgt_lang: str = "en"
     reverse: bool = False
@@ -163,7 +168,7 @@ class TrainerConfig:
     n_probes: int = _r(1, integer(0, 1000))
     attention_images: bool = True
     n_text_samples: int = _r(3, integer(0, 1000))
-    resume: str | None = None
+    resume: str | None = _r(None, RUN_FOLDER)
 
 
 @dataclass
@@ -197,20 +202,19 @@ class EngineConfig:
     """What translates (translate.py, serve.py): a run's checkpoint (``engine=torch``) or a
     model folder of scripts/export.py (``engine=ct2``), and how it searches."""
 
-    run: str = "latest"
-    checkpoint: str = "best"
+    run: str = _r("latest", RUN)
+    checkpoint: str = _r("best", CHECKPOINT)
     device: str = _r("auto", DEVICE)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    outputs_root: str = "outputs"
+    outputs_root: str = _r("outputs", DIR)
     engine: str = _r("torch", one_of("torch", "ct2"))
-    model_dir: str | None = None  # engine=ct2: a folder of scripts/export.py ("model" is a group)
+    model_dir: str | None = _r(None, DIR)  # engine=ct2: a folder of scripts/export.py ("model" is a group)
 
 
 @dataclass
 class TranslateConfig(EngineConfig):
     input: str | None = _r(None, TEXT_FILE)
-    output: str | None = _r(None, (lambda v: writable_file(v, make_parents=False),
-                                   "must be a file to write, in an existing writable folder"))
+    output: str | None = _r(None, (writable_file, "must be a file to write"))
     ref: str | None = _r(None, TEXT_FILE)
     attention: str | None = _r(None, (attention_target, "must be a .png file (one sentence), an .html file (the interactive view of every sentence) or a folder"))
     attention_kinds: list[str] = _r(["cross"], (
@@ -242,20 +246,18 @@ class ServeConfig(EngineConfig):
 
 @dataclass
 class ExportConfig:
-    run: str = "latest"
-    checkpoint: str = "best"
+    run: str = _r("latest", RUN)
+    checkpoint: str = _r("best", CHECKPOINT)
     format: str = _r("ct2", one_of("ct2"))
     quantization: str = _r("none", one_of("none", "int8"))
-    out: str | None = _r(None, (
-        lambda v: "it exists" if Path(v).expanduser().exists() else creatable_folder(v, True),
-        "must be a new folder (an existing one is never overwritten)"))
-    outputs_root: str = "outputs"
+    out: str | None = _r(None, NEW_FOLDER)
+    outputs_root: str = _r("outputs", DIR)
 
 
 @dataclass
 class AnalyzeConfig:
-    run: str = "latest"
-    checkpoint: str = "best"
+    run: str = _r("latest", RUN)
+    checkpoint: str = _r("best", CHECKPOINT)
     split: str = _r("valid", one_of("valid", "test"))
     max_sentences: int = _r(500, integer(0, MAX_COUNT, note="0 = all"))
     pruning: bool = True
@@ -264,15 +266,15 @@ class AnalyzeConfig:
     prune_output: str | None = _r(None, CKPT_FILE)
     device: str = _r("auto", DEVICE)
     batch_tokens: int = _r(4096, BATCH_TOKENS)
-    outputs_root: str = "outputs"
+    outputs_root: str = _r("outputs", DIR)
 
 
 @dataclass
 class AverageConfig:
-    run: str = "latest"
+    run: str = _r("latest", RUN)
     last: int = _r(5, integer(2, MAX_COUNT, note="the newest N step checkpoints"))
     output: str | None = _r(None, CKPT_FILE)
-    outputs_root: str = "outputs"
+    outputs_root: str = _r("outputs", DIR)
 
 
 # ----------------------------------------------------------------------------- rule tables
@@ -370,24 +372,12 @@ def check_train(cfg) -> None:
     apply_rules(cfg, {}, TRAIN_CROSS)
 
 
-def check_translate(cfg) -> None:
-    apply_rules(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)
-
-
-def check_serve(cfg) -> None:
-    apply_rules(cfg, SERVE_RULES, SERVE_CROSS)
-
-
-def check_export(cfg) -> None:
-    apply_rules(cfg, EXPORT_RULES, EXPORT_CROSS)
-
-
-def check_analyze(cfg) -> None:
-    apply_rules(cfg, ANALYZE_RULES)
-
-
-def check_average(cfg) -> None:
-    apply_rules(cfg, AVERAGE_RULES)
+def check_translate(cfg) -> None: apply_rules(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)  # noqa: E704
+def check_serve(cfg) -> None: apply_rules(cfg, SERVE_RULES, SERVE_CROSS)  # noqa: E704
+def check_export(cfg) -> None: apply_rules(cfg, EXPORT_RULES, EXPORT_CROSS)  # noqa: E704
+# a checkpoint written into a run only into the one run= names (its lock is taken then)
+def check_analyze(cfg) -> None: apply_rules(cfg, ANALYZE_RULES, [owned_output("prune_output")])  # noqa: E704
+def check_average(cfg) -> None: apply_rules(cfg, AVERAGE_RULES, [owned_output("output")])  # noqa: E704
 
 
 def as_train_config(cfg) -> DictConfig:
@@ -432,12 +422,14 @@ def register_configs() -> None:
     """Register the schemas (YAMLs name them first in their defaults lists) and three
     resolvers: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``;
     ``${dirname:text}`` makes a safe, bounded folder name;
-    ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``."""
+    ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``;
+    ``${unless_named:resume,run_dir,clock}``: "." when a folder is named, else the clock."""
     # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
     # scratch folder (the trainer hands every rank rank 0's run dir)
     rank0 = lambda main, other: main if int(os.environ.get("RANK", "0")) == 0 else other  # noqa: E731
     for name, fn in (("or_else", lambda a, b: b if a is None else a), ("dirname", _dirname),
-                     ("on_main_rank", rank0)):
+                     ("on_main_rank", rank0),  # Hydra makes only a clock folder itself:
+                     ("unless_named", lambda r, d, c: "." if r is not None or d is not None else c)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
     for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),

@@ -8,6 +8,7 @@ must render as glyphs: we register the Noto Sans CJK font that ships in the
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -20,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from tinymt.files import write_bytes  # noqa: E402
 
 
 @lru_cache(maxsize=1)
@@ -104,10 +107,14 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return rgba[..., :3].copy()
 
 
-def save_figure(fig: Figure, path) -> None:
-    """Save a figure as PNG and close it."""
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+def save_figure(fig: Figure, path, owner=None) -> bytes:
+    """Save a figure as PNG (:func:`tinymt.files.write_bytes`; ``owner``: the run this
+    process holds, when ``path`` is inside it), close it and return the PNG's bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
+    write_bytes(buf.getvalue(), path, owner=owner)
+    return buf.getvalue()
 
 
 def heatmap(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import field, fields, is_dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinymt.errors import TinyMTError
+from tinymt.files import name_problem, output_problem
 
 Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
 Rule = tuple[Check, str]  # (check, what to tell the user)
@@ -73,30 +73,18 @@ def one_of(*words: str) -> Rule:
     return (lambda v: v in words), "choose one of " + ", ".join(words)
 
 
-def writable_file(value, make_parents: bool) -> bool | str:
-    """A file we may (over)write: not a folder, in a folder that exists (or can be made);
-    an existing one must be a regular file. A pipe, socket or device is refused unopened:
-    opening a pipe to write blocks until someone reads it, and the file we write replaces
-    what is there (``output=/dev/null`` would remove the device)."""
-    path = Path(value).expanduser()
-    if path.is_dir():
-        return f"{path} is a folder"
-    if path.exists():
-        if not path.is_file():
-            return f"{path} is not a regular file: a pipe, socket or device"
-        try:
-            open(path, "a").close()  # appends nothing; fails where writing would
-        except OSError as e:
-            return f"cannot write {path}: {e.strerror}"
-        return True
-    if not make_parents and not path.parent.exists():
-        return f"folder {path.parent} does not exist"
-    return creatable_folder(path.parent, write=True)
+def writable_file(value, any_run: bool = False) -> bool | str:
+    """A file we may (over)write (:func:`tinymt.files.output_problem`: not empty, not a
+    folder, a pipe or a device, not a run's state nor inside a run, in a place where files
+    can be made); ``any_run``: inside a run is checked later, by the command that owns it."""
+    return output_problem(value, any_run=any_run) or True
 
 
 def readable_file(value) -> bool | str:
     """A text file to read: a regular file, or a pipe (``input=<(command)``); never opened
     here. A device (``/dev/zero``) or socket is refused: it may never end."""
+    if name_problem(str(value)):
+        return name_problem(str(value))
     path = Path(value).expanduser()
     try:
         mode = path.stat().st_mode
@@ -113,27 +101,65 @@ def readable_file(value) -> bool | str:
 
 def creatable_folder(value, write: bool = False) -> bool | str:
     """A folder that exists (and where we may ``write``), or whose nearest existing
-    ancestor is a folder we may write in."""
+    ancestor is a folder we may write in; never blank, nor inside a run."""
+    if not str(value).strip():
+        return "empty: name a folder, never the current one by accident"
+    if name_problem(str(value)):
+        return name_problem(str(value))
     path = Path(value).expanduser()
-    base = next(p for p in [path, *path.absolute().parents] if p.exists())
-    if not base.is_dir():
-        return f"{base} is a file"
-    if base == path and not write:
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file"
+    why = output_problem(path / "x", any_run=path.exists() and not write)
+    return why.replace(f"{path / 'x'}", str(path)) if why else True
+
+
+def existing_run(value) -> bool | str:
+    """A run folder to continue (``trainer.resume``): it exists and is a folder."""
+    why = named_path(value, folder=True)
+    if why is not True:
+        return why
+    return True if Path(value).expanduser().exists() else f"{value} does not exist"
+
+
+def named_path(value, folder: bool | None = None, names: tuple[str, ...] = ()) -> bool | str:
+    """A path to read (or one of ``names``): not blank, a name the file system takes, and
+    when it exists a folder (``folder=True``), a regular file (``folder=False``) or either;
+    never opened (a pipe blocks, a device never ends). A missing one is the command's to
+    report (it knows what was expected there)."""
+    text = str(value)
+    if text in names:
         return True
+    if name_problem(text):
+        return name_problem(text)
+    path = Path(text).expanduser()
     try:
-        tempfile.TemporaryFile(dir=base).close()  # anonymous: leaves nothing behind
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return True
     except OSError as e:
-        return f"cannot write in {base}: {e.strerror}"
+        return f"cannot read {path}: {e.strerror}"
+    if folder is True and not stat.S_ISDIR(mode):
+        return f"{path} is not a folder"
+    if folder is False and stat.S_ISDIR(mode):
+        return f"{path} is a folder, not a file"
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        return f"{path} is not a regular file (a pipe, socket or device)"
     return True
 
 
 def attention_target(value) -> bool | str:
+    if name_problem(str(value)):
+        return name_problem(str(value))
     path = Path(value).expanduser()
     if path.suffix.lower() in (".png", ".html"):
-        return writable_file(path, make_parents=True)
+        return writable_file(path)
     if path.exists() and not path.is_dir():
         return f"{path} is an existing file that is not a .png or .html"
-    return creatable_folder(path, write=True)  # its maps are written into it
+    return writable_file(path / "line1.png")  # its maps are written into it
+
+
+def new_folder(value) -> bool | str:
+    return output_problem(value, folder=True) or True
 
 
 POSITIVE, COUNT = integer(1, MAX_COUNT), integer(0, MAX_COUNT)
@@ -145,10 +171,28 @@ LAYERS = integer(1, MAX_LAYERS)
 PROBABILITY = number(0, 1, hi_open=True, note="a probability")
 DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
                 "choose one of auto, cpu, cuda, cuda:N, mps")
+PATH: Rule = (named_path, "must name a file or folder")
+RUN: Rule = (lambda v: named_path(v, folder=True, names=("latest",)),
+             "must be a run folder (or latest)")
+DIR: Rule = (lambda v: named_path(v, folder=True), "must be a folder")
+CHECKPOINT: Rule = (lambda v: named_path(v, folder=False, names=("best", "last", "avg", "pruned")),
+                    "must be best, last, avg, pruned or a checkpoint file")
 FOLDER: Rule = (creatable_folder, "must be a folder (or where one can be made), not a file")
+RUN_FOLDER: Rule = (existing_run, "must be the folder of a run to continue")
 TEXT_FILE: Rule = (readable_file, "must be a text file to read (a regular file or a pipe)")
-CKPT_FILE: Rule = (lambda v: writable_file(v, make_parents=True),
+CKPT_FILE: Rule = (lambda v: writable_file(v, any_run=True),
                    "must be a checkpoint file to write (not a folder)")
+NEW_FOLDER: Rule = (new_folder, "must be a new folder (an existing one is never overwritten)")
+
+
+def owned_output(key: str) -> Cross:
+    """``key`` (a checkpoint to write) may lie in a run only if it is the run ``run=``
+    names (``run=latest``: checked once the run is found)."""
+    def why(c):
+        value = c.get(key) if isinstance(c, Mapping) else getattr(c, key)
+        return None if value is None or c.run == "latest" else \
+            output_problem(value, owner=c.run)
+    return (lambda c: why(c) is None), (lambda c: f"{key}={c.get(key)}: {why(c)}")
 
 
 # ----------------------------------------------------------------------------- on schemas

@@ -16,9 +16,7 @@ the head analysis and ``scripts/average_checkpoints.py`` read it::
 
 from __future__ import annotations
 
-import fcntl
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +26,21 @@ from omegaconf import OmegaConf
 
 from tinymt.checkpoint import load_checkpoint
 from tinymt.errors import TinyMTError, first_line
+from tinymt.files import (
+    CHECKPOINTS,
+    CONFIG,
+    RUN_MARKER,
+    STEP_CHECKPOINT,
+    TOKENIZER,
+    check_output,
+    is_run_dir,
+)
 from tinymt.model import Transformer
+from tinymt.runlock import RunLock, lock_run
 from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
 
-CONFIG = "config.yaml"
-TOKENIZER = "tokenizer"
-CHECKPOINTS = "checkpoints"
 METRICS = "metrics.json"
-RUN_MARKER = ".tinymt-run"  # created atomically by the run that owns the folder
 NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints/<name>.pt
-_STEP = re.compile(r"ckpt_(\d+)\.pt")
 # a new run's folder, by the clock: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir
 # spells the same with Hydra's ${now:...})
 CLOCK_NAME = "%Y-%m-%d/%H-%M-%S"
@@ -65,7 +68,7 @@ def step_checkpoint(run_dir: str | Path, step: int) -> Path:
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
     """A run's ``ckpt_<step>.pt`` files, oldest step first (other files are ignored)."""
     found = [(int(m.group(1)), p) for p in checkpoint_dir(run_dir).glob("ckpt_*.pt")
-             if (m := _STEP.fullmatch(p.name))]
+             if (m := STEP_CHECKPOINT.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
 
@@ -75,69 +78,16 @@ def holds_run(run_dir: str | Path) -> bool:
     return any((Path(run_dir) / name).exists() for name in (CONFIG, CHECKPOINTS))
 
 
-class RunLock:
-    """One writer per run dir: an exclusive ``flock`` on ``<run_dir>/.tinymt-run``, held
-    while a run trains and released when it ends or its process dies (a kill included).
-    The file holds the writer's pid, for the message a second writer gets.
-
-        lock = RunLock.take(run_dir)   # None: another live process writes there
-        try: ...train...
-        finally: lock.release()
-    """
-
-    def __init__(self, fd: int, run_dir: Path):
-        self.fd, self.run_dir = fd, run_dir
-
-    @classmethod
-    def take(cls, run_dir: str | Path) -> RunLock | None:
-        run_dir = Path(run_dir)
-        try:
-            fd = os.open(run_dir / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise TinyMTError(f"cannot use the run dir {run_dir}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return cls(fd, run_dir)
-
-    @staticmethod
-    def holder(run_dir: str | Path) -> str:
-        """The pid written by the process holding ``run_dir``'s lock (as text)."""
-        try:
-            return (Path(run_dir) / RUN_MARKER).read_text().strip() or "?"
-        except OSError:
-            return "?"
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the file releases the flock
-            self.fd = None
-
-
 def lock_for_resume(run_dir: str | Path) -> RunLock:
     """The lock of a run about to be resumed, or a one-line error naming the live writer."""
-    lock = RunLock.take(run_dir)
-    if lock is None:
-        raise TinyMTError(f"cannot resume {run_dir}: another process (pid "
-                          f"{RunLock.holder(run_dir)}) is writing it; one writer per run: wait "
-                          "for it to end, or stop it")
-    return lock
-
-
-def _is_run_dir(folder: Path) -> bool:
-    """A run lives in ``folder``: its marker, or (a run of an older tinymt) its last.pt."""
-    return (folder / RUN_MARKER).exists() or checkpoint_path(folder, "last").is_file()
+    return lock_run(run_dir, "resume")
 
 
 def _run_around(path: Path) -> str | None:
     """Why a new run may not live at ``path``: inside another run's folder, or in a folder
     that holds runs below it (``run=latest`` would then find the wrong one)."""
     for parent in path.absolute().parents:
-        if _is_run_dir(parent):
+        if is_run_dir(parent):
             return f"{path} is inside the run {parent}"
     if path.is_dir():
         inner = next((p.parent for p in path.rglob(RUN_MARKER) if p.parent != path), None)
@@ -162,6 +112,7 @@ def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
         raise TinyMTError(f"{why}: train into a folder of its own (nothing was written)")
     for n in range(1000):
         folder = path if n == 0 else path.with_name(f"{path.name}_{n}")
+        made = [p for p in [folder, *folder.absolute().parents] if not os.path.lexists(p)]
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -171,6 +122,7 @@ def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
             lock.release()
             lock = None
         if lock is not None:
+            lock.made = made
             return folder, lock
         if not unique:
             if not holds_run(folder):
@@ -254,38 +206,8 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
     return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)
 
 
-
-
-def _run_state_part(path: Path) -> tuple[Path, str] | None:
-    """``(run dir, what)`` when the absolute ``path`` is a file of a run's own state."""
-    name, parent = path.name, path.parent
-    if name == RUN_MARKER:
-        return parent, "the run marker"
-    if name == CONFIG and _is_run_dir(parent):
-        return parent, "the config"
-    if parent.name == CHECKPOINTS and _is_run_dir(parent.parent) and (
-            name in ("last.pt", "best.pt") or _STEP.fullmatch(name)):
-        return parent.parent, f"the checkpoint {name}"
-    for folder in path.parents:
-        if folder.name == TOKENIZER and _is_run_dir(folder.parent):
-            return folder.parent, "the tokenizer"
-    return None
-
-
-def refuse_run_state(path: str | Path, what: str) -> None:
-    """Refuse ``<what>=<path>`` as a file to write when it is a folder, or when it is (its
-    absolute or its resolved spelling) part of a run's own state: its config.yaml, anything
-    under its tokenizer/, checkpoints/last.pt, best.pt, ckpt_<step>.pt or the .tinymt-run
-    marker. A run dir is one holding the marker or checkpoints/last.pt.
-    ``avg.pt``, ``pruned.pt`` and files outside runs are allowed. Call it before any work."""
-    given = Path(path).expanduser()
-    if given.is_dir():
-        raise TinyMTError(f"{what}={path} is a folder: name a file to write (nothing was "
-                          "written)")
-    for spelling in (Path(os.path.abspath(given)), given.resolve()):
-        found = _run_state_part(spelling)
-        if found:
-            run_dir, part = found
-            raise TinyMTError(f"{what}={path} is {part} of the run {run_dir}: writing it would "
-                              "lose the run's own state (resuming, translating); choose another "
-                              "file (nothing was written)")
+def refuse_run_state(path: str | Path, what: str, owner: str | Path | None = None) -> Path:
+    """Check ``<what>=<path>``, a file to write, before any work
+    (:func:`tinymt.files.check_output`: never a run's state, inside a run only when this
+    command holds it as ``owner``)."""
+    return check_output(path, what, owner=owner)

@@ -16,7 +16,6 @@ import math
 import os
 import random
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as spm_pb
 
 from tinymt.errors import TinyMTError
+from tinymt.files import write_bytes, write_text
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 JOINT_MODEL = "spm.model"
@@ -121,9 +121,9 @@ class Tokenizer:
         proto = spm_pb.ModelProto()
         proto.ParseFromString(written.getvalue())
         proto.trainer_spec.ClearField("num_threads")
-        model_path.write_bytes(proto.SerializeToString(deterministic=True))
-        model_path.with_suffix(".vocab").write_text(
-            "".join(f"{p.piece}\t{p.score:g}\n" for p in proto.pieces), encoding="utf-8")
+        write_bytes(proto.SerializeToString(deterministic=True), model_path)
+        write_text("".join(f"{p.piece}\t{p.score:g}\n" for p in proto.pieces),
+                   model_path.with_suffix(".vocab"))
         return cls.load(model_path)
 
     @classmethod
@@ -280,22 +280,19 @@ def digest_matches(stored: str | None, src: Tokenizer, tgt: Tokenizer) -> bool:
     return stored is not None and stored in (tokenizer_digest(src, tgt), _file_digest(src, tgt))
 
 
-def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
-    """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model."""
+def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer, owner=None) -> Path:
+    """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model
+    (``owner``: the run this process holds, when ``folder`` is inside it)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     pairs = [(src, JOINT_MODEL)] if src is tgt else [(src, SRC_MODEL), (tgt, TGT_MODEL)]
     for tok, name in pairs:
         dest = folder / name
         if dest.exists() and dest.resolve() == tok.model_path.resolve():
             continue
-        if tok.model_path.is_file():
-            shutil.copyfile(tok.model_path, dest)
-        else:  # e.g. unpickled in a worker: write the in-memory model
-            dest.write_bytes(tok.sp.serialized_model_proto())
+        write_bytes(tok.sp.serialized_model_proto(), dest, owner=owner)  # = its file's bytes
         vocab = tok.model_path.with_suffix(".vocab")
         if vocab.is_file():
-            shutil.copyfile(vocab, dest.with_suffix(".vocab"))
+            write_bytes(vocab.read_bytes(), dest.with_suffix(".vocab"), owner=owner)
     return folder
 
 

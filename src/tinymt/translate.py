@@ -16,8 +16,7 @@ for both engines. Attention maps need the PyTorch engine.
 from __future__ import annotations
 
 import contextlib
-import glob
-import os
+import io
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,12 +25,12 @@ import matplotlib.image
 import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
-from tinymt.checkpoint import clean_stale_temp_files
 from tinymt.config import check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
 from tinymt.data import capped_lines, normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
+from tinymt.files import check_outputs, write_bytes, write_text
 from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
@@ -53,6 +52,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     check_translate(cfg)
+    check_outputs(("output", cfg.output), ("attention", attention_file(cfg.attention)))
     run, device = load_translator(cfg)
     if sentences and cfg.input:
         raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
@@ -109,23 +109,23 @@ def _stdin_lines(stdin) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _output(path: str | None, stdout, key: str = "output") -> Iterator:
+def _output(path: str | None, stdout) -> Iterator:
     """``stdout``, or a temp file beside ``path`` that replaces it only when complete
-    (``key``: the option named on error)."""
+    """
     if not path:
         yield stdout
         return
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    clean_stale_temp_files(target.parent, glob.escape(f".{target.name}"))  # of killed translations
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            yield f
-        os.replace(tmp, target)
-    except OSError as e:
-        raise TinyMTError(f"cannot write {key}={path}: {e.strerror}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    text = io.StringIO()
+    yield text
+    write_text(text.getvalue(), path)  # whole (tinymt.files): a failure keeps the old file
+
+
+def attention_file(attention: str | None) -> str | None:
+    """The file ``attention=`` writes first: itself (``.png``, ``.html``), or the first
+    PNG of the folder it names."""
+    if attention is None or Path(attention).suffix.lower() in (".png", ".html"):
+        return attention
+    return str(Path(attention) / "line1.png")
 
 
 def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, object]:
@@ -229,14 +229,9 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line)
 def _imsave(path: Path, image: np.ndarray, attention: str) -> None:
     """One PNG of ``attention=``; its folder was checked before the work (the disk may
     still fill up), a pipe or device in it is not written."""
-    if path.exists() and not path.is_file():
-        raise TinyMTError(f"attention={attention}: {path} is not a regular file: a pipe, "
-                          "socket or device")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        matplotlib.image.imsave(path, image)
-    except OSError as e:
-        raise TinyMTError(f"cannot write attention={attention}: {e.strerror or e}") from None
+    png = io.BytesIO()
+    matplotlib.image.imsave(png, image, format="png")
+    write_bytes(png.getvalue(), path)
 
 
 def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:
@@ -261,8 +256,6 @@ def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
     """Every sentence's documents in one self-contained page (written whole: temp file,
     then rename)."""
     docs = attention_documents(run, lines, ids, outs, device)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _output(str(target), None, key="attention") as f:
-        f.write(html_page(view_name(run), docs, title=f"tinymt attention: {lines[0].strip()}"
-                          if docs else "tinymt attention"))
+    write_text(html_page(view_name(run), docs, title=f"tinymt attention: {lines[0].strip()}"
+                         if docs else "tinymt attention"), target)
     print(f"attention view: {target}", file=sys.stderr)

@@ -47,6 +47,8 @@ from tinymt.bench.training import bench_training
 from tinymt.bench.workload import DEFAULT_DATA, load_data, model_config
 from tinymt.cli import one_line_errors
 from tinymt.errors import TinyMTError
+from tinymt.files import check_outputs, name_problem, parse_json, read_bytes, write_text
+from tinymt.rules import CHECKPOINT, PATH, RUN, creatable_folder
 from tinymt.rundir import clock_run_dir
 
 PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
@@ -82,6 +84,14 @@ def _default_help(key: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
+    args = p.parse_args(argv)
+    _check_values(p, args)
+    return args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of scripts/benchmark.py."""
     p = argparse.ArgumentParser(
         prog="scripts/benchmark.py",
         description=(
@@ -153,9 +163,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "of this device the sections not in --sections, are included in "
                         "this report")
     _serve_options(p)
-    args = p.parse_args(argv)
-    _check_values(p, args)
-    return args
+    return p
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
@@ -178,7 +186,7 @@ def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Counts positive; ``--sections`` -> ``args.section_set``, ``--serve-clients`` ->
     ``args.serve_client_list``."""
     for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len",
-                 "serve_requests", "serve_process_requests"):
+                 "serve_requests", "serve_process_requests", "batch_tokens", "decode_repeats"):
         value = getattr(args, name)
         if value is not None and value < (0 if name in ("warmup", "serve_process_requests")
                                           else 1):
@@ -235,7 +243,7 @@ def check_docs_output(paths: Sequence[str | None]) -> None:
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         raise TinyMTError(
-            f"{os.path.relpath(into_docs[0])}: the working tree has uncommitted changes "
+            f"{os.path.relpath(into_docs[0], REPO_ROOT)}: the working tree has uncommitted changes "
             f"({', '.join(changed[:3])}{more}); a report in docs/ names the commit it "
             f"measured: commit first, or leave out --out/--json to write under {OUTPUTS}/")
 
@@ -244,17 +252,17 @@ def read_merge(path: str | None) -> dict:
     """The ``devices`` of an earlier run's JSON (``--merge``), or nothing."""
     if not path:
         return {}
-    try:
-        return json.loads(Path(path).read_text())["devices"]
-    except (OSError, ValueError, KeyError) as e:
-        raise TinyMTError(f"--merge {path}: not a benchmark JSON ({e})") from None
+    doc = parse_json(read_bytes(path, "--merge", 64 << 20), f"--merge {path}")
+    if not isinstance(doc, dict) or not isinstance(doc.get("devices"), dict):
+        raise TinyMTError(f"--merge {path}: not a benchmark JSON (no \"devices\" object)")
+    return doc["devices"]
 
 
 def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str]) -> dict:
     """What this run measures of its device: machine, data, training, decoding (those of
     ``args.section_set``) and serve (which keeps its own machine: its command, date, git
     revision)."""
-    t_start = time.time()
+    t_start = time.monotonic()
     sections = args.section_set
     mine = {}
     if sections & {"training", "decoding"}:
@@ -270,7 +278,7 @@ def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str])
         mine["memory_method"] = meter.describe()
     if "serve" in sections:
         mine["serve"] = bench_serve(args, device, argv)
-    mine["wall_seconds"] = round(time.time() - t_start, 1)
+    mine["wall_seconds"] = round(time.monotonic() - t_start, 1)
     return mine
 
 
@@ -281,22 +289,42 @@ def combine(earlier: dict | None, mine: dict) -> dict:
 
 
 def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -> None:
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_markdown(results))
-    log(f"report: {path} ({wall_seconds:.0f}s)")
+    log(f"report: {write_text(render_markdown(results), out)} ({wall_seconds:.0f}s)")
     if json_path:
-        path = Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2) + "\n")
-        log(f"json: {path}")
+        log(f"json: {write_text(json.dumps(results, indent=2) + chr(10), json_path)}")
     for t in results["targets"]:
         log(f"  {t['target']:<45} {t['where']:<22} {t['measured']:>12}  {mark(t['met'])}")
 
 
-@one_line_errors
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+# the paths of the command line: how each is checked before any work
+PATH_RULES = {"run": RUN, "checkpoint": CHECKPOINT, "data_path": PATH,
+              "cache_dir": (lambda v: creatable_folder(v, write=True), "must be a folder")}
+
+
+def check_paths(args: argparse.Namespace, cwd: Path) -> None:
+    """Every path option checked, made absolute (relative to ``cwd``); the outputs may be
+    written; ``--merge`` read (before the work: a bad one fails at once)."""
+    for name in (*PATH_ARGS, *PATH_RULES):
+        value = getattr(args, name)
+        flag = f"--{name.replace('_', '-')}"
+        why = None if value is None else name_problem(str(value))
+        if why is None and name in PATH_RULES and value is not None:
+            check, allowed = PATH_RULES[name]
+            verdict = check(REPO_ROOT / value if name == "cache_dir" else value)
+            why = None if verdict is True else f"{allowed} ({verdict})"
+        if why:
+            raise TinyMTError(f"{flag} {value}: {why}")
+        if value and name in PATH_ARGS and not (name == "run" and value == "latest"):
+            setattr(args, name, os.path.abspath(cwd / value))  # a link named is replaced
+    check_outputs(("--out", args.out), ("--json", args.json))
     check_docs_output([args.out, args.json])
+    args.merged = read_merge(args.merge)
+
+
+@one_line_errors
+def run(args: argparse.Namespace, argv: Sequence[str], cwd: Path) -> int:
+    check_paths(args, cwd)
+    os.chdir(REPO_ROOT)  # data/cache paths as the configs spell them
     device = benchmark_device(args)
     resolve_defaults(args, device.type)
     if "serve" in args.section_set and not args.run:
@@ -305,7 +333,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.section_set & {"training", "decoding"}:
         for size in args.size_list:
             model_config(size)  # fail early on a bad --sizes
-    merged = read_merge(args.merge)
+    merged = args.merged
     mine = measure(args, device, argv)
     devices = {dev: merged.get(dev) for dev in ("cpu", "cuda")}
     devices[device.type] = combine(devices[device.type], mine)
@@ -332,9 +360,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder = cwd / clock_run_dir(OUTPUTS)
         args.out = str(folder / REPORT)
         args.json = args.json or str(folder / RESULTS)
-    for name in PATH_ARGS:
-        value = getattr(args, name)
-        if value and not (name == "run" and value == "latest"):
-            setattr(args, name, str((cwd / value).resolve()))
-    os.chdir(REPO_ROOT)  # data/cache paths as the configs spell them
-    return run(args, argv)
+    return run(args, argv, cwd)

@@ -22,7 +22,7 @@ searches to ours token for token.
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -43,8 +43,11 @@ from tinymt.ct2.export import (
 )
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
+from tinymt.loaders import load_json_file
+from tinymt.rules import MAX_WIDTH
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers, tokenizer_digest
 
+MAX_META_BYTES = 1 << 20  # tinymt_export.json: about 2 kB
 Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
 
 
@@ -81,14 +84,14 @@ def read_meta(path: Path) -> dict:
     if not path.is_dir():
         raise TinyMTError(f"model_dir={path}: no such folder (make one with scripts/export.py)")
     file = path / META
-    if not file.is_file():
+    if not os.path.lexists(file):
         raise TinyMTError(f"model_dir={path} is not a tinymt CTranslate2 export (no {META}); "
                           "make one with scripts/export.py")
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise TinyMTError(f"{file} is damaged ({first_line(e)}); export the model again"
-                          ) from None
+    try:  # a regular file of at most MAX_META_BYTES, UTF-8 JSON nested a few levels
+        meta = load_json_file(file, "the export's description", MAX_META_BYTES, top=object)
+    except TinyMTError as e:
+        why = str(e).replace(f"the export's description {file} ", "", 1)
+        raise TinyMTError(f"{file} is damaged ({why}); export the model again") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TinyMTError(f"{file} is not a tinymt CTranslate2 export description")
     version = meta.get("format_version")
@@ -121,8 +124,8 @@ def _shape_problem(meta: dict) -> str | None:
         return v is None or isinstance(v, str)
 
     positions = meta.get("max_positions")
-    if type(positions) is not int or positions < 2:
-        return "max_positions: expected an integer >= 2"
+    if type(positions) is not int or not 2 <= positions <= MAX_WIDTH:
+        return f"max_positions: expected an integer in [2, {MAX_WIDTH}]"
     if meta.get("quantization") not in QUANTIZATIONS:
         return f"quantization: expected one of {', '.join(QUANTIZATIONS)}"
     if not isinstance(meta.get("tokenizer_sha256"), str):

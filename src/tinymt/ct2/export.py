@@ -9,7 +9,7 @@
                                          (plain JSON; all checked when the export is loaded)
     <out>/README.md                      how to load it, with tinymt or with plain Python
 
-The folder is built beside ``out`` and renamed into place (:func:`tinymt.checkpoint.publish_folder`):
+The folder is built beside ``out`` and renamed into place (:func:`tinymt.files.write_folder`):
 a failed export leaves nothing at ``out``, and an existing ``out`` is refused untouched.
 """
 
@@ -20,9 +20,10 @@ import json
 from pathlib import Path
 
 from tinymt import __version__
-from tinymt.checkpoint import file_sha256, publish_folder
+from tinymt.checkpoint import file_sha256
 from tinymt.ct2.convert import build_spec, check_exportable, require_ct2
 from tinymt.errors import TinyMTError, first_line
+from tinymt.files import check_output, write_folder, write_text
 from tinymt.rundir import LoadedRun
 from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 
@@ -35,6 +36,7 @@ QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's
 
 def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> Path:
     """Write the CTranslate2 model of ``run``'s loaded checkpoint to the new folder ``out``."""
+    check_output(out, "out", folder=True)
     if quantization not in QUANTIZATIONS:
         raise TinyMTError(f"quantization={quantization!r}: choose one of "
                           f"{', '.join(QUANTIZATIONS)}")
@@ -54,10 +56,12 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
         save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
         signed = {**meta, "files": file_digests(tmp)}
         signed["meta_sha256"] = meta_digest(signed)
-        (tmp / META).write_text(json.dumps(signed, indent=2) + "\n", encoding="utf-8")
-        (tmp / README).write_text(readme(meta, str(out)), encoding="utf-8")
+        write_text(json.dumps(signed, indent=2) + "\n", tmp / META)
+        write_text(readme(meta, str(out)), tmp / README)
 
-    return publish_folder(build, out)
+    if not write_folder(build, out):
+        raise TinyMTError(f"{out} appeared while it was being written: left as it is")
+    return Path(out)
 
 
 def export_meta(run: LoadedRun, quantization: str, ct2_version: str) -> dict:

@@ -11,9 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +18,18 @@ import sentencepiece as spm
 from omegaconf import OmegaConf
 
 import tinymt.corpus as corpus
-from tinymt.checkpoint import file_sha256, pid_alive
+from tinymt.checkpoint import file_sha256
 from tinymt.config import check_data
 from tinymt.data.prepared import DamagedCache, PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
 from tinymt.errors import TinyMTError, first_line
+from tinymt.files import write_text
+from tinymt.loaders import load_json_file
 
 # Bump when the processing changes in a way that changes cached results.
 PIPELINE_VERSION = 2  # 2: tokenizer written without build path / thread count; file digests
 COMPLETE = "COMPLETE"
+MAX_MARKER_BYTES = 1 << 20  # the marker: a digest per file of the entry (a few dozen)
 
 
 def config_dict(cfg) -> dict[str, Any]:
@@ -132,27 +132,6 @@ def load_complete(final: Path, log: Log) -> PreparedData | None:
     return None
 
 
-def _clean_stale_tmp(root: Path) -> None:
-    """Remove the temp folders of builds whose process is gone (killed, crashed)."""
-    for d in [*root.glob(".tmp-*"), *root.glob(".old-*")]:
-        try:
-            pid = int(d.name.split("-")[1])
-            if not pid_alive(pid):
-                shutil.rmtree(d, ignore_errors=True)
-        except (IndexError, ValueError, OSError):
-            continue
-
-
-def new_temp_dir(final: Path) -> Path:
-    """A fresh ``.tmp-<pid>-<random>-<key>`` folder beside ``final`` (stale ones removed)."""
-    root = final.parent
-    root.mkdir(parents=True, exist_ok=True)
-    _clean_stale_tmp(root)
-    tmp = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}-{final.name}"
-    tmp.mkdir()
-    return tmp
-
-
 def _digests(folder: Path) -> dict[str, str]:
     """sha256 of every file of an entry (the marker aside), by relative path."""
     return {f.relative_to(folder).as_posix(): file_sha256(f) for f in sorted(folder.rglob("*"))
@@ -163,31 +142,30 @@ def _verify_digests(folder: Path) -> None:
     """Every file of the entry is the one that was written (a flipped bit in a token id
     would otherwise be read as another token); :class:`DamagedCache` if not."""
     try:
-        recorded = json.loads((folder / COMPLETE).read_text(encoding="utf-8"))["files"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise DamagedCache(f"its {COMPLETE} marker is unreadable ({type(e).__name__})") from None
+        recorded = load_json_file(folder / COMPLETE, f"its {COMPLETE} marker",
+                                  MAX_MARKER_BYTES).get("files")
+    except TinyMTError as e:
+        if str(e).startswith("cannot read"):  # permissions, I/O: no evidence of damage
+            raise
+        raise DamagedCache(str(e)) from None
+    if not isinstance(recorded, dict) or not all(
+            isinstance(v, str) for v in recorded.values()):
+        raise DamagedCache(f"{folder / COMPLETE} holds no {{file: sha256}} record")
     found = _digests(folder)
-    if not isinstance(recorded, dict) or found.keys() != recorded.keys():
+    if found.keys() != recorded.keys():
         raise DamagedCache("files are missing or were added")
     changed = next((name for name, h in found.items() if recorded[name] != h), None)
     if changed:
         raise DamagedCache(f"{changed} was changed after it was written")
 
 
-def publish(tmp: Path, final: Path, replaces: float | None = None) -> bool:
-    """Mark ``tmp`` complete and rename it to ``final``. False when another process
-    finished ``final`` first: ``tmp`` is dropped and theirs is used. ``replaces``: the
-    modification time ``final`` had when it was found damaged or incomplete; that entry
-    is moved aside, ``tmp`` renamed in, and only then is the old one deleted."""
-    (tmp / COMPLETE).write_text(json.dumps({"files": _digests(tmp)}, indent=1) + "\n")
-    if final.exists():
-        if (final / COMPLETE).is_file() and final.stat().st_mtime != replaces:
-            shutil.rmtree(tmp, ignore_errors=True)  # a complete one another process made
-            return False
-        old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-        return True
-    os.replace(tmp, final)
-    return True
+def mark_complete(tmp: Path) -> None:
+    """Write ``COMPLETE``: the digest of every file of the entry built in ``tmp``."""
+    write_text(json.dumps({"files": _digests(tmp)}, indent=1) + "\n", tmp / COMPLETE)
+
+
+def replaceable(final: Path, found: float | None) -> bool:
+    """Whether the entry now at ``final`` is the damaged or incomplete one found before
+    building (modification time ``found``), to be replaced; False: another process
+    published a complete one meanwhile, which is kept."""
+    return not (final / COMPLETE).is_file() or final.stat().st_mtime == found

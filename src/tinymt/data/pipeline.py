@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import shutil
 import time
 import unicodedata
 from pathlib import Path
 
 import datasets
 
-from tinymt.checkpoint import no_space
-from tinymt.data.cache import cache_path, config_dict, load_complete, new_temp_dir, publish
+from tinymt.data.cache import cache_path, config_dict, load_complete, mark_complete, replaceable
 from tinymt.data.prepared import (
     TOKENIZER_DIR,
     PreparedData,
@@ -26,7 +24,8 @@ from tinymt.data.prepared import (
 )
 from tinymt.data.sources import SPLITS, Columns, Log, load_columns, to_dataset
 from tinymt.data.summary import token_stats
-from tinymt.errors import TinyMTError, first_line
+from tinymt.errors import TinyMTError
+from tinymt.files import write_folder
 from tinymt.tokenizer import Tokenizer
 
 
@@ -237,20 +236,15 @@ def _prepare(cfg, log: Log) -> PreparedData:
     if cached is not None:
         return cached
     found = final.stat().st_mtime if final.exists() else None  # damaged or incomplete
-    tmp = new_temp_dir(final)
-    try:
+    stats: dict = {}
+
+    def build(tmp: Path) -> None:
         with _gc_paused():
-            stats = _build(cfg, tmp, log)
+            stats.update(_build(cfg, tmp, log))
         save_stats(tmp, stats, config_dict(cfg))
-        ours = publish(tmp, final, replaces=found)
-    except OSError as e:  # a full disk, a folder we may not write
-        shutil.rmtree(tmp, ignore_errors=True)
-        what = "no space left on device" if no_space(e) else first_line(e)
-        raise TinyMTError(f"cannot write the data cache {final} ({what}); nothing was left "
-                          "there") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if ours:
+        mark_complete(tmp)
+
+    # another process's complete entry is used; a damaged one (as found) is replaced
+    if write_folder(build, final, replace=lambda f: replaceable(f, found)):
         log(f"data: prepared in {stats['seconds']:.1f}s, cached in {final}")
     return load_prepared(final, cache_hit=False)

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from tinymt.checkpoint import save_checkpoint
 from tinymt.config import check_analyze
 from tinymt.errors import TinyMTError
+from tinymt.files import check_output, write_text
 from tinymt.heads.alignment import alignment_summary
 from tinymt.heads.gates import all_heads, gates_without, head_shapes
 from tinymt.heads.importance import head_importance, normalize_importance
@@ -35,7 +36,8 @@ from tinymt.heads.showcase import showcase_links
 from tinymt.heads.stats import attention_pass, head_labels
 from tinymt.heads.sweep import SWEEP_REPORT, sweep_report, sweep_runs
 from tinymt.model import KINDS
-from tinymt.rundir import LoadedRun, checkpoint_path, load_run, refuse_run_state
+from tinymt.rundir import LoadedRun, checkpoint_path, find_run, load_run
+from tinymt.runlock import lock_run
 from tinymt.runtime import pick_device
 
 
@@ -52,13 +54,23 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     """
     log = log or _stderr
     check_analyze(cfg)
-    if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
-        refuse_run_state(cfg.prune_output, "prune_output")
     runs = sweep_runs(Path(cfg.run)) if Path(cfg.run).is_dir() else []
     if runs:
         return _analyze_sweep(cfg, runs, progress, log)
+    run_dir = find_run(cfg.run, cfg.outputs_root)
+    if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
+        check_output(cfg.prune_output, "prune_output", owner=run_dir)
+    lock = lock_run(run_dir, "analyse the heads of")  # its reports go into the run
+    try:
+        return _analyze_run(cfg, str(run_dir), progress, log)
+    finally:
+        lock.release()
+
+
+# long: the analysis in paper order, each step one call
+def _analyze_run(cfg, run_dir: str, progress: bool, log) -> dict:
     device = pick_device(cfg.device)
-    run, data, tgt_lang, source = _load(cfg, device, log)
+    run, data, tgt_lang, source = _load(OmegaConf.merge(cfg, {"run": run_dir}), device, log)
     model = run.model
     # 1. importance
     raw = head_importance(model, data.src_ids, data.tgt_ids, cfg.batch_tokens, device,
@@ -110,8 +122,7 @@ def _analyze_sweep(cfg, runs: list[Path], progress: bool, log) -> dict:
                           "would be the same file for all of them; leave it unset")
     log(f"heads: sweep {cfg.run}: {len(runs)} runs")
     results = [analyze(OmegaConf.merge(cfg, {"run": str(r)}), progress, log) for r in runs]
-    report = Path(cfg.run) / SWEEP_REPORT
-    report.write_text(sweep_report(runs, results), encoding="utf-8")
+    report = write_text(sweep_report(runs, results), Path(cfg.run) / SWEEP_REPORT)
     log(f"sweep report: {report}")
     return {"runs": [str(r) for r in runs], "results": results, "report": str(report)}
 
@@ -140,7 +151,7 @@ def _write_pruned(cfg, run: LoadedRun, data: Sentences, tgt_lang: str, importanc
     state = pruned_state(run.state, gates_without(run.model, heads, device="cpu"), heads,
                          cfg.prune, run.checkpoint)
     out_path = Path(cfg.prune_output or checkpoint_path(run.run_dir, "pruned"))
-    save_checkpoint(state, out_path)
+    save_checkpoint(state, out_path, owner=run.run_dir)
     bleu = gated_bleu(run.model, data.src_ids, data.refs, run.tgt_tokenizer, tgt_lang,
                       gates_without(run.model, heads, device), cfg.batch_tokens, device)
     log(f"pruned checkpoint ({k}/{n_total} heads masked, BLEU {bleu:.2f}): {out_path}")
@@ -150,11 +161,11 @@ def _write_pruned(cfg, run: LoadedRun, data: Sentences, tgt_lang: str, importanc
 
 def _write_outputs(result: dict, run_dir: Path, step: int) -> None:
     """Figures, TensorBoard and ``heads.md``; adds ``result["figures"]``."""
-    pngs = write_figures(result, run_dir / FIGURES)
+    pngs = write_figures(result, run_dir / FIGURES, owner=run_dir)
     write_tensorboard(run_dir, {tag: img for tag, (_, img) in pngs.items()}, result, step)
     result["figures"] = {tag: str(p) for tag, (p, _) in pngs.items()}
-    (run_dir / REPORT).write_text(markdown_report(result, run_dir), encoding="utf-8")
-    write_json(result, run_dir / JSON_REPORT)
+    write_text(markdown_report(result, run_dir), run_dir / REPORT, owner=run_dir)
+    write_json(result, run_dir / JSON_REPORT, owner=run_dir)
 
 
 def _log_summary(r: dict, log) -> None:

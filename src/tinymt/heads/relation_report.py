@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.patches import FancyArrowPatch
 
 from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
+from tinymt.files import write_text
 from tinymt.heads.relations import (
     MARGIN,
     MIN_INSTANCES,
@@ -183,7 +184,7 @@ def _kind_tables(summary: dict, kind: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- JSON
-def write_json(r: dict, path: Path) -> None:
+def write_json(r: dict, path: Path, owner=None) -> None:
     """``heads.json``: the relation numbers (and what they were measured on)."""
     summary = r.get("relations")
     doc = {"run_dir": r["run_dir"], "checkpoint": r["checkpoint"], "split": r["split"],
@@ -195,4 +196,4 @@ def write_json(r: dict, path: Path) -> None:
                                for row in summary[kind]["rows"]]}
                for kind in RELATION_KINDS},
            "relations_note": r.get("relations_note")}
-    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", path, owner=owner)

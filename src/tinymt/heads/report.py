@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,9 +22,9 @@ FIGURES = "heads"
 
 
 # ----------------------------------------------------------------------------- figures
-def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
+def write_figures(r: dict, fig_dir: Path, owner=None) -> dict[str, tuple[Path, np.ndarray]]:
     """Every figure of result ``r`` saved under ``fig_dir``: ``{tag: (png path, image
-    (H, W, 3) uint8)}``."""
+    (H, W, 3) uint8)}`` (``owner``: the run this process holds)."""
     images: dict[str, tuple[Path, object]] = {}  # tag -> (png path, matplotlib figure)
     for kind in KINDS:
         images[f"importance/{kind}"] = (fig_dir / f"importance_{kind}.png", _heatmap(
@@ -41,14 +42,12 @@ def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
         images["aer"] = (fig_dir / "aer_cross.png", _heatmap(
             r["alignment"]["aer"], "alignment error rate (lower = better): cross"))
     images.update(relation_figures(r, fig_dir))
-    return {tag: (path, _save_png(fig, path)) for tag, (path, fig) in images.items()}
+    return {tag: (path, _save_png(fig, path, owner)) for tag, (path, fig) in images.items()}
 
 
-def _save_png(fig, path: Path) -> np.ndarray:
+def _save_png(fig, path: Path, owner) -> np.ndarray:
     """Save ``fig`` to ``path`` and return the image as ``(H, W, 3)`` uint8 (TensorBoard)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_figure(fig, path)
-    img = matplotlib.image.imread(path)
+    img = matplotlib.image.imread(io.BytesIO(save_figure(fig, path, owner)), format="png")
     if img.dtype != np.uint8:
         img = (img * 255).round().astype(np.uint8)
     return img[..., :3]

@@ -11,12 +11,12 @@ head's accuracy in every run beside the baseline (best fixed offset) of each.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-
-from omegaconf import OmegaConf
 
 from tinymt.heads.relation_report import row_label
 from tinymt.heads.relations import RELATION_KINDS
+from tinymt.loaders import load_config_file, load_json_file
 from tinymt.rundir import CONFIG, holds_run
 
 SWEEP_REPORT = "heads_sweep.md"
@@ -44,7 +44,7 @@ def _flat(d: dict, prefix: str = "") -> dict[str, object]:
 
 def run_labels(runs: list[Path]) -> list[str]:
     """Each run named by the training settings that differ between the runs."""
-    flats = [_flat(OmegaConf.to_container(OmegaConf.load(r / CONFIG)) or {}) for r in runs]
+    flats = [_flat(load_config_file(r / CONFIG, "the run's config")) for r in runs]
     keys = sorted({k for f in flats for k in f})
     differ = [k for k in keys if not k.endswith(_IGNORED)
               and len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
@@ -56,8 +56,8 @@ def sweep_report(runs: list[Path], results: list[dict]) -> str:
     """The markdown of ``heads_sweep.md`` for analysed ``runs`` (``results``: what
     :func:`tinymt.heads.analyze` returned for each)."""
     labels = run_labels(runs)
-    metrics = [json.loads((r / "metrics.json").read_text(encoding="utf-8"))
-               if (r / "metrics.json").is_file() else {} for r in runs]
+    metrics = [load_json_file(r / "metrics.json", "the run's metrics")
+               if os.path.lexists(r / "metrics.json") else {} for r in runs]
     kinds = list(RELATION_KINDS)
     L = ["# Heads across a sweep", "",
          "| run | test BLEU | steps | train s | "
@@ -94,4 +94,4 @@ def sweep_report(runs: list[Path], results: list[dict]) -> str:
 
 
 def _num(x, fmt: str = ".2f") -> str:
-    return "?" if x is None else format(x, fmt)
+    return format(x, fmt) if type(x) in (int, float) else "?"

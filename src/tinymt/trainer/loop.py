@@ -31,16 +31,11 @@ from tqdm import tqdm
 
 from tinymt import runtime
 from tinymt.batching import TokenBatchSampler, collate
-from tinymt.checkpoint import (
-    average_checkpoints,
-    clean_stale_temp_files,
-    load_checkpoint,
-    publish_text,
-    save_checkpoint,
-)
+from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData, TrainSegments, prepare
 from tinymt.errors import TinyMTError
+from tinymt.files import clean_stale_temps, write_text
 from tinymt.metrics import token_nll
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
@@ -87,7 +82,7 @@ class Training:
     state: dict = field(default_factory=lambda: {
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
         "train_seconds": 0.0, "skipped_steps": 0})
-    t_start: float = field(default_factory=time.time)
+    t_start: float = field(default_factory=time.monotonic)
 
     def log(self, *args, **kwargs) -> None:
         if self.rt.is_main:
@@ -110,6 +105,10 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
         t = setup(cfg, rt, unique_run_dir, locks)
         stop_reason = run_loop(t)
         return finish(t, stop_reason)
+    except BaseException:
+        for lock in locks:
+            lock.undo()  # a new run that wrote nothing leaves nothing
+        raise
     finally:
         if t is not None:
             t.segments.close()
@@ -204,7 +203,7 @@ def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[Run
 
 def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
     if rt.is_main:
-        clean_stale_temp_files(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
+        clean_stale_temps(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
     return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
 
 
@@ -249,14 +248,14 @@ def run_loop(t: Training) -> str:
                 return "max_minutes"
             if delay:
                 time.sleep(delay)
-            t0 = time.time()
+            t0 = time.monotonic()
             loss, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             if not math.isfinite(loss):
                 skips = skip_or_stop(t, loss, skips)
                 continue
             skips = 0
             grad_norm = optimizer_step(t)
-            dt = runtime.all_reduce_max(t.rt, [time.time() - t0])[0]  # one clock for all ranks
+            dt = runtime.all_reduce_max(t.rt, [time.monotonic() - t0])[0]  # one clock for all ranks
             state["train_seconds"] += dt
             window.add(loss, n_tokens, dt)
             bar.update(1)
@@ -406,7 +405,7 @@ def finish(t: Training, stop_reason: str) -> dict:
     tested = load_checkpoint(final_ckpt, map_location=rt.device)
     t.model.load_state_dict(tested["model"])
     test = validate(t.model, t.cfg, t.data, "test", rt, beam=tc.test_beam, with_loss=True)
-    wall = time.time() - t.t_start
+    wall = time.monotonic() - t.t_start
     metrics = {
         "best_valid_bleu": state["best_bleu"], "test_bleu": test["bleu"],
         "test_chrf": test["chrf"], "test_loss": test["loss"],
@@ -418,7 +417,7 @@ def finish(t: Training, stop_reason: str) -> dict:
         "run_dir": str(t.run_dir),
     }
     if rt.is_main:
-        publish_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS)
+        write_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS, owner=t.run_dir)
         t.writer.add_scalar("test/bleu", test["bleu"], state["step"])
         t.writer.add_scalar("test/chrf", test["chrf"], state["step"])
         log_hparams(t.writer, t.cfg, metrics)
@@ -441,6 +440,6 @@ def _average(t: Training) -> Path | None:
         return None
     avg = checkpoint_path(t.run_dir, "avg")
     if t.rt.is_main:
-        save_checkpoint(average_checkpoints(steps), avg)
+        save_checkpoint(average_checkpoints(steps), avg, owner=t.run_dir)
     runtime.barrier(t.rt)
     return avg

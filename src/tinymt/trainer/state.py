@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import random
 import shutil
 from pathlib import Path
@@ -18,10 +20,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tinymt import runtime
-from tinymt.checkpoint import load_checkpoint, no_space, publish_text, save_checkpoint
+from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData
 from tinymt.errors import TinyMTError, first_line
+from tinymt.files import no_space, write_text
+from tinymt.loaders import load_config_file
 from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoint, step_checkpoints
 from tinymt.tokenizer import (
     Tokenizer,
@@ -35,6 +39,8 @@ from tinymt.tokenizer import (
 FROZEN_ON_RESUME = ("data", "model")
 # ...but where the data cache lives is not what it holds (a rebuild there is the same data)
 MOVABLE_ON_RESUME = ("data.cache_dir",)
+# what a checkpoint needs beside the model to be resumed (pruned and averaged ones lack it)
+RESUME_STATE = ("optimizer", "scheduler", "sampler", "trainer_state", "rng")
 # group options (``model=small``) cannot be re-chosen for a run that exists
 GROUPS = ("data", "model", "optim", "trainer", "experiment")
 
@@ -88,16 +94,17 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     """
     run_dir = Path(cfg.trainer.resume)
     saved = run_dir / CONFIG
-    if not saved.is_file():
+    if not os.path.lexists(saved):
         raise TinyMTError(f"cannot resume: {saved} not found (is {run_dir} a tinymt run dir?)")
     try:
-        loaded = OmegaConf.load(saved)
-    except Exception as e:  # noqa: BLE001  (yaml's scanner/parser errors)
-        raise TinyMTError(f"cannot resume: {saved} is not valid YAML "
-                          f"({str(e).splitlines()[0]})") from None
-    if not isinstance(loaded, DictConfig):
-        raise TinyMTError(f"cannot resume: {saved} does not hold a tinymt config")
-    base = as_train_config(loaded)
+        loaded = load_config_file(saved, "the run's config")
+        if not all(isinstance(loaded.get(group), dict) for group in FROZEN_ON_RESUME):
+            raise TinyMTError(f"{saved} does not hold a tinymt run's config (no "
+                              f"{' / '.join(FROZEN_ON_RESUME)} settings)")
+        base = as_train_config(loaded)
+    except TinyMTError as e:
+        where = "" if str(saved) in str(e) else f"{saved}: "
+        raise TinyMTError(f"cannot resume: {where}{e}") from None
     mine = [o for o in overrides if not o.startswith(("trainer.resume=", "run_dir="))]
     for o in mine:
         key = o.split("=", 1)[0]
@@ -148,8 +155,9 @@ def write_run_files(run_dir: Path, cfg: DictConfig, data: PreparedData, resuming
     them (a full disk) takes them back: its folder stays free for a retry."""
     try:
         if not resuming:
-            save_tokenizers(run_dir / TOKENIZER, data.src_tokenizer, data.tgt_tokenizer)
-        publish_text(OmegaConf.to_yaml(cfg), run_dir / CONFIG)
+            save_tokenizers(run_dir / TOKENIZER, data.src_tokenizer, data.tgt_tokenizer,
+                            owner=run_dir)
+        write_text(OmegaConf.to_yaml(cfg), run_dir / CONFIG, owner=run_dir)
     except (OSError, TinyMTError) as e:
         if not resuming:
             shutil.rmtree(run_dir / TOKENIZER, ignore_errors=True)
@@ -165,15 +173,15 @@ def publish_checkpoints(ckpt: dict, run_dir: Path, best: bool, keep_last: int) -
     ``ckpt_<step>.pt`` (``keep_last > 1``; older ones beyond ``keep_last`` removed). In
     this order, so a resume from ``last.pt`` can publish what a kill left out
     (:func:`finish_publishing`)."""
-    save_checkpoint(ckpt, checkpoint_path(run_dir, "last"))
+    save_checkpoint(ckpt, checkpoint_path(run_dir, "last"), owner=run_dir)
     if best:
-        save_checkpoint(ckpt, checkpoint_path(run_dir, "best"))
+        save_checkpoint(ckpt, checkpoint_path(run_dir, "best"), owner=run_dir)
     if keep_last > 1:
         _publish_step(ckpt, run_dir, keep_last)
 
 
 def _publish_step(ckpt: dict, run_dir: Path, keep_last: int) -> None:
-    save_checkpoint(ckpt, step_checkpoint(run_dir, ckpt["step"]))
+    save_checkpoint(ckpt, step_checkpoint(run_dir, ckpt["step"]), owner=run_dir)
     for old in step_checkpoints(run_dir)[:-keep_last]:
         old.unlink()
 
@@ -187,7 +195,7 @@ def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
     best = checkpoint_path(run_dir, "best")
     if best_step == step and _step_of(best) != step:
         log(f"{best} is older than the best model in last.pt (step {step}): published again")
-        save_checkpoint(ckpt, best)
+        save_checkpoint(ckpt, best, owner=run_dir)
     if keep_last > 1 and not step_checkpoint(run_dir, step).is_file():
         _publish_step(ckpt, run_dir, keep_last)
 
@@ -195,7 +203,7 @@ def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
 def _step_of(path: Path) -> int | None:
     """The step of checkpoint ``path``; None when it is missing or unreadable."""
     try:
-        return load_checkpoint(path)["step"]
+        return load_checkpoint(path).get("step")
     except TinyMTError:
         return None
 
@@ -217,13 +225,38 @@ def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
 
 def restore(t, ckpt: dict) -> None:
     """Continue exactly where ``last.pt`` left off, after checking it fits this data
-    (``t``: the loop's ``Training``)."""
+    (``t``: the loop's ``Training``). ``load_checkpoint`` checked the fields' types; what
+    the model, optimizer, schedule, sampler and RNGs make of their values is checked by
+    loading them: a failure is one line naming the checkpoint."""
+    path = checkpoint_path(t.run_dir, "last")
+    missing = [k for k in ("step", *RESUME_STATE) if k not in ckpt]
+    if missing:
+        raise TinyMTError(f"cannot resume from {path}: it holds no {', '.join(missing)} (a "
+                          "checkpoint for translating, not for training)")
+    saved = ckpt["trainer_state"]
+    wrong = next((k for k, v in t.state.items() if not _counter_like(saved.get(k), v)), None)
+    if wrong is not None:
+        raise TinyMTError(f"cannot resume from {path}: trainer_state.{wrong} is "
+                          f"{saved.get(wrong)!r:.40}, expected a number like "
+                          f"{t.state[wrong]!r}")
     check_resume_tokenizer(t.run_dir, ckpt.get("tokenizer_sha256"), t.data.src_tokenizer,
                            t.data.tgt_tokenizer)
-    t.model.load_state_dict(ckpt["model"])
-    t.optimizer.load_state_dict(ckpt["optimizer"])
-    t.scheduler.load_state_dict(ckpt["scheduler"])
-    t.sampler.load_state_dict(ckpt["sampler"])
-    t.state.update(ckpt["trainer_state"])
-    set_rng_state(ckpt["rng"])
+    for what, load in (("model", t.model.load_state_dict),
+                       ("optimizer", t.optimizer.load_state_dict),
+                       ("scheduler", t.scheduler.load_state_dict),
+                       ("sampler", t.sampler.load_state_dict), ("rng", set_rng_state)):
+        try:
+            load(ckpt[what])
+        except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise TinyMTError(f"cannot resume from {path}: its {what} state does not fit "
+                              f"({first_line(e)})") from None
+    t.state.update(saved)
     t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
+
+
+def _counter_like(value, fresh) -> bool:
+    """``value`` (from a checkpoint's ``trainer_state``) can stand for the loop's ``fresh``
+    one: an integer for an integer (>= 0), a finite number for a float."""
+    if type(fresh) is int:
+        return type(value) is int and value >= 0
+    return type(value) in (int, float) and math.isfinite(value)

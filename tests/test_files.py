@@ -1,0 +1,146 @@
+"""The one write path (tinymt.files) and the run lock (tinymt.runlock), directly."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tinymt.errors import TinyMTError
+from tinymt.files import (
+    RUN_MARKER,
+    TEMP_PREFIX,
+    check_output,
+    check_outputs,
+    write_folder,
+    write_text,
+)
+from tinymt.runlock import RunLock, lock_run
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A folder that is a run: its marker and a last.pt."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / RUN_MARKER).write_text("")
+    (run / "checkpoints" / "last.pt").write_bytes(b"state")
+    return run
+
+
+def test_a_link_is_replaced_never_written_through(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    link = tmp_path / "out.txt"
+    link.symlink_to(outside)
+    write_text("new\n", check_output(link, "output"))
+    assert not link.is_symlink() and link.read_text() == "new\n"
+    assert outside.read_text() == "precious\n"
+
+
+def test_a_folder_on_the_way_is_followed_to_where_it_really_is(tmp_path, run):
+    """A link to a run's checkpoints folder does not smuggle a write into the run."""
+    (tmp_path / "ckpts").symlink_to(run / "checkpoints")
+    with pytest.raises(TinyMTError, match="checkpoint last.pt of the run"):
+        check_output(tmp_path / "ckpts" / "last.pt", "output")
+    with pytest.raises(TinyMTError, match="inside the run"):
+        check_output(tmp_path / "ckpts" / "mine.pt", "output")
+    with pytest.raises(TinyMTError, match="which this command does not own"):
+        write_text("x", tmp_path / "ckpts" / "mine.pt")  # the writer itself refuses too
+    write_text("x", tmp_path / "ckpts" / "mine.pt", owner=run)  # the run's own command may
+    assert (run / "checkpoints" / "mine.pt").read_text() == "x"
+
+
+def test_two_outputs_naming_one_file_are_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(TinyMTError, match="name the same file"):
+        check_outputs(("output", tmp_path / "a" / "x.html"),
+                      ("attention", tmp_path / "b" / "x.html"))
+    assert not any((tmp_path / "a").iterdir())
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+
+    def half(f):
+        f.write(b"half")
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(TinyMTError, match="the previous version is intact"):
+        from tinymt.files import write_file
+        write_file(path, half)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+    assert path.read_text() == "old\n"
+
+
+def test_two_publishers_of_one_folder_both_succeed(tmp_path):
+    """Two processes build the same cache entry: the second finds the first's (ENOTEMPTY
+    when renaming onto it) and uses it, instead of failing."""
+    target = tmp_path / "entry"
+
+    def build(folder):
+        (folder / "data").write_text("one")
+        write_folder(lambda inner: (inner / "data").write_text("two"), target)
+
+    assert write_folder(build, target) is False  # the inner one published first
+    assert (target / "data").read_text() == "two"
+    assert not list(tmp_path.glob(f"{TEMP_PREFIX}*"))
+
+
+def test_the_marker_must_be_a_regular_file(tmp_path, run):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (run / RUN_MARKER).unlink()
+    (run / RUN_MARKER).symlink_to(victim)
+    with pytest.raises(TinyMTError, match="symbolic link"):
+        RunLock.take(run)
+    assert victim.read_text() == "precious\n"
+    (run / RUN_MARKER).unlink()
+    os.mkfifo(run / RUN_MARKER)
+    with pytest.raises(TinyMTError, match="not a regular file"):
+        RunLock.take(run)
+
+
+def test_a_file_system_without_locks_is_one_line_and_leaks_nothing(run, monkeypatch):
+    """NFS or FUSE: flock fails with ENOLCK / EOPNOTSUPP; the descriptor is closed."""
+    before = len(os.listdir("/proc/self/fd"))
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    for _ in range(3):
+        with pytest.raises(TinyMTError, match="cannot lock the run dir .*No locks available"):
+            RunLock.take(run)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_folder_that_is_no_run_is_not_made_one(tmp_path):
+    """Averaging or analysing a plain folder: refused, and no marker left in it."""
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(TinyMTError, match="it is not a run"):
+        lock_run(tmp_path / "plain", "average the checkpoints of")
+    assert not any((tmp_path / "plain").iterdir())
+
+
+def test_a_second_writer_is_told_who_writes(run):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        from tinymt.runlock import RunLock
+        import time
+        lock = RunLock.take({str(run)!r}); print("held", flush=True); time.sleep(60)""")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TinyMTError, match=f"another process \\(pid {holder.pid}\\)"):
+            lock_run(run, "average the checkpoints of")
+    finally:
+        holder.kill()
+        holder.wait()
+    lock_run(run, "average the checkpoints of").release()  # the kill released it

@@ -110,8 +110,8 @@ def _stdin_lines(stdin) -> Iterator[str]:
 
 @contextlib.contextmanager
 def _output(path: str | None, stdout) -> Iterator:
-    """``stdout``, or a temp file beside ``path`` that replaces it only when complete
-    """
+    """``stdout``, or the text for ``path``, written whole when the block ends (nothing
+    is written when it fails: the old file stays)."""
     if not path:
         yield stdout
         return
@@ -222,13 +222,12 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line)
         image = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)),
                                        constant_values=255) for p in panels])
         path = target if single else target / f"line{first_line + i}.png"
-        _imsave(path, image, cfg.attention)
+        _imsave(path, image)
         print(f"attention map: {path}", file=sys.stderr)
 
 
-def _imsave(path: Path, image: np.ndarray, attention: str) -> None:
-    """One PNG of ``attention=``; its folder was checked before the work (the disk may
-    still fill up), a pipe or device in it is not written."""
+def _imsave(path: Path, image: np.ndarray) -> None:
+    """One PNG of ``attention=`` (checked before the work; written whole)."""
     png = io.BytesIO()
     matplotlib.image.imsave(png, image, format="png")
     write_bytes(png.getvalue(), path)

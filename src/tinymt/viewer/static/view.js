@@ -114,6 +114,29 @@ const INFO_HINT = '<div class="info-hint">Hover a query token (left / row label)
 
 /* ---------- small helpers ---------- */
 
+// An HTML element from text: attributes set one by one, children strings become text nodes.
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  node.append(...children);
+  return node;
+}
+
+function swatch(h) {
+  const node = el("span", { class: "swatch" });
+  node.style.background = headColor(h);
+  return node;
+}
+
+// Replace a <select>'s options with [value, text, title?] triples, from text (never markup).
+function setOptions(select, options) {
+  select.replaceChildren(...options.map(([value, text, title]) => {
+    const option = new Option(String(text), String(value));
+    if (title !== undefined) option.title = String(title);
+    return option;
+  }));
+}
+
 function esc(s) {
   const map = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
   return String(s).replace(/[&<>"']/g, (c) => map[c]);
@@ -356,8 +379,7 @@ class AttentionView {
     if (!got) return;
     this.runs = Array.isArray(got.value) ? got.value : [];
     if (!this.runs.length) return this.idle("no runs with attention probes yet");
-    this.ui.run.innerHTML = this.runs
-      .map((r) => `<option value="${esc(r.run)}">${esc(r.run)}</option>`).join("");
+    setOptions(this.ui.run, this.runs.map((r) => [r.run, r.run]));
     this.fillProbes();
     await this.loadSteps();
   }
@@ -365,8 +387,7 @@ class AttentionView {
   fillProbes() {
     const run = this.runs.find((r) => r.run === this.ui.run.value) || this.runs[0];
     const probes = run.probes || [], previous = this.ui.probe.value;
-    this.ui.probe.innerHTML = probes.map((p) =>
-      `<option value="${esc(p.tag)}" title="${esc(p.tag)}">${esc(p.sentence || p.tag)}</option>`).join("");
+    setOptions(this.ui.probe, probes.map((p) => [p.tag, p.sentence || p.tag, p.tag]));
     if (probes.some((p) => p.tag === previous)) this.ui.probe.value = previous;
   }
 
@@ -431,8 +452,7 @@ class AttentionView {
     const sig = options.map((o) => o.join("\u0001")).join("\u0002");
     if (select.dataset.sig !== sig) {
       select.dataset.sig = sig;
-      select.innerHTML = options
-        .map(([v, text]) => `<option value="${esc(v)}">${esc(text)}</option>`).join("");
+      setOptions(select, options);
     }
     if (value !== null) select.value = value;
   }
@@ -441,9 +461,16 @@ class AttentionView {
     const box = this.ui.heads;
     if (Number(box.dataset.count) !== count) {
       box.dataset.count = String(count);
-      box.innerHTML = (count ? "<span>heads</span>" : "") + [...Array(count).keys()].map((h) =>
-        `<button type="button" class="head-toggle" data-head="${h}" style="--c:${headColor(h)}">${h}</button>`,
-      ).join("");
+      const doc = box.ownerDocument;
+      box.replaceChildren();
+      if (count) box.append(Object.assign(doc.createElement("span"), { textContent: "heads" }));
+      for (let h = 0; h < count; h++) {
+        const btn = Object.assign(doc.createElement("button"), { type: "button", textContent: String(h) });
+        btn.className = "head-toggle";
+        btn.dataset.head = String(h);
+        btn.style.setProperty("--c", headColor(h));
+        box.append(btn);
+      }
     }
     for (const btn of box.querySelectorAll(".head-toggle")) {
       const h = Number(btn.dataset.head);
@@ -614,34 +641,33 @@ class AttentionView {
     const labels = axis === "row" ? kind.cols : kind.rows;
     const title = axis === "row" ? `query “${kind.rows[idx]}” (row ${idx}) attends to`
       : `key “${kind.cols[idx]}” (column ${idx}) is attended by`;
-    const parts = [`<div class="info-title">${esc(title)}</div>`];
+    const parts = [el("div", { class: "info-title" }, title)];
     for (const h of this.visibleHeads()) {
       const vals = (axis === "row" ? W[h][idx] : W[h].map((r) => r[idx])).map((v) => v / scale);
       const top = vals.map((v, k) => [v, k]).sort((a, b) => b[0] - a[0]).slice(0, 3)
-        .map(([v, k]) => `${esc(labels[k])} ${v.toFixed(3)}`).join(" · ");
-      parts.push(`<div class="info-head" data-head="${h}" data-values="${vals.map((v) => v.toFixed(3))}">` +
-        `<span class="swatch" style="background:${headColor(h)}"></span>` +
-        `<span class="info-name">head ${h}</span><span class="info-top">${top}</span></div>`);
+        .map(([v, k]) => `${labels[k]} ${v.toFixed(3)}`).join(" · ");
+      parts.push(el("div", { class: "info-head", "data-head": h, "data-values": vals.map((v) => v.toFixed(3)) },
+        swatch(h), el("span", { class: "info-name" }, `head ${h}`), el("span", { class: "info-top" }, top)));
     }
     Object.assign(this.ui.info.dataset, { axis, index: String(idx) });
-    this.ui.info.innerHTML = parts.join("");
+    this.ui.info.replaceChildren(...parts);
   }
 
   // #info for a hovered cell (or line): its value per head and its gold label.
   showCell(kind, t) {
     const scale = this.doc.scale || 255, W = kind.weights[this.layer];
     const gold = (kind.gold || []).find(([i, j]) => i === t.i && j === t.j);
-    const parts = [`<div class="info-title">${esc(kind.rows[t.i])} → ${esc(kind.cols[t.j])}` +
-      ` <span class="muted">(row ${t.i}, column ${t.j})</span></div>`];
+    const parts = [el("div", { class: "info-title" }, `${kind.rows[t.i]} → ${kind.cols[t.j]} `,
+      el("span", { class: "muted" }, `(row ${t.i}, column ${t.j})`))];
     for (const h of t.head === null ? this.visibleHeads() : [t.head]) {
       const v = W[h][t.i][t.j], x = (v / scale).toFixed(3);
-      parts.push(`<div class="info-cell" data-head="${h}" data-row="${t.i}" data-col="${t.j}" data-value="${x}">` +
-        `<span class="swatch" style="background:${headColor(h)}"></span><span class="info-name">head ${h}</span>` +
-        `<span>${x} <span class="muted">(${v}/${scale})</span></span></div>`);
+      parts.push(el("div", { class: "info-cell", "data-head": h, "data-row": t.i, "data-col": t.j, "data-value": x },
+        swatch(h), el("span", { class: "info-name" }, `head ${h}`),
+        el("span", {}, `${x} `, el("span", { class: "muted" }, `(${v}/${scale})`))));
     }
-    if (gold) parts.push(`<div class="info-gold">gold: ${esc(gold[2] || "gold")}</div>`);
+    if (gold) parts.push(el("div", { class: "info-gold" }, `gold: ${gold[2] || "gold"}`));
     Object.assign(this.ui.info.dataset, { axis: "cell", index: `${t.i},${t.j}` });
-    this.ui.info.innerHTML = parts.join("");
+    this.ui.info.replaceChildren(...parts);
   }
 
   destroy() {

@@ -528,9 +528,11 @@ class AttentionView {
     this.syncControls();
     this.drawHeader(doc);
     const kind = this.currentKind(), mode = ui.mode.value, gold = ui.gold.checked;
-    ui.matrices.innerHTML = ui.lines.innerHTML = ui.caption.textContent = "";
+    ui.matrices.replaceChildren();
+    ui.lines.replaceChildren();
+    ui.caption.textContent = "";
     ui.lines.style.display = mode === "lines" && kind ? "" : "none";
-    if (!kind) ui.matrices.innerHTML = '<div class="tmv-empty">No attention in this document.</div>';
+    if (!kind) ui.matrices.append(el("div", { class: "tmv-empty" }, "No attention in this document."));
     else if (mode === "matrix") this.drawMatrices(kind, scale, gold);
     else this.drawLines(kind, scale, gold);
     void this.root.offsetHeight; // lay out before taking the time

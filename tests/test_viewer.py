@@ -335,6 +335,38 @@ def test_the_trainer_logs_every_probe_at_every_validation(tiny_run):
         assert not np.array_equal(later["kinds"][kind]["weights"], view["weights"])
 
 
+def _events(run: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run), size_guidance={"tensors": 0, "images": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def test_frames_between_validations_change_nothing_else(tiny_run, tmp_path):
+    """``trainer.probe_every``: the probes' records (the Attention tab's frames) and their
+    heads' entropy between validations, nothing else of a validation (no PNG grids, no
+    BLEU); the training itself is the same step for step as without them."""
+    from tinymt.trainer import train
+
+    steps = ("trainer.max_steps=6", "trainer.valid_every=6", "trainer.attention_images=true",
+             f"data.cache_dir={tiny_run.parent / 'cache'}")  # the tiny run's data, built
+    acc = {}
+    for every in (2, 0):
+        train(compose_train(tmp_path / str(every), *steps, f"trainer.probe_every={every}"))
+        acc[every] = _events(tmp_path / str(every) / "run")
+    frames, plain = acc[2], acc[0]
+    for tag in ("probe_0", "probe_1", "probe_2"):
+        assert [e.step for e in frames.Tensors(tag)] == [2, 4, 6]
+        assert [e.step for e in plain.Tensors(tag)] == [6]
+        assert decode(frames.Tensors(tag)[0].tensor_proto.string_val[0])["step"] == 2
+    entropy = "attention_entropy/cross/layer_0/head_0"
+    assert [e.step for e in frames.Scalars(entropy)] == [2, 4, 6]
+    images = [t for t in frames.Tags()["images"] if t.startswith("attention/")]
+    assert images and all([e.step for e in frames.Images(t)] == [6] for t in images)
+    assert [e.step for e in frames.Scalars("valid/bleu")] == [6]
+    assert [e.value for e in frames.Scalars("train/loss")] == \
+        [e.value for e in plain.Scalars("train/loss")]
+
+
 # ----------------------------------------------------------------------------- TensorBoard
 @pytest.mark.slow
 def test_the_attention_tab_serves_the_models_attention(tensorboard, tiny_run):

@@ -166,6 +166,7 @@ class TrainerConfig:
     test_beam: int = _r(5, BEAM)
     probe_sentences: list[str] = field(default_factory=list)
     n_probes: int = _r(1, integer(0, 1000))
+    probe_every: int = _r(50, integer(0, MAX_COUNT, note="0 = at validations only"))
     attention_images: bool = True
     n_text_samples: int = _r(3, integer(0, 1000))
     resume: str | None = _r(None, RUN_FOLDER)

@@ -7,12 +7,10 @@
    :func:`optimizer_step` (clip, step, schedule) -> :func:`log_train`
 3. every ``valid_every`` steps :func:`validate_and_checkpoint`: loss / ppl / BLEU / chrF,
    attention maps and entropy to TensorBoard, ``last.pt`` (+ ``best.pt`` on a BLEU gain,
-   + ``ckpt_<step>.pt``), early stopping
-4. :func:`finish`: test BLEU with the best (or averaged) checkpoint, ``metrics.json``,
-   hparams
+   + ``ckpt_<step>.pt``), early stopping; every ``probe_every`` steps the probes' records
+4. :func:`finish`: test BLEU with the best (or averaged) checkpoint, ``metrics.json``
 
-The run dir's layout is :mod:`tinymt.rundir`'s; checkpoints are published by
-:func:`tinymt.checkpoint.save_checkpoint`, the one atomic way.
+The run dir's layout is :mod:`tinymt.rundir`'s; every file goes through :mod:`tinymt.files`.
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ from tinymt.rundir import (
     lock_for_resume,
     step_checkpoints,
 )
+from tinymt.trainer import validation
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
     check_resumable,
@@ -268,6 +267,8 @@ def run_loop(t: Training) -> str:
                 if validate_and_checkpoint(t, bar):
                     return f"no BLEU gain in {tc.patience} validations"
                 t.model.train()
+            elif tc.probe_every and step % tc.probe_every == 0 and t.rt.is_main and t.probes:
+                validation.log_frame(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step)
     return "max_steps"
 
 

@@ -101,10 +101,19 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
     _log_probes(writer, model, cfg, data, probes, rt, step)
 
 
-def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step) -> None:
+def log_frame(writer, model, cfg, data, probes: list[Probe], rt, step: int) -> None:
+    """Between validations (``trainer.probe_every``): the probes' view documents (one more
+    frame of the Attention tab) and their heads' entropy, nothing else (no BLEU, no PNG
+    grids); the model is back in training mode after."""
+    model.eval()
+    _log_probes(writer, model, cfg, data, probes, rt, step, full=False)
+    model.train()
+
+
+def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, full=True) -> None:
     """Every head of every probe: the view document for the Attention tab, the PNG grids
     for the Images tab (``trainer.attention_images``) and each head's mean entropy over the
-    probes as scalars. A probe
+    probes as scalars (``full=False``: the documents and scalars only). A probe
     with a reference is teacher-forced on it (the axes stay put from step to step). What
     the two kinds of logging cost is logged too (``logging/*``: seconds, bytes)."""
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
@@ -127,7 +136,7 @@ def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step) -> None
         writer._get_file_writer().add_summary(summary, step)
         t1 = time.perf_counter()
         cost["attention_view_seconds"] += t1 - t0
-        if cfg.trainer.attention_images:
+        if full and cfg.trainer.attention_images:
             for tag, fig in attention_figures(attn, src_tok, tgt_tok, ids, forced, kinds=KINDS,
                                               title=probe.sentence):
                 kind, layer = tag.split("/")
@@ -138,7 +147,8 @@ def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step) -> None
         for kind, layers in attn.items():
             for layer, w in enumerate(layers):  # w: (h, Tq, Tk)
                 entropy.setdefault((kind, layer), []).append(attention_entropy(w).mean(-1))
-        writer.add_text(f"attention/probe_{p}", f"{probe.sentence}  \n→ {translation}", step)
+        if full:
+            writer.add_text(f"attention/probe_{p}", f"{probe.sentence}  \n→ {translation}", step)
     for (kind, layer), ents in entropy.items():
         for h, e in enumerate(np.mean(ents, axis=0)):  # (h,)
             writer.add_scalar(f"attention_entropy/{kind}/layer_{layer}/head_{h}", float(e), step)

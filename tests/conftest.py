@@ -566,7 +566,7 @@ def inline_data(page: str) -> dict:
     """The view data a self-contained attention page (tinymt.viewer.html) carries."""
     match = re.search(r'<script type="application/json" id="tinymt-data">(.*?)</script>',
                       page, re.S)
-    return json.loads(match.group(1).replace("<\\/", "</"))
+    return json.loads(match.group(1))
 
 
 # ----------------------------------------------------------------------------- faults

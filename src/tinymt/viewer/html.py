@@ -56,8 +56,7 @@ def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -
     data = inline_data(run, docs)
     text = json.dumps(data, ensure_ascii=False)
     font = base64.b64encode(font_subset(text)).decode("ascii")
-    # "</" inside inline scripts would end them early
-    data_js = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    data_js = script_json(data)
     view_js = (STATIC / "view.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -76,6 +75,17 @@ mountView(document.getElementById("tinymt-attention"),
 </script>
 </body></html>
 """
+
+
+# inside an inline <script>, "</script", "<!--" and (old parsers) U+2028/2029 change how
+# the page is read: every such character goes in as a JSON escape, which JSON.parse undoes
+_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
+
+
+def script_json(obj) -> str:
+    """``obj`` as JSON safe to inline in a ``<script>`` element: no ``<``, ``>``, ``&``,
+    U+2028 or U+2029 in it (each escaped as ``\\u00XX``)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
 def iframe(page: str, height: int = 760) -> str:

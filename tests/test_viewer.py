@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import io
 import json
 import re
 import struct
@@ -534,6 +535,25 @@ def test_translate_writes_one_self_contained_page(tiny_run, tmp_path):
         "encoder_self"]["gold"]
     assert not any(v["gold"] for v in data["docs"][
         f"{data['runs'][0]['run']}\u0000probe_1\u0000{step}"]["kinds"].values())
+
+
+class _Terminal(io.StringIO):
+    """Lines typed at a terminal (translate.py's interactive mode)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_page_of_an_interactive_session_keeps_every_sentence(tiny_run, tmp_path):
+    """translate.py attention=x.html, sentences typed one at a time: the page kept only the
+    last one; now each typed sentence is one more probe of the page."""
+    target = tmp_path / "typed.html"
+    typed = [SHOWCASE[0].zh, "他喜欢猫吗？", "韩梅梅明天会在图书馆里看三本书。"]
+    result = translate(compose_translate(f"run={tiny_run}", f"attention={target}"),
+                       stdin=_Terminal("\n".join(typed) + "\n"), stdout=io.StringIO())
+    assert len(result["translations"]) == 3
+    data = inline_data(target.read_text(encoding="utf-8"))
+    assert [p["sentence"] for p in data["runs"][0]["probes"]] == typed
 
 
 def test_the_tab_is_registered_as_a_tensorboard_plugin():

@@ -62,10 +62,10 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     with _output(cfg.output, stdout or sys.stdout) as out_f:
         if interactive:  # one sentence at a time, answered at once
             print("type a sentence, Ctrl-D to end", file=sys.stderr)
-            translations = []
+            translations, shown = [], []  # shown: the HTML view's documents so far
             for n, line in enumerate(_stdin_lines(stdin), 1):
                 translations += _translate_lines(run, [line], cfg, warn, out_f, device,
-                                                 first_line=n)
+                                                 first_line=n, shown=shown)
                 out_f.flush()
         else:
             lines = _arguments(sentences) if sentences else \
@@ -180,7 +180,7 @@ def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, 
 
 
 def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
-                     first_line: int = 1) -> list[str]:
+                     first_line: int = 1, shown: list | None = None) -> list[str]:
     d = cfg.decode
     ids = source_ids(run, lines, warn, first_line)
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
@@ -195,18 +195,21 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
         else:
             print(best, file=out_f)
     if cfg.attention:
-        _save_attention(run, cfg, lines, ids, nbests, device, first_line)
+        _save_attention(run, cfg, lines, ids, nbests, device, first_line, shown)
     return texts
 
 
-def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line):
-    """``attention=`` ending in ``.html``: one interactive page, every sentence a probe;
-    otherwise one PNG per sentence: the grids of every requested kind and layer, stacked."""
+def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line, shown=None):
+    """``attention=`` ending in ``.html``: one interactive page, every sentence a probe
+    (``shown``: the documents of the sentences typed before, kept in the page); otherwise one PNG per sentence: the grids of every requested kind and layer, stacked."""
     target = Path(cfg.attention)
     nonempty = [i for i, t in enumerate(ids) if t]
     if target.suffix.lower() == ".html":
-        _save_html(run, target, [lines[i] for i in nonempty], [ids[i] for i in nonempty],
-                   [nbests[i][0][0] for i in nonempty], device)
+        docs = attention_documents(run, [lines[i] for i in nonempty], [ids[i] for i in nonempty],
+                                   [nbests[i][0][0] for i in nonempty], device)
+        if shown is not None:
+            shown += docs
+        _save_html(run, target, shown if shown is not None else docs)
         return
     single = target.suffix.lower() == ".png"
     if single and len(nonempty) > 1:
@@ -251,10 +254,9 @@ def view_name(run: LoadedRun) -> str:
     return f"{run.run_dir.name} · {run.checkpoint.name}"
 
 
-def _save_html(run: LoadedRun, target: Path, lines, ids, outs, device) -> None:
-    """Every sentence's documents in one self-contained page (written whole: temp file,
-    then rename)."""
-    docs = attention_documents(run, lines, ids, outs, device)
-    write_text(html_page(view_name(run), docs, title=f"tinymt attention: {lines[0].strip()}"
-                         if docs else "tinymt attention"), target)
+def _save_html(run: LoadedRun, target: Path, docs: list[dict]) -> None:
+    """The documents in one self-contained page (written whole: temp file, then rename)."""
+    write_text(html_page(view_name(run), docs, title=f"tinymt attention: "
+                         f"{docs[0]['sentence'].strip()}" if docs else "tinymt attention"),
+               target)
     print(f"attention view: {target}", file=sys.stderr)

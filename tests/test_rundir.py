@@ -106,6 +106,9 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["model.d_model=64"], "model.d_model"),
     (["model=small"], "cannot be applied to an existing run"),
     (["+trainer.foo=1"], "trainer.foo is not a tinymt setting"),
+    # the Attention tab's probe_<k> would show another sentence after the resume
+    (["trainer.probe_sentences=['我喜欢猫。']"], "trainer.probe_sentences would change which"),
+    (["trainer.n_probes=3"], "trainer.n_probes would change which"),
 ])
 def test_failed_resume_leaves_the_run_byte_identical(tiny_run, tmp_path, capsys, overrides,
                                                      expected):

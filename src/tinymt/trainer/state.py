@@ -120,6 +120,10 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     if changed:
         raise TinyMTError(f"trainer.resume: {', '.join(changed)} would change the run's data or "
                           "model; start a new run instead")
+    probes = [k for k in ("probe_sentences", "n_probes") if base.trainer[k] != merged.trainer[k]]
+    if probes:  # the Attention tab's probe_<k> would name another sentence from here on
+        raise TinyMTError(f"trainer.resume: trainer.{probes[0]} would change which sentence the "
+                          "run's probe_<k> records show; start a new run to watch others")
     merged.trainer.resume = str(run_dir)
     merged.run_dir = str(run_dir)
     return merged

@@ -30,7 +30,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tinymt.errors import first_line
-from tinymt.viewer.assets import STATIC, font_path
+from tinymt.viewer.assets import STATIC, asset_bytes, font_path
 from tinymt.viewer.metadata import PLUGIN_NAME, parse_meta
 from tinymt.viewer.summary import decode
 
@@ -74,12 +74,12 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def _static(self, name: str):
         @wrappers.Request.application
         def serve(request):
-            return http_util.Respond(request, (STATIC / name).read_bytes(), "text/javascript")
+            return http_util.Respond(request, asset_bytes(STATIC / name), "text/javascript")
         return serve
 
     @wrappers.Request.application
     def _font(self, request):
-        return http_util.Respond(request, font_path().read_bytes(), "font/otf",
+        return http_util.Respond(request, asset_bytes(font_path()), "font/otf",
                                  expires=24 * 3600)
 
     # ------------------------------------------------------------------ data

@@ -120,7 +120,8 @@ def _argparse_strings():
     from tinymt.bench.main import build_parser
 
     return [a.option_strings[-1] for a in build_parser()._actions
-            if a.option_strings and a.type is None and a.nargs != 0 and a.choices is None
+            if a.option_strings and a.type in (None, str, Path) and a.nargs != 0
+            and a.choices is None
             and a.dest != "help"]
 
 

@@ -137,11 +137,6 @@ function setOptions(select, options) {
   }));
 }
 
-function esc(s) {
-  const map = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
-  return String(s).replace(/[&<>"']/g, (c) => map[c]);
-}
-
 const headColor = (h) => PALETTE[h % PALETTE.length];
 
 // White -> colour at intensity t in [0, 1].
@@ -168,9 +163,18 @@ function isCJK(tok) {
   return /^\u2581?[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]+$/.test(String(tok));
 }
 
-function tokText(tok) {
+// An SVG element, attributes set one by one, children strings as text nodes.
+function svgEl(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  node.append(...children);
+  return node;
+}
+
+// A token's <text> label: cut when long, the full token its tooltip.
+function tokLabel(attrs, tok) {
   const s = shortTok(tok);
-  return s === String(tok) ? esc(s) : `${esc(s)}<title>${esc(tok)}</title>`;
+  return s === String(tok) ? svgEl("text", attrs, s) : svgEl("text", attrs, s, svgEl("title", {}, String(tok)));
 }
 
 function oneLine(msg) {
@@ -214,80 +218,76 @@ function matrixGeometry(kind) {
   return { nq, nk, cs, lw: labelWidth(kind.rows.slice(0, nq)), lh: labelWidth(kind.cols.slice(0, nk)), top: 26 };
 }
 
-function matrixMarkup(kind, layer, h, scale, g, showGold) {
+function matrixSvg(kind, layer, h, scale, g, showGold) {
   const W = kind.weights[layer][h], color = headColor(h);
   const x0 = g.lw, y0 = g.top + g.lh;
   const width = x0 + g.nk * g.cs + 2, height = y0 + g.nq * g.cs + 2;
-  const out = [`<svg class="head-matrix" data-head="${h}" data-geom="${[x0, y0, g.cs, g.nq, g.nk]}" ` +
-    `width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`];
-  out.push(`<text class="head-title" x="0" y="14" style="fill:${color}">head ${h}</text>`,
-    `<text class="entropy" data-head="${h}" x="62" y="14">${entropyText(kind, layer, h)}</text>`);
+  const svg = svgEl("svg", { class: "head-matrix", "data-head": h, "data-geom": [x0, y0, g.cs, g.nq, g.nk],
+    width, height, viewBox: `0 0 ${width} ${height}` });
+  svg.append(svgEl("text", { class: "head-title", x: 0, y: 14, style: `fill:${color}` }, `head ${h}`),
+    svgEl("text", { class: "entropy", "data-head": h, x: 62, y: 14 }, entropyText(kind, layer, h)));
   for (let j = 0; j < g.nk; j++) {
     const x = x0 + j * g.cs + g.cs / 2;
-    const place = isCJK(kind.cols[j]) ? `x="${x}" y="${y0 - 5}" text-anchor="end" class="col-label cjk"`
-      : `transform="translate(${x},${y0 - 5}) rotate(-90)" dominant-baseline="central" class="col-label"`;
-    out.push(`<text data-col="${j}" ${place}>${tokText(kind.cols[j])}</text>`);
+    const place = isCJK(kind.cols[j]) ? { x, y: y0 - 5, "text-anchor": "end", class: "col-label cjk" }
+      : { transform: `translate(${x},${y0 - 5}) rotate(-90)`, "dominant-baseline": "central", class: "col-label" };
+    svg.append(tokLabel({ "data-col": j, ...place }, kind.cols[j]));
   }
   for (let i = 0; i < g.nq; i++) {
-    out.push(`<text class="row-label" data-row="${i}" x="${x0 - 5}" y="${y0 + i * g.cs + g.cs / 2}" ` +
-      `text-anchor="end" dominant-baseline="central">${tokText(kind.rows[i])}</text>`);
+    svg.append(tokLabel({ class: "row-label", "data-row": i, x: x0 - 5, y: y0 + i * g.cs + g.cs / 2,
+      "text-anchor": "end", "dominant-baseline": "central" }, kind.rows[i]));
     for (let j = 0; j < g.nk; j++) {
       const v = W[i][j];
-      out.push(`<rect class="cell" data-row="${i}" data-col="${j}" data-v="${v}" ` +
-        `x="${x0 + j * g.cs}" y="${y0 + i * g.cs}" width="${g.cs}" height="${g.cs}" ` +
-        `fill="${mix(color, Math.min(1, v / scale))}"/>`);
+      svg.append(svgEl("rect", { class: "cell", "data-row": i, "data-col": j, "data-v": v,
+        x: x0 + j * g.cs, y: y0 + i * g.cs, width: g.cs, height: g.cs, fill: mix(color, Math.min(1, v / scale)) }));
     }
   }
-  out.push(`<rect class="frame" x="${x0}" y="${y0}" width="${g.nk * g.cs}" height="${g.nq * g.cs}"/>`);
+  svg.append(svgEl("rect", { class: "frame", x: x0, y: y0, width: g.nk * g.cs, height: g.nq * g.cs }));
   if (showGold) {
     for (const [i, j, label] of kind.gold || []) {
       if (i >= g.nq || j >= g.nk) continue;
-      out.push(`<rect class="gold" data-row="${i}" data-col="${j}" x="${x0 + j * g.cs + 1}" ` +
-        `y="${y0 + i * g.cs + 1}" width="${g.cs - 2}" height="${g.cs - 2}">` +
-        `<title>${esc(label || "gold")}</title></rect>`);
+      svg.append(svgEl("rect", { class: "gold", "data-row": i, "data-col": j, x: x0 + j * g.cs + 1,
+        y: y0 + i * g.cs + 1, width: g.cs - 2, height: g.cs - 2 }, svgEl("title", {}, label || "gold")));
     }
   }
-  out.push("</svg>");
-  return out.join("");
+  return svg;
 }
 
 /* ---------- lines mode: bertviz's head view ---------- */
 
-function linesMarkup(kind, layer, heads, scale, showGold) {
+function linesNodes(kind, layer, heads, scale, showGold) {
   const nq = Math.min(kind.rows.length, MAX_TOKENS), nk = Math.min(kind.cols.length, MAX_TOKENS);
   const rowH = 22, top = 30, gap = 280;
   const xL = labelWidth(kind.rows.slice(0, nq)), xR = xL + gap;
   const width = xR + labelWidth(kind.cols.slice(0, nk)), height = top + Math.max(nq, nk) * rowH + 6;
   const y = (i) => top + i * rowH + rowH / 2;
   const a = xL + 6, b = xR - 6;
-  const out = [`<text class="axis-title" x="${xL}" y="14" text-anchor="end">queries</text>`,
-    `<text class="axis-title" x="${xR}" y="14">keys</text>`];
+  const out = [svgEl("text", { class: "axis-title", x: xL, y: 14, "text-anchor": "end" }, "queries"),
+    svgEl("text", { class: "axis-title", x: xR, y: 14 }, "keys")];
   if (showGold) {
     for (const [i, j, label] of kind.gold || []) {
       if (i >= nq || j >= nk) continue;
-      out.push(`<line class="gold-line" data-i="${i}" data-j="${j}" x1="${a}" y1="${y(i)}" ` +
-        `x2="${b}" y2="${y(j)}"><title>${esc(label || "gold")}</title></line>`);
+      out.push(svgEl("line", { class: "gold-line", "data-i": i, "data-j": j, x1: a, y1: y(i), x2: b, y2: y(j) },
+        svgEl("title", {}, label || "gold")));
     }
   }
   for (const h of heads) {
-    const W = kind.weights[layer][h], color = headColor(h);
-    out.push(`<g class="head-lines" data-head="${h}" stroke="${color}">`);
+    const W = kind.weights[layer][h], group = svgEl("g", { class: "head-lines", "data-head": h, stroke: headColor(h) });
     for (let i = 0; i < nq; i++) {
       for (let j = 0; j < nk; j++) {
         const w = W[i][j] / scale;
         if (w < LINE_MIN) continue;
-        out.push(`<line class="attn-line" data-head="${h}" data-i="${i}" data-j="${j}" ` +
-          `x1="${a}" y1="${y(i)}" x2="${b}" y2="${y(j)}" stroke-opacity="${(0.12 + 0.88 * w).toFixed(3)}" ` +
-          `stroke-width="${(0.6 + 3.4 * w).toFixed(2)}"/>`);
+        group.append(svgEl("line", { class: "attn-line", "data-head": h, "data-i": i, "data-j": j,
+          x1: a, y1: y(i), x2: b, y2: y(j), "stroke-opacity": (0.12 + 0.88 * w).toFixed(3),
+          "stroke-width": (0.6 + 3.4 * w).toFixed(2) }));
       }
     }
-    out.push("</g>");
+    out.push(group);
   }
-  const side = (toks, attrs) => toks.forEach((tok, k) => out.push(`<text ${attrs}="${k}" y="${y(k)}" ` +
-    `dominant-baseline="central">${tokText(tok)}</text>`));
-  side(kind.rows.slice(0, nq), `class="tok-left" x="${xL}" text-anchor="end" data-i`);
-  side(kind.cols.slice(0, nk), `class="tok-right" x="${xR}" data-j`);
-  return { markup: out.join(""), width, height };
+  kind.rows.slice(0, nq).forEach((tok, k) => out.push(tokLabel({ class: "tok-left", x: xL,
+    "text-anchor": "end", "data-i": k, y: y(k), "dominant-baseline": "central" }, tok)));
+  kind.cols.slice(0, nk).forEach((tok, k) => out.push(tokLabel({ class: "tok-right", x: xR,
+    "data-j": k, y: y(k), "dominant-baseline": "central" }, tok)));
+  return { nodes: out, width, height };
 }
 
 /* ---------- the view ---------- */
@@ -566,15 +566,15 @@ class AttentionView {
   drawMatrices(kind, scale, gold) {
     const heads = this.visibleHeads(), g = matrixGeometry(kind);
     this.drawCaption(kind, heads);
-    this.ui.matrices.innerHTML = heads.map((h) => matrixMarkup(kind, this.layer, h, scale, g, gold)).join("");
+    this.ui.matrices.replaceChildren(...heads.map((h) => matrixSvg(kind, this.layer, h, scale, g, gold)));
   }
 
   drawLines(kind, scale, gold) {
     const heads = this.visibleHeads(), svg = this.ui.lines;
     this.drawCaption(kind, heads);
-    const { markup, width, height } = linesMarkup(kind, this.layer, heads, scale, gold);
+    const { nodes, width, height } = linesNodes(kind, this.layer, heads, scale, gold);
     for (const [k, v] of Object.entries({ width, height, viewBox: `0 0 ${width} ${height}` })) svg.setAttribute(k, v);
-    svg.innerHTML = markup;
+    svg.replaceChildren(...nodes);
   }
 
   /* ----- hover: highlight and #info ----- */

@@ -32,11 +32,10 @@ from tinymt.files import (
     RUN_MARKER,
     STEP_CHECKPOINT,
     TOKENIZER,
-    check_output,
     is_run_dir,
 )
 from tinymt.model import Transformer
-from tinymt.runlock import RunLock, lock_run
+from tinymt.runlock import RunLock
 from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
 
 METRICS = "metrics.json"
@@ -76,11 +75,6 @@ def holds_run(run_dir: str | Path) -> bool:
     """Whether a run already lives in ``run_dir`` (its config or checkpoints; a folder
     holding only the marker of a run that stopped before writing anything is free)."""
     return any((Path(run_dir) / name).exists() for name in (CONFIG, CHECKPOINTS))
-
-
-def lock_for_resume(run_dir: str | Path) -> RunLock:
-    """The lock of a run about to be resumed, or a one-line error naming the live writer."""
-    return lock_run(run_dir, "resume")
 
 
 def _run_around(path: Path) -> str | None:
@@ -204,10 +198,3 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
                           f"({first_line(e)})") from None
     model.to(device).eval()
     return LoadedRun(model, src_tok, tgt_tok, state.get("config", {}), run_dir, ckpt_path, state)
-
-
-def refuse_run_state(path: str | Path, what: str, owner: str | Path | None = None) -> Path:
-    """Check ``<what>=<path>``, a file to write, before any work
-    (:func:`tinymt.files.check_output`: never a run's state, inside a run only when this
-    command holds it as ``owner``)."""
-    return check_output(path, what, owner=owner)

@@ -43,9 +43,9 @@ from tinymt.rundir import (
     checkpoint_path,
     claim_run_dir,
     clock_run_dir,
-    lock_for_resume,
     step_checkpoints,
 )
+from tinymt.runlock import lock_run
 from tinymt.trainer import validation
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
@@ -187,7 +187,7 @@ def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[Run
         run_dir = Path(cfg.trainer.resume)
         check_resumable(run_dir)
         if rt.is_main:
-            locks.append(lock_for_resume(run_dir))
+            locks.append(lock_run(run_dir, "resume"))
     elif rt.is_main:
         if cfg.run_dir is None:
             cfg.run_dir, unique = clock_run_dir(), True

@@ -57,6 +57,7 @@ CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"
 CHECKPOINTS = "checkpoints"
 STEP_CHECKPOINT = re.compile(r"ckpt_(\d+)\.pt")
+NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints/<name>.pt
 TEMP_PREFIX = ".tinymt-tmp-"
 NAME_MAX, PATH_MAX = 255, 4096  # bytes: a name, a whole path (Linux)
 
@@ -157,15 +158,14 @@ def name_problem(text: str) -> str | None:
     return None
 
 
-def check_outputs(*outputs: tuple[str, Any], owner: str | os.PathLike | None = None,
-                  folders: tuple[str, ...] = ()) -> dict[str, Path]:
-    """:func:`check_output` of each ``(what, value)`` that is set (``folders``: the options
-    that name a new folder), and no two naming one file (links and ``..`` resolved)."""
+def check_outputs(*outputs: tuple[str, Any]) -> dict[str, Path]:
+    """:func:`check_output` of each ``(what, value)`` that is set (files, outside runs), and
+    no two naming one file (links and ``..`` resolved)."""
     out: dict[str, Path] = {}
     for what, value in outputs:
         if value is None:
             continue
-        path = check_output(value, what, folder=what in folders, owner=owner)
+        path = check_output(value, what)
         real = real_location(path)
         for other, seen in out.items():
             if real_location(seen) == real:

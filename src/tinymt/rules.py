@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from tinymt.errors import TinyMTError
-from tinymt.files import name_problem, output_problem
+from tinymt.files import NAMED, name_problem, output_problem
 
 Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
 Rule = tuple[Check, str]  # (check, what to tell the user)
@@ -83,8 +83,8 @@ def writable_file(value, any_run: bool = False) -> bool | str:
 def readable_file(value) -> bool | str:
     """A text file to read: a regular file, or a pipe (``input=<(command)``); never opened
     here. A device (``/dev/zero``) or socket is refused: it may never end."""
-    if name_problem(str(value)):
-        return name_problem(str(value))
+    if why := name_problem(str(value)):
+        return why
     path = Path(value).expanduser()
     try:
         mode = path.stat().st_mode
@@ -102,10 +102,8 @@ def readable_file(value) -> bool | str:
 def creatable_folder(value, write: bool = False) -> bool | str:
     """A folder that exists (and where we may ``write``), or whose nearest existing
     ancestor is a folder we may write in; never blank, nor inside a run."""
-    if not str(value).strip():
-        return "empty: name a folder, never the current one by accident"
-    if name_problem(str(value)):
-        return name_problem(str(value))
+    if why := name_problem(str(value)):
+        return why
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
         return f"{path} is a file"
@@ -129,8 +127,8 @@ def named_path(value, folder: bool | None = None, names: tuple[str, ...] = ()) -
     text = str(value)
     if text in names:
         return True
-    if name_problem(text):
-        return name_problem(text)
+    if why := name_problem(text):
+        return why
     path = Path(text).expanduser()
     try:
         mode = path.stat().st_mode
@@ -147,15 +145,21 @@ def named_path(value, folder: bool | None = None, names: tuple[str, ...] = ()) -
     return True
 
 
+def attention_file(attention: str | None) -> str | None:
+    """The file ``attention=`` writes first: itself (``.png``, ``.html``), or the first
+    PNG of the folder it names."""
+    if attention is None or Path(attention).suffix.lower() in (".png", ".html"):
+        return attention
+    return str(Path(attention) / "line1.png")
+
+
 def attention_target(value) -> bool | str:
-    if name_problem(str(value)):
-        return name_problem(str(value))
+    if why := name_problem(str(value)):
+        return why
     path = Path(value).expanduser()
-    if path.suffix.lower() in (".png", ".html"):
-        return writable_file(path)
-    if path.exists() and not path.is_dir():
+    if path.suffix.lower() not in (".png", ".html") and path.exists() and not path.is_dir():
         return f"{path} is an existing file that is not a .png or .html"
-    return writable_file(path / "line1.png")  # its maps are written into it
+    return writable_file(attention_file(str(value)))  # a folder: its maps go into it
 
 
 def new_folder(value) -> bool | str:
@@ -175,7 +179,7 @@ PATH: Rule = (named_path, "must name a file or folder")
 RUN: Rule = (lambda v: named_path(v, folder=True, names=("latest",)),
              "must be a run folder (or latest)")
 DIR: Rule = (lambda v: named_path(v, folder=True), "must be a folder")
-CHECKPOINT: Rule = (lambda v: named_path(v, folder=False, names=("best", "last", "avg", "pruned")),
+CHECKPOINT: Rule = (lambda v: named_path(v, folder=False, names=NAMED),
                     "must be best, last, avg, pruned or a checkpoint file")
 FOLDER: Rule = (creatable_folder, "must be a folder (or where one can be made), not a file")
 RUN_FOLDER: Rule = (existing_run, "must be the folder of a run to continue")

@@ -29,6 +29,7 @@ from tinymt.errors import TinyMTError, first_line
 from tinymt.files import (
     CHECKPOINTS,
     CONFIG,
+    NAMED,
     RUN_MARKER,
     STEP_CHECKPOINT,
     TOKENIZER,
@@ -39,7 +40,6 @@ from tinymt.runlock import RunLock
 from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
 
 METRICS = "metrics.json"
-NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints/<name>.pt
 # a new run's folder, by the clock: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir
 # spells the same with Hydra's ${now:...})
 CLOCK_NAME = "%Y-%m-%d/%H-%M-%S"

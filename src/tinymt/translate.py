@@ -33,6 +33,7 @@ from tinymt.errors import TinyMTError
 from tinymt.files import check_outputs, write_bytes, write_text
 from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
+from tinymt.rules import attention_file
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
 from tinymt.viewer.document import translation_document
@@ -118,14 +119,6 @@ def _output(path: str | None, stdout) -> Iterator:
     text = io.StringIO()
     yield text
     write_text(text.getvalue(), path)  # whole (tinymt.files): a failure keeps the old file
-
-
-def attention_file(attention: str | None) -> str | None:
-    """The file ``attention=`` writes first: itself (``.png``, ``.html``), or the first
-    PNG of the folder it names."""
-    if attention is None or Path(attention).suffix.lower() in (".png", ".html"):
-        return attention
-    return str(Path(attention) / "line1.png")
 
 
 def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, object]:

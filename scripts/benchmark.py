@@ -8,6 +8,8 @@
     python scripts/benchmark.py --device cpu --sections serve --run outputs/<date>/<time> \\
         --merge docs/benchmarks.json --json docs/benchmarks.json \\
         --out docs/benchmarks.md             # scripts/serve.py under load, keeping the rest
+    python scripts/benchmark.py --device cpu --sections viewer --merge docs/benchmarks.json \\
+        --json docs/benchmarks.json --out docs/benchmarks.md   # the Attention tab's server
 
 Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; docs/ is
 written only when named, from a clean working tree. `--help` lists the options; the

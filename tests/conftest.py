@@ -6,18 +6,22 @@ before anything imports them.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # must precede any import of datasets / huggingface_hub
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+# the per-user cache (tinymt.fonts builds the SC font there): the session's own, not the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tinymt-tests-cache-")
 
 import contextlib
 import importlib.util
 import json
 import random
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -32,6 +36,7 @@ from pathlib import Path
 import pytest
 import torch
 
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # `make test` runs the suite in parallel (pytest-xdist): each worker takes its share of the
 # cores, so torch's threads do not fight over them
@@ -197,13 +202,17 @@ def compose_translate(*overrides: str):
         return compose(config_name="translate", overrides=["device=cpu", *overrides])
 
 
+TINY_FRAMES = list(range(2, 41, 2))  # the steps tiny_run records its probes at (probe_every=2)
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
-    """A finished tiny run dir (40 steps, step checkpoints kept)."""
+    """A finished tiny run dir (40 steps, validations at 20 and 40, a frame of the probes
+    every 2 steps, step checkpoints kept)."""
     from tinymt.trainer import train
 
     tmp = tmp_path_factory.mktemp("tiny_run")
-    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
+    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20", "trainer.probe_every=2",
                         "trainer.keep_last=2", "trainer.attention_images=true"))
     return tmp / "run"
 
@@ -370,7 +379,7 @@ def http_get(url: str) -> tuple[int, bytes]:
 
 
 @contextlib.contextmanager
-def tensorboard_process(logdir: Path, ready, log: Path):
+def tensorboard_process(logdir: Path, ready, log: Path, *args: str):
     """``tensorboard --logdir <logdir>`` exactly as a user starts it (the Attention tab
     found through its entry point), on a loopback port, its stderr to ``log``; yields
     ``(base URL, process)`` once ``ready(base)`` is true."""
@@ -378,7 +387,8 @@ def tensorboard_process(logdir: Path, ready, log: Path):
     tb = Path(sys.executable).with_name("tensorboard")
     with open(log, "wb") as err:
         proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=err)
+                                 "--port", str(port), *args], stdout=subprocess.DEVNULL,
+                                stderr=err)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -421,6 +431,94 @@ def small_document() -> dict:
             "kinds": {"cross": {"rows": ["▁Cat", "</s>"], "cols": ["▁猫", "。", "</s>"],
                                 "weights": w, "entropy": [[0.0, 1.0986]],
                                 "gold": [[0, 0, "aligned"]]}}}
+
+
+def synthetic_document(layers: int = 2, heads: int = 4, n: int = 12, step: int = 1,
+                       seed: int = 0) -> dict:
+    """A view document of random (seeded) softmax attention, no model: ``layers`` x
+    ``heads`` of each kind over ``n`` tokens a side, built by ``build_document`` as the
+    trainer builds its records (uint8 weights, entropy, gold cells on the showcase words)."""
+    import numpy as np
+
+    from tinymt.viewer.document import Probe, build_document
+
+    rng = np.random.default_rng(seed)
+    src = ["▁我请" if i % 3 == 0 else f"▁w{i}" for i in range(n - 1)]
+    tgt = [f"▁t{i}" for i in range(n - 1)]
+
+    def softmax(causal: bool = False):
+        x = rng.normal(size=(layers, heads, n, n)) * 2.5
+        if causal:
+            x = np.where(np.tril(np.ones((n, n))) > 0, x, -np.inf)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return list(e / e.sum(-1, keepdims=True))
+
+    attn = {"encoder_self": softmax(), "decoder_self": softmax(True), "cross": softmax()}
+    probe = Probe("我请李雷帮我订了去北京的机票。", "I asked Li Lei to book me a ticket.",
+                  src_words=[s.strip("▁") for s in src], tgt_words=[t.strip("▁") for t in tgt],
+                  alignment=[(i, i) for i in range(0, n - 1, 2)])
+    return build_document(attn, src, tgt, probe, "I asked", step, forced_reference=True)
+
+
+# ----------------------------------------------------------------------------- the browser
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium through Playwright (no browser download); skips without
+    it, except under CI (``CI`` set), where ``.ci/run`` installs it."""
+    if not Path(CHROMIUM).is_file():
+        reason = "Debian's chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}: .ci/run installs it")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@cache
+def view_palette() -> list[tuple[int, int, int]]:
+    """The head colours as view.js lists them (PALETTE): the one thing the pixel checks
+    take from the code under test."""
+    text = (REPO_ROOT / "src/tinymt/viewer/static/view.js").read_text(encoding="utf-8")
+    block = re.search(r"const PALETTE = \[(.*?)\];", text, re.S).group(1)
+    return [tuple(int(h[i:i + 2], 16) for i in (0, 2, 4)) for h in re.findall(r"#([0-9a-f]{6})", block)]
+
+
+def expected_pixels(weights, color, background=(255, 255, 255), norm: str = "weight",
+                    scale: int = 255):
+    """What a canvas of the view must hold for ``weights`` (T_q, T_k): one pixel a weight,
+    the colour channel by channel ``round(bg + (colour - bg) * t)`` (halves up), with
+    ``t = min(1, w / scale)``, or ``w / (its row's largest)`` for ``norm="row"``."""
+    import numpy as np
+
+    w = np.asarray(weights, dtype=np.float64)
+    top = np.full((w.shape[0], 1), float(scale))
+    if norm == "row":
+        m = w.max(1, keepdims=True)
+        top = np.where(m > 0, m, scale)
+    t = np.minimum(1.0, w / top)[..., None]
+    bg, c = np.array(background, float), np.array(color, float)
+    return np.floor(bg + (c - bg) * t + 0.5).astype(np.uint8)
+
+
+def canvas_pixels(page, selector: str) -> list[tuple[dict, object]]:
+    """Every canvas matching ``selector``: its data attributes and its RGB pixels
+    (T_q, T_k, 3), read back from the canvas itself."""
+    import numpy as np
+
+    got = page.locator(selector).evaluate_all(
+        "els => els.map(c => [Object.assign({}, c.dataset), c.width, c.height,"
+        " Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)])")
+    return [(data, np.array(px, np.uint8).reshape(h, w, 4)[..., :3]) for data, w, h, px in got]
 
 
 def unpack(blob: bytes) -> tuple[dict, bytes]:
@@ -536,7 +634,7 @@ def hostile_tensorboard(tiny_run, tmp_path_factory):
     (logdir / "bad").mkdir()
     write_records(logdir / "bad", records)
     route = "data/plugin/tinymt_attention"
-    want = {("good", "probe_2"): [20, 40],
+    want = {("good", "probe_2"): TINY_FRAMES,
             **{("bad", tag): [s for s, _ in steps] for tag, (_, steps) in records.items()}}
 
     def ready(base):  # every step of every tag loaded

@@ -58,11 +58,12 @@ SHARED: tuple[str, ...] = (
     "errors", "cli", "rules", "config", "runtime", "plotting", "metrics", "checkpoint",
     "files", "runlock",  # the one write path (and read helpers); the run lock
     "loaders",  # the checked loaders of config (YAML) and JSON files, over files.read_bytes
+    "fonts",  # Noto Sans CJK SC for the viewer, the server page and the figures
     "__init__",  # the root package, tinymt/__init__.py
 )
 # Layered modules a shared leaf may import anyway, {leaf: {layer, ...}}. Today no leaf
-# imports a layered module: config, rules, checkpoint, files, runlock, plotting, cli and
-# runtime import errors (and each other) only, and metrics no tinymt module at all.
+# imports a layered module: config, rules, checkpoint, files, runlock, plotting, fonts, cli
+# and runtime import errors (and each other) only, and metrics no tinymt module at all.
 SHARED_MAY_IMPORT: dict[str, set[str]] = {}
 
 MAX_MODULE_LINES = 450

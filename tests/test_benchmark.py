@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import math
@@ -26,11 +27,14 @@ from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.report import render_decoding, render_markdown
 from tinymt.bench.serve_load import HttpError, percentile, read_response
 from tinymt.bench.targets import evaluate_targets
+from tinymt.bench.viewer_speed import Shape, steps_of, synthetic_document
 from tinymt.bench.workload import load_data
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer, count_parameters
+from tinymt.viewer import plugin
+from tinymt.viewer.summary import encode
 
 METHODS = ("ours_cache", "ours_nocache", "peer")
 
@@ -147,7 +151,8 @@ def test_help_lists_the_options():
     assert proc.returncode == 0
     for option in ("--quick", "--device", "--sizes", "--steps", "--repeats", "--sentences",
                    "--out", "--json", "--run", "--compile", "--merge", "--sections",
-                   "--serve-clients", "--serve-requests", "--serve-process-requests"):
+                   "--serve-clients", "--serve-requests", "--serve-process-requests",
+                   "--viewer-sizes", "--viewer-logs", "--viewer-requests", "--viewer-load-fast"):
         assert option in proc.stdout
 
 
@@ -239,6 +244,105 @@ def test_serve_load_percentiles_and_responses():
         read(b"garbage\r\n\r\n")
     with pytest.raises(asyncio.IncompleteReadError):
         read(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+
+
+# --------------------------------------------------------------------------- the viewer
+def _sha256(doc: dict) -> dict[str, str]:
+    return {kind: hashlib.sha256(view["weights"].tobytes()).hexdigest()
+            for kind, view in doc["kinds"].items()}
+
+
+def test_viewer_section_measures_tensorboard_on_the_records_it_wrote(tmp_path):
+    """``--sections viewer`` at its smallest (3 steps x 2 probes of the tiny model): a real
+    TensorBoard serves the records written, each /step answer equal to the document of its
+    probe and step; the sizes are those of the records; latency, bytes and memory are there
+    and sane; the report has the section and its command."""
+    out, js = tmp_path / "b.md", tmp_path / "b.json"
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
+           "--sections", "viewer", "--viewer-sizes", "tiny", "--viewer-logs", "3x2",
+           "--viewer-requests", "4", "--out", str(out), "--json", str(js)]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    viewer = json.loads(js.read_text())["devices"]["cpu"]["viewer"]
+    assert viewer["machine"]["command"].startswith("python scripts/benchmark.py --device cpu")
+    assert viewer["settings"]["requests"] == 4 and viewer["settings"]["logs"] == ["3x2"]
+    (row,) = viewer["rows"]
+    assert (row["size"], row["steps"], row["probes"], row["frames"]) == ("tiny", 3, 2, 6)
+    assert (row["encoder_layers"], row["decoder_layers"], row["heads"]) == (2, 2, 4)
+
+    # what was written: the documents of every probe at every step, as the test makes them
+    shape = Shape.of("tiny")
+    docs = {(p, s): synthetic_document(shape, p, s) for p in range(2) for s in steps_of(3)}
+    assert steps_of(3) == [50, 100, 150]
+    assert row["weights_per_frame"] == pytest.approx(statistics.mean(
+        sum(v["weights"].size for v in d["kinds"].values()) for d in docs.values()))
+    assert row["record_bytes_per_frame"] == pytest.approx(statistics.mean(
+        len(encode(d)) for d in docs.values()))
+    assert row["record_bytes_per_frame"] < row["event_bytes_per_frame"] \
+        < row["record_bytes_per_frame"] + 1000  # + the tag's metadata and framing
+    assert 6 * row["event_bytes_per_frame"] <= row["event_file_bytes"] \
+        < 6 * row["event_bytes_per_frame"] + 200  # + the file's version event
+
+    # the answer served for the sample step is the document written for it, weight by weight
+    sample = row["sample"]
+    written = docs[(sample["probe"], sample["step"])]
+    assert sample["weights_sha256"] == _sha256(written)
+    other = docs[(sample["probe"], 100 if sample["step"] != 100 else 50)]
+    assert set(_sha256(other).values()).isdisjoint(sample["weights_sha256"].values())
+    assert row["step_answers_checked"] == row["step_answers_equal"] == 4
+
+    lat = row["latency"]
+    has_trend = hasattr(plugin.AttentionPlugin, "_trend")  # the route, where it is there
+    assert (row["trend_skipped"] is None) == has_trend, row["trend_skipped"]
+    want = {"runs": 4, "steps": 4, "step_cold": 4, "step_again": 4,
+            **({"trend_cold": 2, "trend_again": 4} if has_trend else {})}
+    assert {k: v["requests"] for k, v in lat.items()} == want
+    for name, entry in lat.items():
+        assert 0 < entry["p50_ms"] <= entry["p90_ms"] <= entry["max_ms"] < 30_000, name
+        assert 0 < entry["gzip_bytes"], name
+    step = lat["step_cold"]
+    smallest = min(sum(v["weights"].size for v in d["kinds"].values()) for d in docs.values())
+    assert step["json_bytes"] >= 4 * smallest  # 4 bytes a weight, and the text around them
+    assert step["gzip_bytes"] < step["json_bytes"] / 2
+    assert lat["step_again"]["json_bytes"] == step["json_bytes"]  # the same answers
+    mem = row["memory_mib"]
+    assert 30 < mem["idle_after_load_rss"] <= mem["load_peak"] < 2000
+    assert 30 < mem["after_requests_rss"] <= mem["requests_peak"] < 2000
+
+    md = out.read_text()
+    assert "\n### The Attention tab's server\n" in md
+    assert "| CPU Attention tab: command | `python scripts/benchmark.py --device cpu" in md
+    p50 = lat["step_cold"]["p50_ms"]
+    assert re.search(rf"^\| tiny \| 3 × 2 \| [0-9.]+ \| [^|]+ \| [^|]+ \| "
+                     rf"{re.escape(f'{p50:,.1f}' if p50 < 100 else f'{p50:,.0f}')} \(", md,
+                     flags=re.M)
+    assert "4 of 4 equal" in md
+
+
+def test_viewer_options(monkeypatch, tmp_path, capsys):
+    """The viewer's options: defaults (quick ones with --quick), steps x probes parsed, a
+    bad one refused before any work."""
+    args = bench_main.parse_args(["--sections", "viewer"])
+    bench_main.resolve_defaults(args, "cpu")
+    assert args.viewer_size_list == ["tiny", "small"]
+    assert args.viewer_log_list == [(10, 1), (100, 10)] and args.viewer_requests == 20
+    args = bench_main.parse_args(["--quick", "--viewer-logs", "2x1, 5×3"])
+    bench_main.resolve_defaults(args, "cpu")
+    assert args.viewer_log_list == [(2, 1), (5, 3)] and args.viewer_size_list == ["tiny"]
+    assert "viewer" not in bench_main.parse_args([]).section_set  # never by default
+    for bad in (["--viewer-logs", "100"], ["--viewer-logs", "0x3"], ["--viewer-requests", "0"]):
+        with pytest.raises(SystemExit):
+            bench_main.parse_args(bad)
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bench_main, "measure", lambda *a: pytest.fail("measured a bad size"))
+    with pytest.raises(SystemExit) as exit_:
+        bench_main.main(["--sections", "viewer", "--viewer-sizes", "huge",
+                         "--out", str(tmp_path / "x.md")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --viewer-sizes: no model size 'huge'")
 
 
 # --------------------------------------------------------------------------- the peer

@@ -64,7 +64,8 @@ OPTIONS = {
 # the string options that name no file (names, languages, splits, hosts, lists of values)
 NOT_PATHS = {"data.name", "data.src_lang", "data.tgt_lang", "data.train_split",
              "data.valid_split", "data.test_split", "model.name", "optim.name",
-             "trainer.name", "host", "--sizes", "--sections", "--serve-clients"}
+             "trainer.name", "host", "--sizes", "--sections", "--serve-clients",
+             "--viewer-sizes", "--viewer-logs"}
 # the other output of a command with two, for the "same file" target
 OTHER_OUTPUT = {("translate", "output"): "attention", ("translate", "attention"): "output",
                 ("benchmark", "--out"): "--json", ("benchmark", "--json"): "--out"}

@@ -26,6 +26,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from conftest import (
     REPO_ROOT,
+    TINY_FRAMES,
     compose_train,
     compose_translate,
     hostile_records,
@@ -323,8 +324,8 @@ def test_the_trainer_logs_every_probe_at_every_validation(tiny_run):
     assert tags == ["probe_0", "probe_1", "probe_2"]  # 2 showcase + n_probes=1 valid
     for tag in tags:
         assert acc.SummaryMetadata(tag).plugin_data.plugin_name == PLUGIN_NAME
-        assert [e.step for e in acc.Tensors(tag)] == [20, 40]
-    doc = decode(acc.Tensors("probe_0")[0].tensor_proto.string_val[0])
+        assert [e.step for e in acc.Tensors(tag)] == TINY_FRAMES
+    doc = decode(acc.Tensors("probe_0")[9].tensor_proto.string_val[0])
     assert (doc["sentence"], doc["reference"], doc["forced"], doc["step"]) == \
         (SHOWCASE[0].zh, SHOWCASE[0].en, "reference", 20)
     assert doc["kinds"]["cross"]["gold"] and doc["kinds"]["encoder_self"]["gold"]
@@ -381,7 +382,7 @@ def test_the_attention_tab_serves_the_models_attention(tensorboard, tiny_run):
     assert [r["run"] for r in runs] == ["."]
     assert [(p["tag"], p["sentence"], p["reference"]) for p in runs[0]["probes"][:2]] == \
         [(f"probe_{k}", pair.zh, pair.en) for k, pair in enumerate(SHOWCASE)]
-    assert json.loads(http_get(f"{route}/steps?run=.&tag=probe_1")[1]) == {"steps": [20, 40]}
+    assert json.loads(http_get(f"{route}/steps?run=.&tag=probe_1")[1]) == {"steps": TINY_FRAMES}
     status, body = http_get(f"{route}/step?run=.&tag=probe_1&step=40")
     assert status == 200
     served = json.loads(body)
@@ -498,10 +499,224 @@ def test_a_hostile_run_beside_a_good_one(hostile_tensorboard, tiny_run):
     acc.Reload()
     for tag in ("probe_0", "probe_2"):
         status, body = http_get(f"{route}/steps?run=good&tag={tag}")
-        assert (status, json.loads(body)) == (200, {"steps": [20, 40]})
+        assert (status, json.loads(body)) == (200, {"steps": TINY_FRAMES})
         status, body = http_get(f"{route}/step?run=good&tag={tag}&step=40")
-        logged = decode(acc.Tensors(tag)[1].tensor_proto.string_val[0])
+        logged = decode(acc.Tensors(tag)[-1].tensor_proto.string_val[0])
         assert status == 200 and json.loads(body) == json.loads(json.dumps(jsonable(logged)))
+
+
+# ----------------------------------------------------------------------------- /trend
+TREND_HEADS = {"encoder_self": (2, 3), "decoder_self": (1, 2), "cross": (2, 2)}
+
+
+def trend_document(rng, step: int, t: int = 5, kinds=tuple(TREND_HEADS)) -> dict:
+    """A view document written by hand: random rows of weights (decoder rows causal),
+    random gold cells (one listed twice), unrounded entropy headers; a gold row of
+    ``cross`` all 0 in head (0, 1) and every gold row of ``cross`` all 0 in head (1, 1)
+    (rows left out of the share; a head left without rows is null). ``encoder_self``
+    has no gold."""
+    toks = [f"t{i}" for i in range(t)]
+    out = {}
+    for kind in kinds:
+        layers, heads = TREND_HEADS[kind]
+        w = random_attention(rng, layers, heads, t, t + (kind == "cross"),
+                             causal=kind == "decoder_self")
+        w = np.rint(w * SCALE).astype(np.uint8)
+        rows, cols = toks, toks + ["</s>"] * (kind == "cross")
+        gold = []
+        if kind != "encoder_self":
+            for i in sorted(rng.choice(t, 3, replace=False)):
+                for j in sorted(rng.choice(i + 1 if kind == "decoder_self" else len(cols),
+                                           2 if i else 1, replace=False)):
+                    gold.append([int(i), int(j), "x"])
+            gold.append(list(gold[0]))  # a cell listed twice counts once
+        if kind == "cross":
+            gold_rows = sorted({i for i, _, _ in gold})
+            w[0, 1, gold_rows[0]] = 0
+            w[1, 1, gold_rows] = 0
+        out[kind] = {"rows": rows, "cols": cols, "weights": w, "gold": gold,
+                     "entropy": rng.uniform(0, 3, (layers, heads)).tolist()}
+    return {"sentence": "猫。", "reference": None, "translation": "Cat",
+            "forced": "translation", "step": step, "scale": SCALE, "kinds": out}
+
+
+def brute_gold(w, gold):
+    """The gold share of every head, cell by cell in plain Python."""
+    cells = {(i, j) for i, j, _ in gold}
+    if not cells:
+        return None
+    layers, heads, _, t_k = w.shape
+    out = []
+    for layer in range(layers):
+        out.append([])
+        for head in range(heads):
+            shares = []
+            for i in sorted({i for i, _ in cells}):
+                total = sum(int(w[layer, head, i, j]) for j in range(t_k))
+                if total:
+                    shares.append(sum(int(w[layer, head, i, j]) for j in range(t_k)
+                                      if (i, j) in cells) / total)
+            out[-1].append(sum(shares) / len(shares) if shares else None)
+    return out
+
+
+def assert_trend(served: list, want: list | None):
+    """A [layer][head] list of the route against the unrounded one: 4 decimals."""
+    if want is None:
+        assert served is None
+        return
+    assert np.shape(served) == np.shape(want)
+    for s_row, w_row in zip(served, want):
+        for s, w in zip(s_row, w_row):
+            assert (s is None) == (w is None), (served, want)
+            if w is not None:
+                assert round(s, 4) == s and abs(s - w) <= 5e-5 + 1e-12, (served, want)
+
+
+def trend_records(seed: int = 0):
+    """``(documents, hostile_records' form)``: probe_0 three good records (the one at
+    step 20 without decoder_self, a cross of other lengths at step 30); probe_1 good
+    records around a truncated one, one whose cross has 3 heads a layer where the first
+    had 2, and a float tensor."""
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    from tinymt.viewer.summary import probe_summary
+
+    rng = np.random.default_rng(seed)
+    docs = {10: trend_document(rng, 10),
+            20: trend_document(rng, 20, kinds=("encoder_self", "cross")),
+            30: trend_document(rng, 30, t=7)}
+
+    def tensor(doc):
+        return probe_summary("probe_0", doc, "猫。", None).value[0].tensor
+
+    meta = json.dumps({"version": 1, "sentence": "猫。", "reference": None}).encode()
+    wide = trend_document(rng, 3)  # its cross: 3 heads a layer, not 2
+    wide["kinds"]["cross"].update(weights=np.rint(random_attention(rng, 2, 3, 5, 6) * SCALE)
+                                  .astype(np.uint8), entropy=[[1.0] * 3] * 2)
+    truncated = tensor(docs[10])
+    truncated.string_val[0] = truncated.string_val[0][:-7]
+    floats = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0],
+                                    tensor_shape=tensor_shape_pb2.TensorShapeProto())
+    records = {"probe_0": (meta, [(s, tensor(d)) for s, d in docs.items()]),
+               "probe_1": (meta, [(1, tensor(docs[10])), (2, truncated), (3, tensor(wide)),
+                                  (4, tensor(docs[30])), (5, floats)])}
+    return docs, records
+
+
+@pytest.fixture(scope="module")
+def trend_logdir(tmp_path_factory) -> tuple[Path, dict]:
+    from conftest import write_records
+
+    logdir = tmp_path_factory.mktemp("trend_logdir")
+    docs, records = trend_records()
+    (logdir / "trend").mkdir()
+    write_records(logdir / "trend", records)
+    return logdir, docs
+
+
+def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
+    """``/trend`` on a real TensorBoard: every head's gold share against a cell-by-cell
+    count, its entropy the header's; a refused record, a float tensor and a record whose
+    heads changed are null at their step with one line each, the others right; a tag
+    without data a 404, a request without run or tag a 400."""
+    from conftest import tensorboard_process
+
+    logdir, docs = trend_logdir
+    route = f"data/plugin/{PLUGIN_NAME}"
+
+    def ready(base):
+        return all(http_get(f"{base}/{route}/steps?run=trend&tag={tag}")[1] == want
+                   for tag, want in (("probe_0", b'{"steps":[10,20,30]}'),
+                                     ("probe_1", b'{"steps":[1,2,3,4,5]}')))
+
+    with tensorboard_process(logdir, ready, tmp_path / "tensorboard.txt") as (base, _):
+        status, body = http_get(f"{base}/{route}/trend?run=trend&tag=probe_0")
+        assert status == 200 and body.isascii()
+        good = json.loads(body)
+        status, body = http_get(f"{base}/{route}/trend?run=trend&tag=probe_1")
+        assert status == 200
+        mixed = json.loads(body)
+        bad = {q: http_get(f"{base}/{route}/{q}")
+               for q in ("trend?run=trend&tag=nope", "trend?run=nope&tag=probe_0",
+                         "trend?run=trend", "trend?tag=probe_0", "trend")}
+
+    assert good["steps"] == [10, 20, 30] and good["errors"] == []
+    assert list(good["kinds"]) == ["encoder_self", "decoder_self", "cross"]
+    for kind, series in good["kinds"].items():
+        assert set(series) == {"entropy", "gold"}
+        for k, step in enumerate(good["steps"]):
+            view = docs[step]["kinds"].get(kind)
+            if view is None:  # decoder_self at step 20
+                assert series["entropy"][k] is None and series["gold"][k] is None
+                continue
+            assert series["entropy"][k] == np.round(view["entropy"], 4).tolist()
+            assert_trend(series["gold"][k], brute_gold(view["weights"], view["gold"]))
+    assert good["kinds"]["encoder_self"]["gold"] == [None] * 3  # no gold cells
+    assert good["kinds"]["cross"]["gold"][0][1][1] is None  # every gold row all 0
+    assert None not in good["kinds"]["cross"]["gold"][0][0]  # one row 0: left out
+    assert good["kinds"]["decoder_self"]["entropy"][1] is None
+
+    assert mixed["steps"] == [1, 2, 3, 4, 5]
+    errors = {e["step"]: e["error"] for e in mixed["errors"]}
+    assert set(errors) == {2, 3, 5} and all(len(e.splitlines()) == 1 for e in errors.values())
+    assert errors[2].startswith("unreadable record: the record is truncated")
+    assert errors[3] == "cross has 2x3 (layers x heads), not 2x2 as at step 1"
+    assert errors[5] == ("unreadable record: not a string tensor of one value "
+                         "(dtype float32, shape ())")
+    for kind, series in mixed["kinds"].items():
+        for name in ("entropy", "gold"):
+            assert [series[name][k] is None for k in (1, 2, 4)] == [True] * 3, (kind, name)
+        for k, step in ((0, 10), (3, 30)):
+            view = docs[step]["kinds"][kind]
+            assert series["entropy"][k] == np.round(view["entropy"], 4).tolist()
+            assert_trend(series["gold"][k], brute_gold(view["weights"], view["gold"]))
+
+    for query, (status, body) in bad.items():
+        assert status == (404 if "tag=" in query and "run=" in query else 400), query
+        assert len(body.splitlines()) == 1 and b"Traceback" not in body, (query, body)
+    assert bad["trend?run=trend&tag=nope"][1] == \
+        b"no attention data for run 'trend', tag 'nope'"
+
+
+def test_the_trend_decodes_each_record_once(trend_logdir, monkeypatch):
+    """``/trend`` in process on TensorBoard's own data provider: a second request decodes
+    nothing and answers the same; a cache bounded at 2 records keeps 2 and still answers
+    right; a record the reader refused is not read again either."""
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    from tinymt.viewer import plugin
+
+    logdir, _ = trend_logdir
+    mux = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={PLUGIN_NAME: 0})
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    tab = plugin.AttentionPlugin(base_plugin.TBContext(
+        data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir))))
+    calls = []
+
+    def counted(blob):
+        calls.append(len(blob))
+        return decode(blob)
+
+    monkeypatch.setattr(plugin, "decode", counted)
+    client = Client(tab.get_plugin_apps()["/trend"])
+
+    def trend(tag):
+        answer = client.get(f"/?run=trend&tag={tag}")
+        assert answer.status_code == 200
+        return json.loads(answer.data)
+
+    first = {tag: trend(tag) for tag in ("probe_0", "probe_1")}
+    assert len(calls) == 3 + 4  # every string record once (probe_1: 1 2 3 4; 5 is floats)
+    assert {tag: trend(tag) for tag in first} == first and len(calls) == 7
+    tab._trends = plugin._TrendCache(2, plugin.TREND_VALUES)
+    assert trend("probe_0") == first["probe_0"] and len(calls) == 10
+    assert len(tab._trends._held) == 2
+    tab._trends = plugin._TrendCache(100, 10)  # 10 numbers: one record at a time
+    assert trend("probe_0") == first["probe_0"] and len(tab._trends._held) == 1
 
 
 # ----------------------------------------------------------------------------- HTML file

@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import compose_translate, http_get, inline_data, post_json
+from conftest import (
+    canvas_pixels,
+    compose_translate,
+    expected_pixels,
+    http_get,
+    inline_data,
+    post_json,
+    view_palette,
+)
 from tinymt.bench.serve_speed import ServerProcess
 from tinymt.translate import translate
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ROUTE = "data/plugin/tinymt_attention"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).is_file():
-        reason = "Debian's chromium is not installed (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}: .ci/run installs it")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def screenshot_dir(tmp_path: Path) -> Path:
@@ -49,21 +38,17 @@ def screenshot_dir(tmp_path: Path) -> Path:
     return Path(os.environ.get("TINYMT_SCREENSHOTS") or tmp_path)
 
 
-def cells(view) -> np.ndarray:
-    """Every drawn cell as rows of (head, row, col, value)."""
-    got = view.locator("rect.cell").evaluate_all(
-        "els => els.map(e => [+e.closest('svg').dataset.head, +e.dataset.row, +e.dataset.col,"
-        " +e.dataset.v])")
-    return np.array(got, dtype=int).reshape(-1, 4)
-
-
-def assert_cells_are(view, weights: np.ndarray, heads) -> None:
-    """The cells on screen are exactly the served weights of ``heads`` (layer chosen)."""
-    got = cells(view)
-    want = np.array([(h, i, j, weights[h, i, j]) for h in heads
-                     for i in range(weights.shape[1]) for j in range(weights.shape[2])])
-    assert len(got) == len(heads) * weights.shape[1] * weights.shape[2]
-    assert sorted(map(tuple, got)) == sorted(map(tuple, want))
+def assert_cells_are(view, weights: np.ndarray, heads, norm: str = "weight",
+                     background=(255, 255, 255)) -> None:
+    """The matrices on screen are exactly the served weights of ``heads`` (layer chosen),
+    pixel by pixel in each head's colour (conftest.expected_pixels)."""
+    drawn = canvas_pixels(view, "#matrices canvas.cells")
+    assert [int(d["head"]) for d, _ in drawn] == list(heads)
+    for data, pixels in drawn:
+        h = int(data["head"])
+        want = expected_pixels(weights[h], view_palette()[h], background, norm)
+        assert pixels.shape == want.shape
+        assert (pixels == want).all(), f"head {h}: {(pixels != want).any(-1).sum()} cells differ"
 
 
 def wait_ready(view, step: int | None = None) -> None:
@@ -91,9 +76,9 @@ def drive(page, view, fetch_doc, steps: list[int], shots: Path, name: str,
     move the step slider back and look again; returns what it measured."""
     wait_ready(view, steps[-1])
     render_ms = float(view.locator("#tinymt-attention").get_attribute("data-render-ms"))
+    view.locator("#mode").select_option("matrix")
     view.locator("#kind").select_option("cross")
     view.locator("#layer").select_option("0")
-    view.locator("#mode").select_option("matrix")
     doc = fetch_doc(steps[-1])
     w = np.asarray(doc["kinds"]["cross"]["weights"])[0]  # (heads, T_q, T_k) of layer 0
     heads = list(range(w.shape[0]))
@@ -206,7 +191,7 @@ def test_the_html_file_shows_the_same_numbers(browser, tiny_run, tmp_path):
 SHOWCASE = "我请李雷帮我订了去北京的机票。"
 HOSTILE = ["他说</script><script>window.__pwned=1</script>", '<img src=x onerror="window.__pwned=1">',
            "<!--<script>", "我喜欢\u2028猫。"]
-SHOWN = 60  # the view draws the first 60 tokens a side (MAX_TOKENS of view.js)
+SHOWN = 400  # the view draws the first 400 tokens a side (MAX_TOKENS of view.js)
 # the page has drawn the typed lines: its view's probes are these lines and #out has a
 # translation for each (an answer to half-typed text does not pass). A function, not an
 # expression: Playwright evaluates a bare expression with eval, which the page's CSP forbids.
@@ -291,6 +276,7 @@ def test_the_server_page_shows_hostile_text_as_text(browser, server):
         page.locator("#tinymt-attention[data-ready='true']").wait_for()
         assert page.locator("#sentence").text_content() == line
         cross = np.asarray(docs[k]["kinds"]["cross"]["weights"])[0, :, :SHOWN, :SHOWN]
+        page.locator("#mode").select_option("matrix")
         page.locator("#kind").select_option("cross")
         assert_cells_are(page, cross, range(cross.shape[0]))
     assert page.evaluate("() => window.__pwned") is None

@@ -2,13 +2,16 @@
 
 The trainer logs these to TensorBoard and ``translate.py attention=...`` saves them to
 PNG; both call :func:`attention_grid`. Labels are sentencepiece pieces, so Chinese
-must render as glyphs: we register the Noto Sans CJK font that ships in the
-``noto-cjk-sans-jp-regular`` wheel (a dependency, no system install) and use it first.
+must render as glyphs, in their Simplified Chinese forms: we register Noto Sans CJK SC
+(:func:`tinymt.fonts.sc_font_file`: the font of the ``noto-cjk-sans-jp-regular``
+wheel, a dependency, with its cmap remapped to the SC forms, built once into the user's
+cache folder; no system install) and use it first.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -23,16 +26,24 @@ from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from tinymt.files import write_bytes  # noqa: E402
+from tinymt.fonts import font_path, sc_font_file  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=1)
 def cjk_font_name() -> str:
-    """Register the bundled CJK font with matplotlib and return its family name."""
-    import noto_cjk_sans_jp_regular
-
-    path = str(noto_cjk_sans_jp_regular.FONT_PATH)
-    font_manager.fontManager.addfont(path)
-    return font_manager.FontProperties(fname=path).get_name()
+    """Register the CJK font with matplotlib and return its family name: Noto Sans CJK
+    SC, or where that file cannot be had (a warning logged), the bundled font as it is
+    (Japanese glyph forms): a font never stops a training run."""
+    sc = sc_font_file()
+    for path in ([str(sc)] if sc else []) + [str(font_path())]:
+        try:
+            font_manager.fontManager.addfont(path)
+            return font_manager.FontProperties(fname=path).get_name()
+        except Exception as e:  # noqa: BLE001  (a damaged cached file)
+            logger.warning("cannot use the font %s: %s", path, e)
+    return "DejaVu Sans"
 
 
 def _font_family() -> list[str]:

@@ -15,6 +15,9 @@ Measures, in one process:
   (``tinymt.bench.serve_speed``): sentences/s and p50/p99 latency at 1, 8 and 64
   concurrent clients, micro-batching against one request at a time, both engines, beside
   one ``translate.py`` process per request;
+* with ``--sections viewer``, the Attention tab's server (``tinymt.bench.viewer_speed``):
+  TensorBoard on a synthetic logdir of 100 steps x 10 probes (and 10 x 1), the latency of
+  its routes, the bytes of a frame and of an answer, TensorBoard's memory;
 
 and writes a markdown report and the raw numbers as JSON: by default into a folder of their
 own, ``outputs/benchmarks/<date>/<time>/`` under the current directory; into the project's
@@ -44,6 +47,7 @@ from tinymt.bench.report import mark, render_markdown
 from tinymt.bench.serve_speed import bench_serve
 from tinymt.bench.targets import CPU_SIZES, CUDA_SIZES, evaluate_targets
 from tinymt.bench.training import bench_training
+from tinymt.bench.viewer_speed import bench_viewer, parse_logs
 from tinymt.bench.workload import DEFAULT_DATA, load_data, model_config
 from tinymt.cli import one_line_errors
 from tinymt.errors import TinyMTError
@@ -52,19 +56,21 @@ from tinymt.rules import CHECKPOINT, PATH, RUN, creatable_folder
 from tinymt.rundir import clock_run_dir
 
 PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
-SECTIONS = ("training", "decoding", "serve")
+SECTIONS = ("training", "decoding", "serve", "viewer")
 DEFAULT_SECTIONS = "training,decoding"
 OUTPUTS = "outputs/benchmarks"  # default: <cwd>/outputs/benchmarks/<date>/<time>/
 REPORT, RESULTS = "benchmarks.md", "benchmarks.json"
 DOCS = REPO_ROOT / "docs"  # the published report: written from a clean working tree only
 # The defaults that depend on the device (and --quick), written once: parse_args's help
 # texts and resolve_defaults both read them.
+VIEWER = {"viewer_sizes": "tiny,small", "viewer_logs": "10x1,100x10", "viewer_requests": 20}
 DEFAULTS = {
     "cpu": {"sizes": ",".join(CPU_SIZES), "steps": 20, "warmup": 3, "repeats": 3,
-            "sentences": 1000, "max_tokens": 4096},
+            "sentences": 1000, "max_tokens": 4096, **VIEWER},
     "cuda": {"sizes": ",".join(CUDA_SIZES), "steps": 50, "warmup": 10, "repeats": 3,
-             "sentences": 1000, "max_tokens": 16384},
-    "quick": {"sizes": "tiny", "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50},
+             "sentences": 1000, "max_tokens": 16384, **VIEWER},
+    "quick": {"sizes": "tiny", "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50,
+              "viewer_sizes": "tiny", "viewer_logs": "3x2", "viewer_requests": 5},
 }
 
 
@@ -163,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "of this device the sections not in --sections, are included in "
                         "this report")
     _serve_options(p)
+    _viewer_options(p)
     return p
 
 
@@ -182,11 +189,30 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
                         "per client; default max(6, 2 × clients); 0 = no baseline)")
 
 
+def _viewer_options(p: argparse.ArgumentParser) -> None:
+    q = DEFAULTS["quick"]
+    p.add_argument("--viewer-sizes", default=None,
+                   help="viewer: model sizes whose attention the synthetic records hold "
+                        f"(layers, heads of configs/model/<size>.yaml; default "
+                        f"{VIEWER['viewer_sizes']}, --quick {q['viewer_sizes']})")
+    p.add_argument("--viewer-logs", default=None,
+                   help="viewer: logdirs to measure, <steps>x<probes> comma-separated (default "
+                        f"{VIEWER['viewer_logs']}, --quick {q['viewer_logs']})")
+    p.add_argument("--viewer-requests", type=int, default=None,
+                   help="viewer: timed requests per route and logdir (default "
+                        f"{VIEWER['viewer_requests']}, --quick {q['viewer_requests']})")
+    p.add_argument("--viewer-load-fast", choices=("default", "true", "false"),
+                   default="default",
+                   help="viewer: TensorBoard's --load_fast (default: not given, TensorBoard's "
+                        "default: the Rust data server where installed)")
+
+
 def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Counts positive; ``--sections`` -> ``args.section_set``, ``--serve-clients`` ->
     ``args.serve_client_list``."""
     for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len",
-                 "serve_requests", "serve_process_requests", "batch_tokens", "decode_repeats"):
+                 "serve_requests", "serve_process_requests", "batch_tokens", "decode_repeats",
+                 "viewer_requests"):
         value = getattr(args, name)
         if value is not None and value < (0 if name in ("warmup", "serve_process_requests")
                                           else 1):
@@ -204,6 +230,11 @@ def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--serve-clients {args.serve_clients}: positive whole numbers, "
                 "comma-separated")
     args.serve_client_list = sorted({int(c) for c in clients})
+    if args.viewer_logs is not None:
+        try:
+            parse_logs(args.viewer_logs)
+        except ValueError as e:
+            p.error(f"--viewer-logs {args.viewer_logs}: {e}")
 
 
 def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
@@ -213,6 +244,8 @@ def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.size_list = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    args.viewer_size_list = [s.strip() for s in args.viewer_sizes.split(",") if s.strip()]
+    args.viewer_log_list = parse_logs(args.viewer_logs)
 
 
 def json_name(path: str | None) -> str | None:
@@ -278,6 +311,8 @@ def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str])
         mine["memory_method"] = meter.describe()
     if "serve" in sections:
         mine["serve"] = bench_serve(args, device, argv)
+    if "viewer" in sections:
+        mine["viewer"] = bench_viewer(args, argv)
     mine["wall_seconds"] = round(time.monotonic() - t_start, 1)
     return mine
 
@@ -333,6 +368,12 @@ def run(args: argparse.Namespace, argv: Sequence[str], cwd: Path) -> int:
     if args.section_set & {"training", "decoding"}:
         for size in args.size_list:
             model_config(size)  # fail early on a bad --sizes
+    if "viewer" in args.section_set:
+        for size in args.viewer_size_list:
+            try:
+                model_config(size)
+            except TinyMTError as e:
+                raise TinyMTError(str(e).replace("--sizes", "--viewer-sizes", 1)) from None
     merged = args.merged
     mine = measure(args, device, argv)
     devices = {dev: merged.get(dev) for dev in ("cpu", "cuda")}

@@ -14,6 +14,8 @@ from tinymt.bench.targets import (
     TRAIN_TARGETS,
     serve_ratios,
 )
+from tinymt.bench.text import code, fmt, mark, ms, plural
+from tinymt.bench.viewer_report import render_viewer
 
 INTRO = (
     "tinymt's `Transformer` (our attention, `tinymt/attention.py`) against the same model "
@@ -58,14 +60,6 @@ PRECISION_BULLET = (
     "`torch.set_float32_matmul_precision('high')`.")
 
 
-def fmt(x: float, digits: int = 0) -> str:
-    return f"{x:,.{digits}f}"
-
-
-def mark(ok) -> str:
-    return "n/a" if ok is None else ("yes" if ok else "**no**")
-
-
 def gpu_command(cpu_json: str | None) -> str:
     merge = f" --merge {cpu_json}" if cpu_json else ""
     return (f"python scripts/benchmark.py --device cuda{merge} --json docs/benchmarks-cuda.json "
@@ -100,18 +94,8 @@ CPU_COMMAND = ("python scripts/benchmark.py --device cpu --json docs/benchmarks.
 SERVE_COMMAND = ("python scripts/benchmark.py --device cpu --sections serve --run "
                  "outputs/<date>/<time> --merge docs/benchmarks.json --json docs/benchmarks.json "
                  "--out docs/benchmarks.md")
-
-
-def code(machine: dict) -> str:
-    """The commit a run measured; a run from a changed working tree (never one in docs/:
-    the benchmark refuses) says so."""
-    return machine["git"] + (" and uncommitted changes" if machine.get("uncommitted_changes")
-                             else "")
-
-
-def plural(n: int, word: str) -> str:
-    suffix = "es" if word.endswith(("s", "ch")) else "s"
-    return f"{n:,} {word}{'' if n == 1 else suffix}"
+VIEWER_COMMAND = ("python scripts/benchmark.py --device cpu --sections viewer --merge "
+                  "docs/benchmarks.json --json docs/benchmarks.json --out docs/benchmarks.md")
 
 
 # --------------------------------------------------------------------------- one device
@@ -230,10 +214,6 @@ def render_ct2(de: dict) -> list[str]:
     return L
 
 
-def _ms(x: float) -> str:
-    return fmt(x, 1 if x < 100 else 0)
-
-
 def _serve_row(row: dict) -> str:
     label = SERVE_METHOD_LABELS.get(row["method"], row["method"])
     head = f"| {row['engine']} | {label} | {row['clients']} |"
@@ -243,8 +223,8 @@ def _serve_row(row: dict) -> str:
            f"— (each process: {fmt(row['process_peak_rss_mib'])} peak)")
     batch = f"{row['mean_batch']:.1f}" if row.get("mean_batch") else "—"
     sps = row["sentences_per_s"]
-    return (head + f" {fmt(sps, 1 if sps >= 10 else 2)} | {_ms(row['p50_ms'])} | "
-            f"{_ms(row['p99_ms'])} | {row['errors']} | {row['equal_to_one_at_a_time']:,} of "
+    return (head + f" {fmt(sps, 1 if sps >= 10 else 2)} | {ms(row['p50_ms'])} | "
+            f"{ms(row['p99_ms'])} | {row['errors']} | {row['equal_to_one_at_a_time']:,} of "
             f"{row['requests']:,} | {batch} | {rss} |")
 
 
@@ -300,7 +280,7 @@ def render_serving(serve: dict, where: str) -> list[str]:
 
 
 def render_device(dev: str, res: dict) -> list[str]:
-    machine = res.get("machine") or res["serve"]["machine"]
+    machine = res.get("machine") or (res.get("serve") or res["viewer"])["machine"]
     where = machine["gpu"] if dev == "cuda" else \
         f"{machine['cpu']}, {plural(machine['torch_threads'], 'thread')}"
     L = []
@@ -315,6 +295,13 @@ def render_device(dev: str, res: dict) -> list[str]:
     elif dev == "cpu":
         L += ["### Serving", "", ("Not measured in this run. With a trained run (keeps the "
                                   "other sections):"), "", "```", SERVE_COMMAND, "```", ""]
+    if "viewer" in res:
+        vm = res["viewer"]["machine"]
+        L += render_viewer(res["viewer"], f"{vm['cpu']}, {vm['cpu_cores']} cores")  # no GPU
+    elif dev == "cpu":
+        L += ["### The Attention tab's server", "",
+              "Not measured in this run (TensorBoard on 100 steps × 10 probes; keeps the other "
+              "sections):", "", "```", VIEWER_COMMAND, "```", ""]
     return L
 
 
@@ -331,6 +318,11 @@ def render_machines(devices: dict) -> list[str]:
             L += [f"| {D} serving: date | {sm['date']} |",
                   f"| {D} serving: command | `{sm['command']}` |",
                   f"| {D} serving: code | git {code(sm)} |"]
+        if "viewer" in res:
+            vm = res["viewer"]["machine"]
+            L += [f"| {D} Attention tab: date | {vm['date']} |",
+                  f"| {D} Attention tab: command | `{vm['command']}` |",
+                  f"| {D} Attention tab: code | git {code(vm)} |"]
         if "machine" not in res:
             continue
         m = res["machine"]
@@ -418,6 +410,9 @@ def render_markdown(results: dict) -> str:
           "# the serving section alone (scripts/serve.py under load, both engines), keeping the",
           "# others: a trained run, and a quiet machine (the clients share its cores)",
           SERVE_COMMAND,
+          "# the Attention tab's server (TensorBoard on 100 steps x 10 probes, and 10 x 1),",
+          "# keeping the others",
+          VIEWER_COMMAND,
           "# GPU sections, keeping the CPU ones",
           gpu_command("docs/benchmarks.json"),
           "```", ""]

@@ -6,7 +6,10 @@
                         "view": the view data of every sentence (tinymt.viewer.html.inline_data)}
     GET  /health        {"status": "ok", the model, its limits, the queue, batch counts}
     GET  /              the page: type sentences, read the translations, see every head
-    GET  /view.js, /page.js, /font.otf   what the page is made of (nothing from elsewhere)
+    GET  /view.js, /page.js, /font.otf   what the page is made of (nothing from elsewhere);
+                        font.otf is Noto Sans CJK SC (Simplified Chinese glyph forms,
+                        tinymt.fonts): ?text=<characters> cut to those (at most
+                        4,096), without text= the whole font
 
 Every error is ``{"error": "<one line>"}`` with its status; no route takes a file path.
 """
@@ -19,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -26,6 +30,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from tinymt.fonts import font_for_query, font_path, sc_font_file
 from tinymt.serve.api import (
     ApiError,
     check_key,
@@ -36,7 +41,6 @@ from tinymt.serve.api import (
 )
 from tinymt.serve.service import Service
 from tinymt.viewer.assets import STATIC as VIEW_STATIC
-from tinymt.viewer.assets import font_path
 
 STATIC = Path(__file__).resolve().parent / "static"
 # the page loads only its own files; view.js draws with inline styles
@@ -48,6 +52,7 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+FONT_HEADERS = {"Cache-Control": "public, max-age=86400"}
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -102,6 +107,19 @@ def create_app(service: Service) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse(service.health())
 
+    @_json_errors
+    async def font(request: Request) -> Response:
+        text = request.query_params.get("text")
+        if text is None:  # the whole font (built once, 2 s; the source's if it cannot be)
+            path = await run_in_threadpool(sc_font_file)
+            return FileResponse(path or font_path(), media_type="font/otf",
+                                headers=FONT_HEADERS)
+        try:
+            data = await run_in_threadpool(font_for_query, text)  # 0.4 s a new text
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        return Response(data, media_type="font/otf", headers=FONT_HEADERS)
+
     def static(path: Path, media_type: str, headers: dict | None = None) -> Handler:
         async def serve(request: Request) -> Response:
             return FileResponse(path, media_type=media_type, headers=headers)
@@ -119,8 +137,7 @@ def create_app(service: Service) -> Starlette:
         Route("/", static(STATIC / "page.html", "text/html; charset=utf-8", PAGE_HEADERS)),
         Route("/page.js", static(STATIC / "page.js", "text/javascript; charset=utf-8")),
         Route("/view.js", static(VIEW_STATIC / "view.js", "text/javascript; charset=utf-8")),
-        Route("/font.otf", static(font_path(), "font/otf",
-                                  {"Cache-Control": "public, max-age=86400"})),
+        Route("/font.otf", font),
     ]
     # LibreTranslate answers browsers of any origin (web apps, extensions): so do we
     middleware = [Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],

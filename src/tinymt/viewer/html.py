@@ -2,23 +2,21 @@
 
 ``translate.py attention=maps.html "<sentence>"`` and the tour notebook build it here:
 ``static/view.js`` inlined as a module script, the view documents inlined as JSON, and the
-Noto Sans CJK font cut down to the characters the page shows (fontTools, which matplotlib
-already needs) and inlined as a ``data:`` URL, so Chinese renders in any browser and the
-file stays small enough to mail (a few hundred KB).
+font Noto Sans CJK SC cut down to the characters the page shows
+(:func:`tinymt.fonts.sc_subset`: Simplified Chinese glyph forms) and inlined as a
+``data:`` URL, so Chinese renders in any browser and the file stays small enough to mail
+(a few hundred KB).
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 from collections.abc import Sequence
 
-from fontTools import subset
-from fontTools.ttLib import TTFont
-
-from tinymt.viewer.assets import STATIC, font_path
+from tinymt.fonts import SC_FAMILY, sc_subset
+from tinymt.viewer.assets import STATIC
 from tinymt.viewer.document import jsonable
 
 _SEP = "\u0000"  # joins run, tag and step into the inline source's keys (view.js)
@@ -36,26 +34,11 @@ def inline_data(run: str, docs: Sequence[dict]) -> dict:
     return {"runs": [{"run": run, "probes": probes}], "steps": steps, "docs": by_key}
 
 
-def font_subset(text: str) -> bytes:
-    """Noto Sans CJK with only the glyphs of ``text`` (plus ASCII), as OpenType bytes."""
-    options = subset.Options()
-    options.layout_features = ["*"]
-    options.notdef_outline = True
-    font = TTFont(str(font_path()), lazy=True)
-    subsetter = subset.Subsetter(options)
-    ascii_chars = "".join(chr(c) for c in range(32, 127))
-    subsetter.populate(text=text + ascii_chars + "▁…→←·")
-    subsetter.subset(font)
-    out = io.BytesIO()
-    font.save(out)
-    return out.getvalue()
-
-
 def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -> str:
     """The whole page: every document of ``docs`` a probe of run ``run``."""
     data = inline_data(run, docs)
     text = json.dumps(data, ensure_ascii=False)
-    font = base64.b64encode(font_subset(text)).decode("ascii")
+    font = base64.b64encode(sc_subset(text)).decode("ascii")
     data_js = script_json(data)
     view_js = (STATIC / "view.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
@@ -63,7 +46,8 @@ def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title>
 <style>
-@font-face {{ font-family: "Noto Sans CJK"; src: url(data:font/otf;base64,{font}) format("opentype"); }}
+@font-face {{ font-family: "{SC_FAMILY}"; src: url(data:font/otf;base64,{font}) format("opentype");
+  font-display: swap; }}
 body {{ margin: 0; }}
 </style></head>
 <body><div id="tinymt-attention"></div>

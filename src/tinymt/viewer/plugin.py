@@ -8,11 +8,15 @@ through TensorBoard's data provider and serves them to the static ES module
 self-contained HTML file (:mod:`tinymt.viewer.html`) inlines.
 
 Routes (under ``/data/plugin/tinymt_attention/``): ``index.js``, ``view.js``,
-``font.otf`` (Noto Sans CJK, so Chinese renders without system fonts); ``runs`` (every run
+``font.otf?text=`` (Noto Sans CJK SC cut to those characters, at most 4,096: Chinese in
+Simplified Chinese glyph forms without system fonts); ``runs`` (every run
 and its probes; a probe whose tag metadata is not ours carries an ``error``), ``steps?run=&
 tag=`` (the steps logged; no record decoded), ``step?run=&tag=&step=`` (one view document,
-decoded and checked by :func:`tinymt.viewer.summary.decode`, weights as integers 0..255).
-A bad request is an HTTP 400 or 404, an unreadable record a 422, with a one-line text;
+decoded and checked by :func:`tinymt.viewer.summary.decode`, weights as integers 0..255),
+``trend?run=&tag=`` (every head's entropy and gold share at every step; each record is
+decoded once, its small result kept in a bounded cache; a record the reader refuses is
+``null`` at its step, its reason in ``errors``). A bad request is an HTTP 400 or 404, an
+unreadable record a 422 (``/step``), with a one-line text;
 one run's data never breaks another's, and nothing crashes the server.
 """
 
@@ -21,6 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from tensorboard import plugin_util
@@ -30,12 +36,15 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tinymt.errors import first_line
-from tinymt.viewer.assets import STATIC, asset_bytes, font_path
+from tinymt.fonts import font_for_query
+from tinymt.viewer.assets import STATIC, asset_bytes
 from tinymt.viewer.metadata import PLUGIN_NAME, parse_meta
-from tinymt.viewer.summary import decode
+from tinymt.viewer.summary import KINDS, decode
 
 logger = logging.getLogger(__name__)
 _ALL = 1_000_000  # read every logged step (the loader keeps them all: samples_per_plugin)
+TREND_RECORDS = 8192  # /trend's cache: at most this many records' results ...
+TREND_VALUES = 1 << 22  # ... holding at most this many numbers (32 MiB of float64)
 
 
 def _route(method):
@@ -57,18 +66,19 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def __init__(self, context):
         self._provider = context.data_provider
         self._downsample = (context.sampling_hints or {}).get(PLUGIN_NAME) or _ALL
+        self._trends = _TrendCache(TREND_RECORDS, TREND_VALUES)
 
     def get_plugin_apps(self):
         return {"/index.js": self._static("index.js"), "/view.js": self._static("view.js"),
                 "/font.otf": self._font, "/runs": self._runs, "/steps": self._steps,
-                "/step": self._step}
+                "/step": self._step, "/trend": self._trend}
 
     def is_active(self):
         return False  # TensorBoard's own listing of our plugin's data decides
 
     def frontend_metadata(self):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Attention",
-                                            disable_reload=True)
+                                            disable_reload=False)
 
     # ------------------------------------------------------------------ static files
     def _static(self, name: str):
@@ -77,10 +87,15 @@ class AttentionPlugin(base_plugin.TBPlugin):
             return http_util.Respond(request, asset_bytes(STATIC / name), "text/javascript")
         return serve
 
-    @wrappers.Request.application
+    @_route
     def _font(self, request):
-        return http_util.Respond(request, asset_bytes(font_path()), "font/otf",
-                                 expires=24 * 3600)
+        """``font.otf?text=<characters>``: Noto Sans CJK SC cut to them (and ASCII; no
+        ``text``: ASCII only), the last 32 kept (:func:`tinymt.fonts.font_for_query`)."""
+        try:
+            font = font_for_query(request.args.get("text"))
+        except ValueError as e:
+            return _error(request, 400, str(e))
+        return http_util.Respond(request, font, "font/otf", expires=24 * 3600)
 
     # ------------------------------------------------------------------ data
     @_route
@@ -126,6 +141,46 @@ class AttentionPlugin(base_plugin.TBPlugin):
             return _error(request, 422, f"{where}: unreadable record: {e}")
         return http_util.Respond(request, _document_json(doc), "application/json")
 
+    @_route
+    def _trend(self, request):
+        """Every head's entropy and gold share at every step of ``run=`` / ``tag=``
+        (:func:`_record_trend`), each record decoded once (``self._trends``)::
+
+            {"steps": [s, ...], "kinds": {kind: {"entropy": [per step: [layer][head] | null],
+                                                 "gold": [per step: [layer][head] | null]}},
+             "errors": [{"step": s, "error": "one line"}, ...]}
+
+        A record the reader refuses, or whose heads of a kind are not as many as at the
+        first step with that kind, is ``null`` at its step for every kind, its reason in
+        ``errors``; a kind a record lacks is ``null`` there."""
+        data = self._series(request)
+        if not isinstance(data, list):
+            return data
+        run, tag = request.args["run"], request.args["tag"]
+        eid = _context(request)[1]
+        last = {d.step: d for d in data}  # the last one logged at a step, as /step reads
+        steps = sorted(last)
+        found, errors, first = [], [], {}  # first: {kind: ((layers, heads), step)}
+        for step in steps:
+            trend = self._trends.get((eid, run, tag), last[step])
+            if not isinstance(trend, str):
+                trend = _same_heads(trend, first, step)
+            if isinstance(trend, str):
+                errors.append({"step": step, "error": trend})
+                found.append(None)
+                continue
+            for kind, (entropy, _) in trend.items():
+                first.setdefault(kind, (entropy.shape, step))
+            found.append(trend)
+        kinds = {}
+        for kind in (k for k in KINDS if k in first):
+            series = [t.get(kind) if t else None for t in found]
+            kinds[kind] = {
+                "entropy": [_heads_json(v[0]) if v else None for v in series],
+                "gold": [_heads_json(v[1]) if v and v[1] is not None else None
+                         for v in series]}
+        return _json(request, {"steps": steps, "kinds": kinds, "errors": errors})
+
     def _series(self, request):
         """The logged data of ``run=`` / ``tag=`` (records not decoded), or an error
         response. TensorBoard's data provider has no way to read one step: it hands over
@@ -142,6 +197,92 @@ class AttentionPlugin(base_plugin.TBPlugin):
             return _error(request, 404, f"no attention data for run {run[:80]!r}, "
                                         f"tag {tag[:80]!r}")
         return list(series)
+
+
+class _TrendCache:
+    """What :func:`_record_trend` made of a record (or why it could not), by ``(experiment,
+    run, tag, step, wall time, bytes)``: least recently used first out, at most
+    ``records`` of them holding at most ``values`` numbers. Shared by the server's
+    threads."""
+
+    def __init__(self, records: int, values: int):
+        self._records, self._values = records, values
+        self._held, self._size = OrderedDict(), 0
+        self._lock = threading.Lock()
+
+    def get(self, series: tuple, datum):
+        try:
+            blob = _record(datum.numpy)
+        except ValueError as e:
+            return f"unreadable record: {first_line(e)}"  # no bytes: nothing decoded
+        key = (*series, datum.step, datum.wall_time, len(blob))
+        with self._lock:
+            if key in self._held:
+                self._held.move_to_end(key)
+                return self._held[key][0]
+        try:
+            trend = _record_trend(decode(blob))
+        except ValueError as e:
+            trend = f"unreadable record: {first_line(e)}"
+        size = 1 if isinstance(trend, str) else sum(e.size + (0 if g is None else g.size)
+                                                     for e, g in trend.values())
+        with self._lock:
+            if key not in self._held:
+                self._held[key] = (trend, size)
+                self._size += size
+                while len(self._held) > self._records or (
+                        self._size > self._values and len(self._held) > 1):
+                    self._size -= self._held.popitem(last=False)[1][1]
+        return trend
+
+
+def _record_trend(doc: dict) -> dict:
+    """``{kind: (entropy, gold)}`` of a decoded record, each a float64 (layers, heads)
+    array rounded to 4 decimals: the header's entropy, and :func:`_gold_share` (``None``
+    for a kind without gold cells)."""
+    return {kind: (np.asarray(view["entropy"], np.float64).round(4),
+                   _gold_share(view["weights"], view["gold"]))
+            for kind, view in doc["kinds"].items()}
+
+
+def _gold_share(w: np.ndarray, gold: list):
+    """Each head's share of attention on the gold cells: over the rows with a gold cell,
+    the row's weight on them over the row's sum of weights, averaged; a gold cell listed
+    twice counts once. A row whose weights are all 0 (a spread row quantized to nothing)
+    has no share and is left out of its head's average; a head left without rows is NaN.
+    ``None`` without gold cells. ``w``: uint8 (layers, heads, T_q, T_k)."""
+    if not gold:
+        return None
+    t_k = w.shape[3]
+    cells = np.unique(np.array([c[0] * t_k + c[1] for c in gold], np.int64))  # row-major
+    r, c = np.divmod(cells, t_k)
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])  # each row's first cell
+    on_gold = np.add.reduceat(w[:, :, r, c].astype(np.int64), starts, axis=-1)
+    total = w.sum(-1, dtype=np.int64)[:, :, r[starts]]  # (layers, heads, gold rows)
+    counted = total > 0
+    share = np.where(counted, on_gold, 0) / np.where(counted, total, 1)
+    n = counted.sum(-1)
+    with np.errstate(invalid="ignore"):
+        return np.where(n > 0, share.sum(-1) / n, np.nan).round(4)
+
+
+def _same_heads(trend: dict, first: dict, step: int):
+    """``trend``, or why its heads of a kind are not those of the run's first record
+    with that kind."""
+    for kind, (entropy, _) in trend.items():
+        shape, at = first.get(kind, (entropy.shape, step))
+        if entropy.shape != shape:
+            return (f"{kind} has {entropy.shape[0]}x{entropy.shape[1]} (layers x heads), "
+                    f"not {shape[0]}x{shape[1]} as at step {at}")
+    return trend
+
+
+def _heads_json(a: np.ndarray) -> list:
+    """A (layers, heads) array as nested lists, NaN as ``None``."""
+    rows = a.tolist()
+    if np.isnan(a).any():
+        rows = [[None if x != x else x for x in row] for row in rows]
+    return rows
 
 
 class AttentionLoader(base_plugin.TBLoader):

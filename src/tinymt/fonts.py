@@ -1,0 +1,274 @@
+"""The one font code: Noto Sans CJK with **Simplified Chinese** glyph forms, for every view.
+
+The font we ship (``noto-cjk-sans-jp-regular``, :func:`font_path`) is the
+*language-specific* pan-CJK OpenType font: it holds the glyphs of every CJK locale, its
+cmap maps each character to the Japanese form, and its ``GSUB`` ``locl`` feature, per
+language system (``ZHS`` = Simplified Chinese, ``ZHT``, ``KOR``, ...), swaps in the other
+locales' forms (直 骨 今 角 写 ... differ). Browsers apply ``locl`` only when the text's
+``lang`` says Chinese, and matplotlib applies no ``GSUB`` at all, so we build the SC face
+ourselves with fontTools: the cmap with the ZHS ``locl`` substitutions applied
+(:func:`sc_cmap`), so every renderer draws the SC form whatever the text's language.
+
+* :func:`sc_subset` -- the font cut to a text's characters, cmap remapped, family
+  ``Noto Sans CJK SC``: the HTML file inlines it, the Attention tab and the server page
+  serve it as ``font.otf?text=...`` (:func:`font_for_query`, the last answers kept);
+* :func:`sc_font_file` -- the whole font as Noto Sans CJK SC, built once into the per-user
+  cache folder: matplotlib draws the PNG grids with it (it needs a font *file*), the
+  server page gets it for ``font.otf`` without ``text=``.
+
+A shared leaf (docs/architecture.md): the viewer, the server and :mod:`tinymt.plotting`
+import it, and it imports no torch (the TensorBoard plugin imports it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import io
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import noto_cjk_sans_jp_regular
+from fontTools import subset
+from fontTools.ttLib import TTFont, newTable
+from fontTools.ttLib.tables._c_m_a_p import CmapSubtable
+
+from tinymt.files import write_bytes
+
+logger = logging.getLogger(__name__)
+
+# The Noto CJK fonts are under the SIL OFL 1.1, whose only Reserved Font Name is "Source"
+# ("Copyright 2014-2021 Adobe, with Reserved Font Name 'Source'"): a modified version may
+# keep "Noto" in its name, so our cut of it may call itself Noto Sans CJK SC.
+SC_FAMILY = "Noto Sans CJK SC"
+SC_LANGUAGE = "ZHS "  # the OpenType language system of Simplified Chinese
+# what every subset holds besides its text: printable ASCII and the view's own marks
+ALWAYS = "".join(chr(c) for c in range(32, 127)) + "▁…→←·"
+MAX_QUERY_CHARS = 4096  # distinct characters a font.otf?text= request may ask for
+FILE_VERSION = 1  # bump when what build_sc_font writes changes: a new cache file name
+
+
+# ----------------------------------------------------------------------------- the SC cmap
+def font_path() -> Path:
+    """The source: Noto Sans CJK JP Regular of the ``noto-cjk-sans-jp-regular`` wheel."""
+    return Path(noto_cjk_sans_jp_regular.FONT_PATH)
+
+
+@functools.cache
+def sc_cmap() -> dict[int, str]:
+    """Code point -> the glyph the ZHS ``locl`` feature selects (the default glyph where
+    it selects none), read once per process (0.1 s). Shared: do not change it."""
+    font = TTFont(str(font_path()), lazy=True)
+    gsub = font["GSUB"].table
+    subst = _single_substitutions(gsub, _language_lookups(gsub, SC_LANGUAGE, "locl"))
+    return {cp: subst.get(glyph, glyph) for cp, glyph in font.getBestCmap().items()}
+
+
+def _language_lookups(table, language: str, feature: str) -> list[int]:
+    """The lookups of ``feature`` in the ``language`` system of every script (a script
+    without that language: its default system), in lookup-list order (how shapers apply
+    them). One list for all scripts: in Noto CJK every script's ZHS ``locl`` is the same
+    lookups, and a cmap cannot say which script a character is shaped as anyway."""
+    records = table.FeatureList.FeatureRecord
+    found: set[int] = set()
+    for script in table.ScriptList.ScriptRecord:
+        langsys = next((r.LangSys for r in script.Script.LangSysRecord
+                        if r.LangSysTag == language), script.Script.DefaultLangSys)
+        if langsys is None:
+            continue
+        for i in langsys.FeatureIndex:
+            if records[i].FeatureTag == feature:
+                found.update(records[i].Feature.LookupListIndex)
+    return sorted(found)
+
+
+def _single_substitutions(table, lookups: Iterable[int]) -> dict[str, str]:
+    """glyph -> glyph after the single substitutions of ``lookups`` (type 1, or type 7
+    wrapping type 1), applied one lookup after the other as a shaper does. Other lookup
+    types (contextual, alternates) cannot be a cmap and are left out."""
+    result: dict[str, str] = {}
+    for index in lookups:
+        lookup = table.LookupList.Lookup[index]
+        mapping: dict[str, str] = {}
+        for sub in lookup.SubTable:
+            kind = lookup.LookupType
+            if kind == 7:
+                kind, sub = sub.ExtensionLookupType, sub.ExtSubTable
+            if kind == 1:
+                for src, dst in sub.mapping.items():
+                    mapping.setdefault(src, dst)  # the first subtable covering a glyph wins
+        for glyph, now in list(result.items()):  # what earlier lookups made of a glyph
+            if now in mapping:
+                result[glyph] = mapping[now]
+        for glyph, dst in mapping.items():
+            result.setdefault(glyph, dst)  # glyphs no earlier lookup touched
+    return result
+
+
+# ----------------------------------------------------------------------------- subsets
+def sc_subset(text: str) -> bytes:
+    """Noto Sans CJK SC with only the glyphs of ``text`` (plus :data:`ALWAYS`), each
+    character mapped to its Simplified Chinese form, as OpenType (CFF) bytes: 0.4 s and
+    20 KB for a sentence's characters (the source is 16 MB; 4,096 Chinese ones: 6 s, 1.3 MB)."""
+    cmap = sc_cmap()
+    codes = {ord(c) for c in text + ALWAYS}
+    options = subset.Options()
+    # fontTools' default features (what browsers apply, and the CJK spacing ones), but
+    # not locl: the cmap already is SC, and another language's locl (a page or span
+    # marked zh-Hant, ko) would turn SC forms into its own; nor the Japanese alternates
+    # (jp78, jp90, ...) and aalt, which would keep Japanese glyphs in (3x the bytes)
+    options.layout_features = [f for f in options.layout_features if f != "locl"]
+    return _subset({cp: cmap[cp] for cp in codes if cp in cmap}, options)
+
+
+def font_for_query(text: str | None) -> bytes:
+    """The answer to ``font.otf?text=<text>``: :func:`sc_subset` of its distinct
+    characters (none: ASCII only), the last 32 answers kept. More than
+    :data:`MAX_QUERY_CHARS` distinct characters is a ValueError (one line)."""
+    chars = sorted(set(text or ""))
+    if len(chars) > MAX_QUERY_CHARS:
+        raise ValueError(f"text= holds {len(chars):,} distinct characters; a font is cut "
+                         f"to at most {MAX_QUERY_CHARS:,}")
+    return _query_font("".join(chars))
+
+
+@functools.lru_cache(maxsize=32)
+def _query_font(chars: str) -> bytes:
+    return sc_subset(chars)
+
+
+def _subset(cmap: dict[int, str], options: subset.Options) -> bytes:
+    """The source font cut to the glyphs of ``cmap`` (code point -> glyph), that cmap its
+    own, family renamed to :data:`SC_FAMILY`."""
+    options.notdef_outline = True
+    options.name_IDs = ["*"]  # keep the copyright, trademark and OFL license records
+    font = TTFont(str(font_path()), lazy=True)
+    font["cmap"] = _cmap_table(cmap)  # the source's own is never read (0.3 s saved)
+    subsetter = subset.Subsetter(options)
+    subsetter.populate(unicodes=cmap)
+    subsetter.subset(font)
+    _rename(font, SC_FAMILY)
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()
+
+
+def _cmap_table(cmap: dict[int, str]):
+    """A Unicode cmap (formats 4 and 12, Windows and Unicode platforms). Variation
+    sequences (format 14) are left out: those of the source select Japanese forms."""
+    table = newTable("cmap")
+    table.tableVersion, table.tables = 0, []
+    bmp = {cp: g for cp, g in cmap.items() if cp <= 0xFFFF}
+    for platform, encoding, fmt, mapping in ((0, 3, 4, bmp), (3, 1, 4, bmp),
+                                             (0, 4, 12, cmap), (3, 10, 12, cmap)):
+        sub = CmapSubtable.newSubtable(fmt)
+        sub.platformID, sub.platEncID, sub.language = platform, encoding, 0
+        sub.cmap = dict(mapping)  # its own: the subsetter changes it, sc_cmap is shared
+        table.tables.append(sub)
+    return table
+
+
+def _rename(font: TTFont, family: str) -> None:
+    """Family ``family`` in the name table (IDs 1, 4, 16; 6 the PostScript name, no
+    spaces) and in the CFF table's names (which the PostScript name must equal). The
+    copyright (0), trademark (7) and license (13, 14) records stay as they are."""
+    style = font["name"].getDebugName(17) or font["name"].getDebugName(2) or "Regular"
+    full = family if style == "Regular" else f"{family} {style}"
+    ps_name = f"{family.replace(' ', '')}-{style.replace(' ', '')}"
+    for record in font["name"].names:
+        new = {1: family, 4: full, 6: ps_name, 16: family}.get(record.nameID)
+        if new is not None:
+            record.string = new
+    if "CFF " in font:
+        cff = font["CFF "].cff
+        cff.fontNames = [ps_name]
+        top = cff.topDictIndex[0]
+        top.FamilyName, top.FullName = family, full
+
+
+# ----------------------------------------------------------------------------- a whole file
+@functools.cache
+def sc_font_file() -> Path | None:
+    """The whole source font as Noto Sans CJK SC (every glyph, the SC cmap), as a file:
+    what matplotlib draws figures with (it needs a file, and applies no ``locl``) and
+    what the server page gets for ``font.otf`` without ``text=``.
+
+    Built once (2 s: only the cmap, GSUB, name and CFF tables are rewritten; 16 MB) into
+    ``$XDG_CACHE_HOME/tinymt/fonts/`` (``~/.cache/tinymt/fonts/``), named by the source
+    font's size and mtime and :data:`FILE_VERSION`, through :func:`tinymt.files.write_bytes`
+    (atomic: a concurrent process never reads half a file), and reused by every later
+    process; where that folder cannot be written, in a temporary folder of this process.
+    None (a warning logged) when it cannot be had at all: the caller then uses the source
+    font (Japanese forms), nothing fails for a font."""
+    try:
+        st = font_path().stat()
+    except OSError as e:
+        logger.warning("Chinese is drawn with Japanese glyph forms: %s", e)
+        return None
+    key = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{FILE_VERSION}".encode())
+    name = f"NotoSansCJKsc-Regular-{key.hexdigest()[:16]}.otf"
+    folder = _cache_dir()
+    cached = folder / name if folder is not None else None
+    try:
+        if cached is not None and cached.is_file():
+            return cached
+    except OSError:  # a folder on the way we may not read: a temporary folder
+        cached = None
+    try:
+        data = build_sc_font()
+    except Exception as e:  # noqa: BLE001  (a font never stops a training run)
+        logger.warning("Chinese is drawn with Japanese glyph forms: no SC font (%s: %s)",
+                       type(e).__name__, e)
+        return None
+    if cached is not None:
+        try:
+            return write_bytes(data, cached)
+        except Exception as e:  # noqa: BLE001
+            logger.info("cannot cache the SC font in %s (%s): a temporary folder instead",
+                        cached.parent, e)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix="tinymt-fonts-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        return write_bytes(data, folder / name)
+    except Exception as e:  # noqa: BLE001
+        logger.warning("Chinese is drawn with Japanese glyph forms: cannot write the SC "
+                       "font (%s)", e)
+        return None
+
+
+def _cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/tinymt/fonts`` (an absolute one: the XDG rule), else
+    ``~/.cache/tinymt/fonts``; None without a home."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        try:
+            base = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):
+            return None
+    return Path(base) / "tinymt" / "fonts"
+
+
+def build_sc_font() -> bytes:
+    """The bytes of :func:`sc_font_file`: the source with the SC cmap (its variation
+    sequences, which select Japanese forms, left out), no ``locl`` (as in
+    :func:`sc_subset`) and the SC family name; every other table is copied as it is."""
+    font = TTFont(str(font_path()), lazy=True, recalcBBoxes=False, recalcTimestamp=False)
+    font["cmap"] = _cmap_table(sc_cmap())
+    gsub = font["GSUB"].table
+    records = gsub.FeatureList.FeatureRecord
+    for script in gsub.ScriptList.ScriptRecord:
+        for langsys in [script.Script.DefaultLangSys,
+                        *(r.LangSys for r in script.Script.LangSysRecord)]:
+            if langsys is not None:  # the feature records stay, used by none
+                langsys.FeatureIndex = [i for i in langsys.FeatureIndex
+                                        if records[i].FeatureTag != "locl"]
+                langsys.FeatureCount = len(langsys.FeatureIndex)
+    _rename(font, SC_FAMILY)
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()

@@ -252,6 +252,7 @@ def _sha256(doc: dict) -> dict[str, str]:
             for kind, view in doc["kinds"].items()}
 
 
+@pytest.mark.slow  # a real TensorBoard: 7 s
 def test_viewer_section_measures_tensorboard_on_the_records_it_wrote(tmp_path):
     """``--sections viewer`` at its smallest (3 steps x 2 probes of the tiny model): a real
     TensorBoard serves the records written, each /step answer equal to the document of its

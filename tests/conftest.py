@@ -379,32 +379,14 @@ def http_get(url: str) -> tuple[int, bytes]:
 
 
 @contextlib.contextmanager
-def tensorboard_process(logdir: Path, ready, log: Path, *args: str):
-    """``tensorboard --logdir <logdir>`` exactly as a user starts it (the Attention tab
-    found through its entry point), on a loopback port, its stderr to ``log``; yields
+def tensorboard_process(logdir: Path, ready, *flags: str):
+    """``tensorboard --logdir <logdir> [flags]`` exactly as a user starts it, on a loopback
+    port (the benchmark's launcher, :func:`tinymt.bench.viewer_speed.tensorboard`); yields
     ``(base URL, process)`` once ``ready(base)`` is true."""
-    port = free_port()
-    tb = Path(sys.executable).with_name("tensorboard")
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", "127.0.0.1",
-                                 "--port", str(port), *args], stdout=subprocess.DEVNULL,
-                                stderr=err)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if ready(base):
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"tensorboard did not serve: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    from tinymt.bench.viewer_speed import tensorboard
+
+    with tensorboard(logdir, ready, *flags) as (base, proc, _):
         yield base, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")
@@ -414,8 +396,7 @@ def tensorboard(tiny_run, tmp_path_factory):
     def ready(base):
         return http_get(f"{base}/data/plugin/tinymt_attention/steps?run=.&tag=probe_2")[0] == 200
 
-    log = tmp_path_factory.mktemp("tensorboard") / "stderr.txt"
-    with tensorboard_process(tiny_run, ready, log) as (base, _):
+    with tensorboard_process(tiny_run, ready) as (base, _):
         yield base
 
 
@@ -440,20 +421,14 @@ def synthetic_document(layers: int = 2, heads: int = 4, n: int = 12, step: int =
     trainer builds its records (uint8 weights, entropy, gold cells on the showcase words)."""
     import numpy as np
 
+    from tinymt.bench.viewer_speed import softmax_rows
     from tinymt.viewer.document import Probe, build_document
 
     rng = np.random.default_rng(seed)
     src = ["▁我请" if i % 3 == 0 else f"▁w{i}" for i in range(n - 1)]
     tgt = [f"▁t{i}" for i in range(n - 1)]
-
-    def softmax(causal: bool = False):
-        x = rng.normal(size=(layers, heads, n, n)) * 2.5
-        if causal:
-            x = np.where(np.tril(np.ones((n, n))) > 0, x, -np.inf)
-        e = np.exp(x - x.max(-1, keepdims=True))
-        return list(e / e.sum(-1, keepdims=True))
-
-    attn = {"encoder_self": softmax(), "decoder_self": softmax(True), "cross": softmax()}
+    attn = {kind: list(softmax_rows(rng, (layers, heads, n, n), kind == "decoder_self"))
+            for kind in ("encoder_self", "decoder_self", "cross")}
     probe = Probe("我请李雷帮我订了去北京的机票。", "I asked Li Lei to book me a ticket.",
                   src_words=[s.strip("▁") for s in src], tgt_words=[t.strip("▁") for t in tgt],
                   alignment=[(i, i) for i in range(0, n - 1, 2)])
@@ -643,7 +618,7 @@ def hostile_tensorboard(tiny_run, tmp_path_factory):
         return all(status == 200 and json.loads(body)["steps"] == steps
                    for (status, body), steps in zip(answers, want.values()))
 
-    with tensorboard_process(logdir, ready, logdir.parent / "tensorboard.txt") as server:
+    with tensorboard_process(logdir, ready) as server:
         yield server
 
 

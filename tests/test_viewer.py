@@ -37,6 +37,7 @@ from conftest import (
     unpack,
 )
 from tinymt.attention_maps import collect_attention
+from tinymt.bench.viewer_speed import memory_mib, process_tree, reset_peaks
 from tinymt.corpus import SHOWCASE
 from tinymt.data import normalize
 from tinymt.rundir import load_run
@@ -408,30 +409,13 @@ def test_bad_requests_are_http_errors_not_crashes(tensorboard):
     assert http_get(f"{route}/runs")[0] == 200  # still serving
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (TensorBoard and its data server)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if entry.name.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            children.append(int(entry.name))
-    return [pid, *(p for c in children for p in process_tree(c))]
-
-
 def peak_mib(pids: list[int], reset: bool = False) -> float:
-    """The sum of the processes' peak resident memory (VmHWM) since the last reset, MiB;
-    ``reset``: start a new peak (Linux: ``clear_refs`` 5) instead."""
-    total = 0
-    for pid in pids:
-        if reset:
-            Path(f"/proc/{pid}/clear_refs").write_text("5")
-            continue
-        status = Path(f"/proc/{pid}/status").read_text()
-        total += int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
-    return total / 1024
+    """The processes' summed peak resident memory (VmHWM) since the last reset, MiB;
+    ``reset``: start a new peak instead (the benchmark's own readers)."""
+    if reset:
+        assert reset_peaks(pids)
+        return 0.0
+    return memory_mib(pids)["hwm"]
 
 
 @pytest.mark.slow
@@ -630,7 +614,7 @@ def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
                    for tag, want in (("probe_0", b'{"steps":[10,20,30]}'),
                                      ("probe_1", b'{"steps":[1,2,3,4,5]}')))
 
-    with tensorboard_process(logdir, ready, tmp_path / "tensorboard.txt") as (base, _):
+    with tensorboard_process(logdir, ready) as (base, _):
         status, body = http_get(f"{base}/{route}/trend?run=trend&tag=probe_0")
         assert status == 200 and body.isascii()
         good = json.loads(body)

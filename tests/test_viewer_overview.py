@@ -314,7 +314,7 @@ def live_logdir(tmp_path):
     def up(base):
         return http_get(f"{base}/{ROUTE}/steps?run=first&tag=probe_0")[0] == 200
 
-    with tensorboard_process(logdir, up, tmp_path / "tb.txt", "--reload_interval", "1") as (base, _):
+    with tensorboard_process(logdir, up, "--reload_interval", "1") as (base, _):
         yield logdir, base
 
 

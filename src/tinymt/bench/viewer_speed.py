@@ -113,7 +113,7 @@ def _probe_text(probe: int, seed: int) -> tuple[list[str], list[str]]:
     return src, tgt
 
 
-def _softmax_rows(rng: np.random.Generator, shape: tuple[int, ...], causal: bool) -> np.ndarray:
+def softmax_rows(rng: np.random.Generator, shape: tuple[int, ...], causal: bool) -> np.ndarray:
     logits = rng.standard_normal(shape) * SIGMA
     if causal:  # a query sees itself and what precedes it
         t_q, t_k = shape[-2:]
@@ -129,11 +129,11 @@ def synthetic_document(shape: Shape, probe: int, step: int, seed: int = SEED) ->
     s, t = len(src) + 1, len(tgt) + 1  # + </s>; <s> + target
     rng = np.random.default_rng([seed, probe, step])
     h = shape.heads
-    attn = {"encoder_self": [_softmax_rows(rng, (h, s, s), False)
+    attn = {"encoder_self": [softmax_rows(rng, (h, s, s), False)
                              for _ in range(shape.encoder_layers)],
-            "decoder_self": [_softmax_rows(rng, (h, t, t), True)
+            "decoder_self": [softmax_rows(rng, (h, t, t), True)
                              for _ in range(shape.decoder_layers)],
-            "cross": [_softmax_rows(rng, (h, t, s), False) for _ in range(shape.decoder_layers)]}
+            "cross": [softmax_rows(rng, (h, t, s), False) for _ in range(shape.decoder_layers)]}
     reference = " ".join(p.lstrip("▁") for p in tgt)
     sentence = "".join(p.lstrip("▁") for p in src)
     return build_document(attn, src, tgt, Probe(sentence, reference), reference, step,
@@ -231,19 +231,18 @@ def http_get(url: str, gzip_ok: bool = True, timeout: float = 120
 
 
 @contextlib.contextmanager
-def tensorboard(logdir: Path, ready: Callable[[str], bool], load_fast: str | None = None
+def tensorboard(logdir: Path, ready: Callable[[str], bool], *flags: str
                 ) -> Iterator[tuple[str, subprocess.Popen, float]]:
-    """``tensorboard --logdir <logdir>`` as a user starts it (its defaults; ``load_fast``:
-    ``--load_fast=<it>`` instead of the default; the Attention tab found through its entry
-    point) on a loopback port; yields ``(base URL, process, seconds from start to ready)``
-    once ``ready(base)``."""
+    """``tensorboard --logdir <logdir>`` as a user starts it (its defaults, then ``flags``;
+    the Attention tab found through its entry point) on a loopback port; yields ``(base
+    URL, process, seconds from start to ready)`` once ``ready(base)`` (the tests start
+    their TensorBoards here too)."""
     port = free_port()
     tb = Path(sys.executable).with_name("tensorboard")
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", HOST,
-                                 "--port", str(port),
-                                 *([f"--load_fast={load_fast}"] if load_fast else [])], stdin=subprocess.DEVNULL,
+                                 "--port", str(port), *flags], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err)
         base = f"http://{HOST}:{port}"
         try:
@@ -336,7 +335,8 @@ def measure_logdir(shape: Shape, steps: int, probes: int, requests: int,
                "decoder_layers": shape.decoder_layers, "heads": shape.heads,
                "steps": steps, "probes": probes,
                **write_logdir(logdir, shape, steps, probes, seed)}
-        with tensorboard(logdir, _loaded(steps, probes), load_fast) as (base, proc, ready_s):
+        flags = [f"--load_fast={load_fast}"] if load_fast else []
+        with tensorboard(logdir, _loaded(steps, probes), *flags) as (base, proc, ready_s):
             row["ready_seconds"] = ready_s
             time.sleep(1.0)  # idle: the load done, no request
             pids = process_tree(proc.pid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -13,7 +14,9 @@ import re
 import statistics
 import subprocess
 import sys
+import unicodedata
 
+import pyarrow as pa
 import pytest
 import torch
 
@@ -25,6 +28,9 @@ from tinymt.bench.decode_speed import bench_decoding, decode_once
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.report import render_decoding, render_markdown
+from tinymt.bench.scale import measure_prepare, parse_pairs, write_corpus
+from tinymt.bench.scale_process import Run, phases
+from tinymt.bench.scale_report import scale_targets
 from tinymt.bench.serve_load import HttpError, percentile, read_response
 from tinymt.bench.targets import evaluate_targets
 from tinymt.bench.viewer_speed import Shape, steps_of, synthetic_document
@@ -152,7 +158,8 @@ def test_help_lists_the_options():
     for option in ("--quick", "--device", "--sizes", "--steps", "--repeats", "--sentences",
                    "--out", "--json", "--run", "--compile", "--merge", "--sections",
                    "--serve-clients", "--serve-requests", "--serve-process-requests",
-                   "--viewer-sizes", "--viewer-logs", "--viewer-requests", "--viewer-load-fast"):
+                   "--viewer-sizes", "--viewer-logs", "--viewer-requests", "--viewer-load-fast",
+                   "--scale-pairs", "--scale-steps", "--scale-vocab", "--scale-dir"):
         assert option in proc.stdout
 
 
@@ -344,6 +351,168 @@ def test_viewer_options(monkeypatch, tmp_path, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --viewer-sizes: no model size 'huge'")
+
+
+# --------------------------------------------------------------------------- scale
+def _gz_lines(path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def _expected_train(shared_data, lang: str, pairs: int) -> list[str]:
+    """The train side the section should write: Multi30k's, copy k >= 1 marked ``r<k>``."""
+    base = _gz_lines(shared_data / "multi30k" / f"train.{lang}.gz")
+    return [base[i % len(base)] + (f" r{i // len(base)}" if i >= len(base) else "")
+            for i in range(pairs)]
+
+
+def _kept_by_the_filters(folder, cache_entry, pairs: int) -> dict[str, int]:
+    """What the data config's filters leave of the written train split, counted here with
+    sentencepiece itself on the cache's model: NFKC + whitespace, no empty side, at most
+    128 pieces a side, the longer side at most 3x the shorter."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(cache_entry / "tokenizer" / "spm.model"))
+
+    def norm(text: str) -> str:
+        return " ".join(unicodedata.normalize("NFKC", text).split())
+
+    src = [norm(x) for x in (folder / "train.de").read_text(encoding="utf-8").splitlines()]
+    tgt = [norm(x) for x in (folder / "train.en").read_text(encoding="utf-8").splitlines()]
+    assert len(src) == len(tgt) == pairs
+    keep = [(s, t) for s, t in zip(src, tgt) if s and t]
+    counts = {"empty": pairs - len(keep)}
+    lens = [(len(a), len(b)) for a, b in zip(sp.encode([s for s, _ in keep]),
+                                             sp.encode([t for _, t in keep]))]
+    short = [(a, b) for a, b in lens if a <= 128 and b <= 128]
+    counts["max_len"] = len(lens) - len(short)
+    ratio = [(a, b) for a, b in short if max(a, b) <= 3.0 * max(1, min(a, b))]
+    counts["max_len_ratio"] = len(short) - len(ratio)
+    counts["kept"] = len(ratio)
+    return counts
+
+
+@pytest.mark.slow  # two prepare_data.py and two train.py processes, and one more prepare: ~90 s
+def test_scale_section_prepares_and_trains_on_repeated_multi30k(shared_data, tmp_path):
+    """``--sections scale`` at 2,000 and 20,000 pairs end to end; and, for the independent
+    count, the 20,000-pair corpus prepared again here, kept: its files are Multi30k repeated
+    with the marker, and the pairs its cache holds are those the filters leave, counted
+    with sentencepiece on the cache's model, not by the pipeline."""
+    out, js = tmp_path / "b.md", tmp_path / "b.json"
+    env = {**os.environ, "TINYMT_SHARED_DATA": str(shared_data)}
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
+           "--sections", "scale", "--scale-pairs", "20000,2000", "--scale-vocab", "1000",
+           "--scale-steps", "8", "--scale-dir", str(tmp_path / "work"),
+           "--out", str(out), "--json", str(js)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((tmp_path / "work").iterdir()) == []  # corpora and caches removed
+    res = json.loads(js.read_text())
+    scale = res["devices"]["cpu"]["scale"]
+    assert scale["settings"]["pairs"] == [2000, 20000] and scale["settings"]["steps"] == 8
+    assert scale["settings"]["base_pairs"] == 29000
+    small, big = scale["rows"]
+    valid_n = len(_gz_lines(shared_data / "multi30k" / "val.de.gz"))
+    test_n = len(_gz_lines(shared_data / "multi30k" / "test_2016_flickr.de.gz"))
+    for row, n in ((small, 2000), (big, 20000)):
+        assert row["pairs"] == n and row["written"] == {"train": n, "valid": valid_n,
+                                                        "test": test_n}
+        prep, train = row["prepare"], row["train"]
+        stats = prep["stats"]
+        assert stats["pairs"]["valid"] == valid_n and stats["pairs"]["test"] == test_n
+        assert stats["pairs"]["train"] + sum(stats["dropped"]["train"].values()) == n
+        assert 0 < prep["seconds"] < 600 and prep["build_seconds"] < prep["seconds"]
+        assert 100 < prep["peak_anon_mib"] <= prep["peak_rss_mib"] < 4000
+        assert prep["sampled_peak_rss_mib"] <= prep["peak_rss_mib"] + 1
+        assert {"sentencepiece", "tokenize"} <= set(prep["phases"])
+        assert prep["peak_rss_phase"] in prep["phases"]
+        assert train["cache_hit"] and train["steps"] == 8 and train["timed_steps"] == 3
+        assert 100 < train["peak_anon_mib"] <= train["peak_rss_mib"] < 4000
+        assert 100 < train["before_steps_anon_mib"] <= train["before_steps_rss_mib"] \
+            <= train["peak_rss_mib"] + 1
+        assert 0 < train["batch_setup_seconds"] < train["seconds_to_first_step"] \
+            < train["seconds_to_first_step_done"] < 600
+        assert train["tokens_per_s"] == pytest.approx(train["timed_target_tokens"]
+                                                      / train["timed_seconds"])
+        # a step's target tokens: at most the budget's 2,048, and at least a sentence's
+        assert 3 * 5 <= train["timed_target_tokens"] <= 3 * 2048
+    assert big["prepare"]["cache_bytes"] > 2 * small["prepare"]["cache_bytes"]
+    assert big["prepare"]["cache_disk_bytes"] > 2 * small["prepare"]["cache_disk_bytes"]
+    assert big["train_bytes"] > 9 * small["train_bytes"]
+
+    # the 20,000-pair corpus again, kept: written as the test expects, counted independently
+    folder, cache = tmp_path / "corpus", tmp_path / "cache"
+    written = write_corpus(shared_data / "multi30k", folder, 20000)
+    assert written["pairs"] == big["written"] and written["train_bytes"] == big["train_bytes"]
+    for lang in ("de", "en"):
+        assert (folder / f"train.{lang}").read_text(encoding="utf-8").splitlines() \
+            == _expected_train(shared_data, lang, 20000)
+    cache.mkdir()
+    prep = measure_prepare(folder, cache, 1000)
+    (entry,) = [p for p in cache.iterdir() if p.is_dir()]
+    counts = _kept_by_the_filters(folder, entry, 20000)
+    assert prep["stats"] == big["prepare"]["stats"]  # the same corpus, the same cache
+    assert prep["stats"]["pairs"]["train"] == counts["kept"]
+    assert prep["stats"]["dropped"]["train"] == {k: counts[k] for k in
+                                                 ("empty", "max_len", "max_len_ratio")}
+    files = sorted((entry / "splits" / "train").glob("*.arrow"))
+    assert files and sum(pa.ipc.open_stream(pa.memory_map(str(f))).read_all().num_rows
+                         for f in files) == counts["kept"]
+
+    md = out.read_text()
+    assert "\n### Memory and time against corpus size\n" in md
+    assert "| CPU corpus size: command | `python scripts/benchmark.py --device cpu" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| 20,000 |"))
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[2] == f"{big['prepare']['peak_rss_mib']:,.0f}"
+    assert cells[11] == f"{big['train']['tokens_per_s']:,.0f}"
+    assert cells[12] == big["prepare"]["peak_rss_phase"]
+    assert any(ln.startswith("| growth 10.0× |") for ln in md.splitlines())
+    names = [t["target"] for t in res["targets"]]
+    assert "prepare_data.py peak RSS ≤ 2 GB at 3 M pairs" in names
+    assert all(t["met"] is None for t in res["targets"] if "at 3 M pairs" in t["target"])
+
+
+def test_scale_pairs_corpus_and_phases(shared_data, tmp_path):
+    """--scale-pairs parsed; a corpus one copy and a bit: the second copy marked; samples
+    go to the innermost step open at their time."""
+    assert parse_pairs("3000000, 300_000") == [300000, 3000000]
+    for bad in ("", "12", "3e6", "1,x"):
+        with pytest.raises(ValueError):
+            parse_pairs(bad)
+    with pytest.raises(SystemExit):
+        bench_main.parse_args(["--scale-pairs", "10"])
+    args = bench_main.parse_args(["--sections", "scale"])
+    assert args.scale_pair_list == [300000, 3000000] and args.scale_vocab == 8000
+    written = write_corpus(shared_data / "multi30k", tmp_path / "c", 29003)
+    assert written["pairs"]["train"] == 29003
+    for lang in ("de", "en"):
+        assert (tmp_path / "c" / f"train.{lang}").read_text(encoding="utf-8").splitlines() \
+            == _expected_train(shared_data, lang, 29003)
+    run = Run(marks=[(1.0, ["begin", "a"]), (2.0, ["begin", "b"]), (3.0, ["end", "b"]),
+                     (4.0, ["end", "a"]), (5.0, ["begin", "a"]), (5.5, ["end", "a"])],
+              samples=[(0.5, 100 * 1024, 50 * 1024), (1.5, 200 * 1024, 60 * 1024),
+                       (2.5, 300 * 1024, 70 * 1024), (5.2, 250 * 1024, 90 * 1024)])
+    ph = phases(run)
+    assert ph["a"] == {"seconds": 3.5, "peak_rss_mib": 250, "peak_anon_mib": 90}
+    assert ph["b"] == {"seconds": 1.0, "peak_rss_mib": 300, "peak_anon_mib": 70}
+    assert ph["other"]["peak_rss_mib"] == 100
+
+
+def test_scale_targets_hold_at_3m_pairs_and_growth():
+    def row(pairs, prep_s, prep_mib, train_mib):
+        return {"pairs": pairs, "prepare": {"seconds": prep_s, "peak_rss_mib": prep_mib},
+                "train": {"peak_rss_mib": train_mib}}
+    scale = {"rows": [row(300000, 30, 1000, 900), row(3000000, 320, 1600, 1400)]}
+    got = scale_targets({"cpu": {"scale": scale}, "cuda": None})
+    assert [(t["measured"], t["met"]) for t in got] == [
+        ("1,600 MiB", True), ("1,400 MiB", True), ("1.60×", False), ("1.56×", False),
+        ("10.67×", True)]
+    assert got[0]["where"] == "CPU, 3,000,000 pairs"
+    assert got[-1]["target"].endswith("(≤ 11.0× for 10.0× the pairs)")
+    scale["rows"][1]["prepare"]["seconds"] = 340  # 11.3x the time for 10x the data
+    assert scale_targets({"cpu": {"scale": scale}})[-1]["met"] is False
 
 
 # --------------------------------------------------------------------------- the peer

@@ -8,9 +8,12 @@ import subprocess
 import sys
 import time
 
+import datasets
+import pyarrow as pa
 import pytest
 
-import tinymt.data.summary
+import tinymt.data.pipeline
+import tinymt.data.sources
 from conftest import (
     REPO_ROOT,
     make_pairs,
@@ -18,10 +21,13 @@ from conftest import (
     run_script_with_fault,
     write_text_corpus,
 )
-from tinymt.data import COMPLETE, cache_path, prepare, summary_table
+from tinymt.data import COMPLETE, cache_path, normalize, prepare, summary_table
+from tinymt.data.prepared import Ragged, SplitWriter
 from tinymt.data.sources import load_columns, to_dataset
+from tinymt.data.stream import as_table
 from tinymt.errors import TinyMTError
 from tinymt.files import TEMP_PREFIX
+from tinymt.tokenizer import Tokenizer, identity
 
 
 def _quiet(_msg):
@@ -62,10 +68,11 @@ def test_text_source_end_to_end(text_corpus, data_cfg):
         assert s["mean"] > 0 and s["p95"] >= s["mean"] and s["unk_pct"] == 0
     src_ids, tgt_ids = d.ids("valid")
     assert src_ids[0] == row["src_ids"] and tgt_ids[0] == row["tgt_ids"]
-    assert d.lengths("valid") == ([len(x) for x in src_ids], [len(x) for x in tgt_ids])
+    assert [x.tolist() for x in d.lengths("valid")] == [[len(x) for x in src_ids],
+                                                        [len(x) for x in tgt_ids]]
     # read from Arrow once: the training loop asks for the train ids at every step
     assert d.ids("valid")[0] is src_ids and d.ids("train") is d.ids("train")
-    assert d.ids("train")[1] == d.splits["train"]["tgt_ids"][:]
+    assert list(d.ids("train")[1]) == d.splits["train"]["tgt_ids"][:]
     table = summary_table(d.stats)
     assert "train" in table and "300" in table and "40 joint" in table
     assert "cache hit" not in log.text()
@@ -221,7 +228,7 @@ def test_interrupted_build_is_not_trusted(text_corpus, data_cfg, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash after tokenizer training")
 
-    monkeypatch.setattr(tinymt.data.summary, "_side_stats", crash)
+    monkeypatch.setattr(tinymt.data.pipeline, "side_stats", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         prepare(cfg, log=_quiet)
     final = cache_path(cfg)
@@ -308,7 +315,7 @@ def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "was changed after it was written" in done.stdout and "rebuilding" in done.stdout
     again = prepare(cfg, log=_quiet)
-    assert again.cache_hit and again.ids("train") == first.ids("train")
+    assert again.cache_hit and list(again.ids("train")[0]) == list(first.ids("train")[0])
 
 
 def test_a_failed_rebuild_keeps_the_damaged_copy(text_corpus, data_cfg, monkeypatch):
@@ -625,3 +632,80 @@ def test_script_summary_and_one_line_error(tmp_path, text_corpus, monkeypatch, c
     assert len(err) == 1 and err[0].startswith("error: ") and "missing" in err[0]
     assert "Traceback" not in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "corpus"]  # no litter
+
+
+def test_ragged_ids_read_rows_of_every_chunk_as_arrow_does():
+    """PreparedData.ids: rows straight from Arrow's offsets, over several chunks, one of
+    them a slice (its offsets start inside the values), compared with Arrow's own lists."""
+    rows = [[5, 6, 7], [], [8], [9, 10], [11, 12, 13, 14], [15]]
+    whole = pa.array(rows, type=pa.list_(pa.int32()))
+    column = pa.chunked_array([whole.slice(0, 2), whole.slice(2, 0), whole.slice(2, 4)])
+    ragged = Ragged(column)
+    assert len(ragged) == 6 and list(ragged) == column.to_pylist()
+    assert [ragged[i] for i in range(6)] == rows and ragged[-1] == [15]
+    assert ragged[1:5] == rows[1:5] and ragged[::-2] == rows[::-2]
+    assert ragged.lengths().tolist() == [3, 0, 1, 2, 4, 1]
+    with pytest.raises(IndexError):
+        ragged[6]
+    assert len(Ragged(pa.chunked_array([], type=pa.list_(pa.int32())))) == 0
+
+
+def test_a_streamed_build_is_the_whole_corpus_build(tmp_path, data_cfg, monkeypatch):
+    """Chunks of 7 pairs (a 300-pair split crosses 42 boundaries) give what tokenizing the
+    corpus whole gives: the same tokenizer as one trained on every normalised train
+    sentence in order, each sentence's ids, the same empty / max_len / ratio drops and the
+    same stats. The reference is written here plainly, pair by pair."""
+    pairs = make_pairs(300, 0)
+    pairs[5] = ("  ", "a .")  # empty after normalisation: dropped
+    pairs[9] = (" ".join(["der"] * 30) + " .", "the .")  # long and lopsided
+    pairs[11] = ("ein\u3000Hund", "ａ ｄｏｇ")  # NFKC + whitespace
+    corpus = write_text_corpus(tmp_path / "corpus", {"train": pairs, "valid": make_pairs(20, 1),
+                                                     "test": make_pairs(20, 2)})
+    cfg = data_cfg(path=str(corpus), max_len=20, max_len_ratio=2.5, vocab_size=60)
+    monkeypatch.setattr(tinymt.data.sources, "CHUNK_PAIRS", 7)
+    data = prepare(cfg, log=_quiet)
+
+    norm = [(normalize(s), normalize(t)) for s, t in pairs]
+    kept = [p for p in norm if p[0] and p[1]]
+    reference = Tokenizer.train([s for s, _ in kept] + [t for _, t in kept],
+                                tmp_path / "ref" / "spm.model", vocab_size=60)
+    assert identity(reference) == identity(data.src_tokenizer)
+    encoded = [(s, t, reference.encode(s), reference.encode(t)) for s, t in kept]
+    short = [e for e in encoded if len(e[2]) <= 20 and len(e[3]) <= 20]
+    final = [e for e in short if max(len(e[2]), len(e[3])) <=
+             2.5 * max(1, min(len(e[2]), len(e[3])))]
+    train = data.splits["train"]
+    assert train["src"][:] == [e[0] for e in final] and train["tgt"][:] == [e[1] for e in final]
+    assert list(data.ids("train")[0]) == [e[2] for e in final]
+    assert list(data.ids("train")[1]) == [e[3] for e in final]
+    assert data.stats["dropped"]["train"] == {
+        "empty": 1, "max_len": len(encoded) - len(short), "max_len_ratio": len(short) - len(final)}
+    assert data.stats["dropped"]["train"]["max_len"] >= 1
+    lens = [len(e[3]) for e in final]
+    assert data.stats["tokens"]["train"]["tgt"]["max"] == max(lens)
+    assert data.stats["tokens"]["train"]["tgt"]["mean"] == pytest.approx(sum(lens) / len(lens))
+    assert data.stats["pairs"] == {"train": len(final), "valid": 20, "test": 20}
+
+
+def test_a_split_is_written_as_save_to_disk_writes_it(tmp_path):
+    """SplitWriter (chunk by chunk, nothing memory-mapped) against datasets' save_to_disk
+    of the same table: the same JSON files (the fingerprint aside), the same data read
+    back by load_from_disk. Fails when a datasets release changes its layout."""
+    cols = {"src": ["ein Hund", "zwei", "drei Katzen"], "tgt": ["a dog", "two", "three cats"],
+            "src_words": [["ein", "Hund"], ["zwei"], ["drei", "Katzen"]],
+            "alignment": [[[0, 0], [1, 1]], [[0, 0]], [[0, 0], [1, 1]]],
+            "src_ids": [[5, 6], [7], [8, 9]], "tgt_ids": [[10, 11], [12], [13, 14]]}
+    table = as_table(cols)
+    out = SplitWriter(tmp_path / "ours", "train")
+    out.write(table.slice(0, 2))
+    out.write(table.slice(2))
+    out.close()
+    ours, theirs = tmp_path / "ours" / "splits" / "train", tmp_path / "theirs"
+    datasets.Dataset(table).save_to_disk(str(theirs))
+    assert (ours / "dataset_info.json").read_bytes() == (theirs / "dataset_info.json").read_bytes()
+    state = {k: v for k, v in json.loads((ours / "state.json").read_text()).items()
+             if k != "_fingerprint"}
+    assert state == {k: v for k, v in json.loads((theirs / "state.json").read_text()).items()
+                     if k != "_fingerprint"}
+    a, b = datasets.load_from_disk(str(ours)), datasets.load_from_disk(str(theirs))
+    assert a.features == b.features and a.with_format("arrow")[:].equals(b.with_format("arrow")[:])

@@ -84,7 +84,8 @@ def test_another_process_draws_the_same_pieces(data):
 def test_no_alpha_is_the_cached_segmentation_in_every_epoch(data):
     s = segments(data, alpha=0.0)
     assert s.ids(0) is s.ids(7) is data.ids("train")
-    assert s.lengths(3) == data.lengths("train")
+    assert all(
+        (a == b).all() for a, b in zip(s.lengths(3), data.lengths("train")))
 
 
 def test_a_draw_longer_than_the_model_takes_keeps_the_fixed_pieces(data):

@@ -51,8 +51,8 @@ class TokenBatchSampler:
         shuffle: bool = True,
         lengths_of: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None,
     ):
-        self.src_lens = np.asarray(src_lens, dtype=np.int64)
-        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
+        self.src_lens = np.asarray(src_lens, dtype=np.int32)  # 4 bytes a pair
+        self.tgt_lens = np.asarray(tgt_lens, dtype=np.int32)
         if self.src_lens.shape != self.tgt_lens.shape or self.src_lens.ndim != 1:
             raise ValueError(
                 f"src_lens and tgt_lens must be 1-D of equal length, got "
@@ -68,11 +68,11 @@ class TokenBatchSampler:
         self.position = 0
         # Batch boundaries depend only on the sorted length sequence, which is the same in
         # every epoch (only ties are ordered differently): compute them once.
-        self._base_order = np.lexsort((self.tgt_lens, self.src_lens))  # stable: index ties
-        self._bounds = _cut(
-            self.src_lens[self._base_order], self.tgt_lens[self._base_order], self.max_tokens
-        )
-        self._cached: tuple[int, list[list[int]]] | None = None
+        base_order = np.lexsort((self.tgt_lens, self.src_lens))  # stable: index ties
+        self._bounds = _cut(self.src_lens[base_order], self.tgt_lens[base_order],
+                            self.max_tokens)
+        self._base_order = None if self.shuffle else base_order  # evaluation's order
+        self._cached: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     # -- epochs ---------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -83,12 +83,19 @@ class TokenBatchSampler:
 
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         """All batches of ``epoch`` (default: the current one), in yield order."""
-        epoch = self.epoch if epoch is None else int(epoch)
+        order, ranges = self._plan(self.epoch if epoch is None else int(epoch))
+        return [order[a:b].tolist() for a, b in ranges.tolist()]
+
+    def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(order, ranges)`` of ``epoch``: the pairs in sorted order, and each batch's
+        ``[start, end)`` in it, in yield order, ``(n_batches, 2)``. Arrays, not lists of
+        Python ints: a few bytes a pair however big the corpus (a batch's list is made
+        when it is yielded)."""
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
         src_lens, tgt_lens, bounds = self.src_lens, self.tgt_lens, self._bounds
         if self.lengths_of is not None:  # this epoch's own lengths
-            src_lens, tgt_lens = (np.asarray(x, dtype=np.int64) for x in self.lengths_of(epoch))
+            src_lens, tgt_lens = (np.asarray(x, dtype=np.int32) for x in self.lengths_of(epoch))
             bounds = None
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
@@ -98,17 +105,19 @@ class TokenBatchSampler:
             order = np.lexsort((tgt_lens, src_lens)) if bounds is None else self._base_order
         if bounds is None:
             bounds = _cut(src_lens[order], tgt_lens[order], self.max_tokens)
-        batches = [order[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        edges = np.asarray(bounds, dtype=np.int64)
+        ranges = np.stack([edges[:-1], edges[1:]], axis=1)
         if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        self._cached = (epoch, batches)
-        return batches
+            ranges = ranges[rng.permutation(len(ranges))]
+        self._cached = (epoch, (order, ranges))
+        return order, ranges
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches()
-        while self.position < len(batches):
+        order, ranges = self._plan(self.epoch)
+        while self.position < len(ranges):
+            start, end = ranges[self.position]
             self.position += 1
-            yield batches[self.position - 1]
+            yield order[start:end].tolist()
         self.epoch += 1
         self.position = 0
 
@@ -122,7 +131,7 @@ class TokenBatchSampler:
 
     def load_state_dict(self, state: dict) -> None:
         position, epoch = int(state["position"]), int(state["epoch"])
-        n = len(self.batches(epoch))
+        n = len(self._plan(epoch)[1])
         if not 0 <= position <= n:
             raise ValueError(f"sampler position {position} outside 0..{n}")
         self.epoch = epoch

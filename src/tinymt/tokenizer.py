@@ -166,14 +166,17 @@ class Tokenizer:
     def encode_sampled(self, texts: Sequence[str], alpha: float, nbest_size: int,
                        seed: int) -> list[list[int]]:
         """Piece ids of each text under subword regularization, the same for the same
-        ``seed`` in any process: BPE-dropout (a merge skipped with probability ``alpha``)
-        for a BPE model; for a unigram one, a draw among the ``nbest_size`` best
-        segmentations with probability proportional to ``P(pieces) ** alpha``.
+        ``seed`` in any process: for a BPE model, BPE-dropout as published
+        (:func:`bpe_dropout`: at every merge step each candidate merge is skipped with
+        probability ``alpha``, for that step only); for a unigram one, a draw among the
+        ``nbest_size`` best segmentations with probability proportional to
+        ``P(pieces) ** alpha``.
 
-        sentencepiece's own ``enable_sampling`` draws the same distributions, but its
-        generator is not reproducible across processes (sentencepiece 0.2.3: the same
-        ``set_random_generator_seed`` gives other pieces in another process), so a resumed
-        run or a second DDP rank would see other data; hence our seeded generator here.
+        Not sentencepiece's ``enable_sampling``: for BPE it drops a merge for the rest of
+        the word (about twice the pieces of the paper's algorithm at the same ``alpha``),
+        and its generator is not reproducible across processes (sentencepiece 0.2.3: the
+        same ``set_random_generator_seed`` gives other pieces in another process), so a
+        resumed run or a second DDP rank would see other data; hence our seeded generator.
         A sentence with a character the vocabulary lacks keeps its fixed segmentation."""
         rand = random.Random(seed).random
         tables = self._sampling_tables()
@@ -324,27 +327,39 @@ def first_pairs(word: str, table: dict[str, float]) -> list[tuple[float, int, in
     return agenda
 
 
-def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand,
+def bpe_dropout(word: str, table: dict[str, float], p: float, rand,
                 start: list | None = None) -> list[str]:
-    """BPE on one word with dropout (Provilkov et al. 2020), as sentencepiece's BPE model
-    does it: the adjacent pair whose merge is the best-scored piece (leftmost on ties) is
-    merged, except that each pair reaching the top is dropped with probability ``alpha``
-    (``rand()`` draws). ``alpha=0`` is plain BPE: the model's own segmentation. ``start``:
-    the word's :func:`first_pairs`, when the caller keeps them (copied, not changed)."""
+    """BPE-dropout on one word, as published (Provilkov et al. 2020, Algorithm 1, and the
+    authors' code in subword-nmt). Each merge step:
+
+    1. every adjacent pair whose merge is a piece is a candidate, each occurrence dropped
+       with probability ``p`` (``rand()`` draws) *for this step only*;
+    2. no candidate left: stop;
+    3. the best kept candidate (highest piece score, leftmost on ties) is merged, together
+       with every other kept occurrence of the same pair, left to right.
+
+    ``p=0`` is plain BPE, the model's own segmentation. (sentencepiece's sampling, and
+    tinymt before, dropped a pair for the rest of the word: about twice as many pieces at
+    the same ``p``.) ``start``: the word's :func:`first_pairs`, when the caller keeps them
+    (copied, not changed).
+
+    The agenda is a heap, so a step looks only at candidates down to the first one kept
+    (each is kept with probability ``1 - p``): the same distribution as drawing every
+    occurrence, at a few draws per step."""
     sym = list(word)  # the piece starting at each character; "" once merged into its left
     if len(sym) < 2:
         return sym
     nxt, prv = [*range(1, len(sym)), -1], [*range(-1, len(sym) - 1)]
     agenda = list(start) if start is not None else first_pairs(word, table)
     pop, push, get = heapq.heappop, heapq.heappush, table.get
-    while agenda:
-        _, left, right, size = pop(agenda)
+
+    def live(entry) -> bool:  # False: one side has merged since the pair was listed
+        _, left, right, size = entry
         a, b = sym[left], sym[right]
-        if not a or not b or len(a) + len(b) != size:
-            continue  # a stale pair: one side has merged since
-        if alpha > 0 and rand() < alpha:
-            continue  # dropped
-        sym[left] = a + b
+        return bool(a) and bool(b) and len(a) + len(b) == size
+
+    def merge(left: int, right: int, fresh: list) -> None:
+        sym[left] += sym[right]
         sym[right] = ""
         nxt[left] = after = nxt[right]
         if after >= 0:
@@ -354,7 +369,33 @@ def bpe_dropout(word: str, table: dict[str, float], alpha: float, rand,
                 piece = sym[lo] + sym[hi]
                 score = get(piece)
                 if score is not None:
-                    push(agenda, (-score, lo, hi, len(piece)))
+                    fresh.append((-score, lo, hi, len(piece)))
+
+    while agenda:
+        dropped, fresh, chosen = [], [], None
+        while agenda:  # 1-3: the best candidate this step keeps
+            entry = pop(agenda)
+            if not live(entry):
+                continue  # stale: gone for good (its successors were listed when it went)
+            if p > 0 and rand() < p:
+                dropped.append(entry)  # back on the agenda for the next step
+                continue
+            chosen = entry
+            break
+        if chosen is None:
+            break
+        pair = (sym[chosen[1]], sym[chosen[2]])
+        merge(chosen[1], chosen[2], fresh)
+        while agenda and agenda[0][0] == chosen[0]:  # 3: the same pair further right
+            entry = pop(agenda)
+            if not live(entry):
+                continue  # stale, or overlapping a merge of this step
+            if (sym[entry[1]], sym[entry[2]]) == pair and not (p > 0 and rand() < p):
+                merge(entry[1], entry[2], fresh)
+            else:
+                dropped.append(entry)  # another pair of equal score, or dropped
+        for entry in dropped + fresh:
+            push(agenda, entry)
     return [s for s in sym if s]
 
 

@@ -18,6 +18,9 @@ Measures, in one process:
 * with ``--sections viewer``, the Attention tab's server (``tinymt.bench.viewer_speed``):
   TensorBoard on a synthetic logdir of 100 steps x 10 probes (and 10 x 1), the latency of
   its routes, the bytes of a frame and of an answer, TensorBoard's memory;
+* with ``--sections scale``, memory and time against the corpus's size
+  (``tinymt.bench.scale``): ``prepare_data.py`` and the training start-up on Multi30k
+  repeated to ``--scale-pairs`` pairs, each in a process of its own;
 
 and writes a markdown report and the raw numbers as JSON: by default into a folder of their
 own, ``outputs/benchmarks/<date>/<time>/`` under the current directory; into the project's
@@ -44,6 +47,8 @@ from tinymt.bench.machine import REPO_ROOT, machine_info, uncommitted_changes
 from tinymt.bench.measure import log
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.report import mark, render_markdown
+from tinymt.bench.scale import DEFAULT_PAIRS, DEFAULT_STEPS, DEFAULT_VOCAB, bench_scale, parse_pairs
+from tinymt.bench.scale_report import scale_targets
 from tinymt.bench.serve_speed import bench_serve
 from tinymt.bench.targets import CPU_SIZES, CUDA_SIZES, evaluate_targets
 from tinymt.bench.training import bench_training
@@ -55,8 +60,8 @@ from tinymt.files import check_outputs, name_problem, parse_json, read_bytes, wr
 from tinymt.rules import CHECKPOINT, PATH, RUN, creatable_folder
 from tinymt.rundir import clock_run_dir
 
-PATH_ARGS = ("out", "json", "merge", "run", "data_path")  # relative to the caller's cwd
-SECTIONS = ("training", "decoding", "serve", "viewer")
+PATH_ARGS = ("out", "json", "merge", "run", "data_path", "scale_dir")  # relative to the caller's cwd
+SECTIONS = ("training", "decoding", "serve", "viewer", "scale")
 DEFAULT_SECTIONS = "training,decoding"
 OUTPUTS = "outputs/benchmarks"  # default: <cwd>/outputs/benchmarks/<date>/<time>/
 REPORT, RESULTS = "benchmarks.md", "benchmarks.json"
@@ -170,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "this report")
     _serve_options(p)
     _viewer_options(p)
+    _scale_options(p)
     return p
 
 
@@ -207,12 +213,26 @@ def _viewer_options(p: argparse.ArgumentParser) -> None:
                         "default: the Rust data server where installed)")
 
 
+def _scale_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scale-pairs", default=DEFAULT_PAIRS,
+                   help="scale: corpus sizes in pairs, comma-separated: Multi30k's train split "
+                        f"repeated (default {DEFAULT_PAIRS})")
+    p.add_argument("--scale-steps", type=int, default=DEFAULT_STEPS,
+                   help="scale: training steps per size, the first 5 not timed (default "
+                        f"{DEFAULT_STEPS})")
+    p.add_argument("--scale-vocab", type=int, default=DEFAULT_VOCAB,
+                   help=f"scale: data.vocab_size (default {DEFAULT_VOCAB})")
+    p.add_argument("--scale-dir", default=None,
+                   help="scale: where the corpora and caches are written, in a temporary "
+                        "folder removed after (default: the system's temporary folder)")
+
+
 def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Counts positive; ``--sections`` -> ``args.section_set``, ``--serve-clients`` ->
     ``args.serve_client_list``."""
     for name in ("steps", "warmup", "repeats", "max_tokens", "sentences", "decode_len",
                  "serve_requests", "serve_process_requests", "batch_tokens", "decode_repeats",
-                 "viewer_requests"):
+                 "viewer_requests", "scale_vocab"):
         value = getattr(args, name)
         if value is not None and value < (0 if name in ("warmup", "serve_process_requests")
                                           else 1):
@@ -235,6 +255,12 @@ def _check_values(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parse_logs(args.viewer_logs)
         except ValueError as e:
             p.error(f"--viewer-logs {args.viewer_logs}: {e}")
+    try:
+        args.scale_pair_list = parse_pairs(args.scale_pairs)
+    except ValueError as e:
+        p.error(f"--scale-pairs {args.scale_pairs}: {e}")
+    if args.scale_steps < 2:
+        p.error("--scale-steps must be at least 2")
 
 
 def resolve_defaults(args: argparse.Namespace, device_type: str) -> None:
@@ -313,6 +339,10 @@ def measure(args: argparse.Namespace, device: torch.device, argv: Sequence[str])
         mine["serve"] = bench_serve(args, device, argv)
     if "viewer" in sections:
         mine["viewer"] = bench_viewer(args, argv)
+    if "scale" in sections:
+        scale = bench_scale(args, argv)  # None: skipped (no Multi30k), said why
+        if scale is not None:
+            mine["scale"] = scale
     mine["wall_seconds"] = round(time.monotonic() - t_start, 1)
     return mine
 
@@ -333,7 +363,8 @@ def write(results: dict, out: str, json_path: str | None, wall_seconds: float) -
 
 # the paths of the command line: how each is checked before any work
 PATH_RULES = {"run": RUN, "checkpoint": CHECKPOINT, "data_path": PATH,
-              "cache_dir": (lambda v: creatable_folder(v, write=True), "must be a folder")}
+              "cache_dir": (lambda v: creatable_folder(v, write=True), "must be a folder"),
+              "scale_dir": (lambda v: creatable_folder(v, write=True), "must be a folder")}
 
 
 def check_paths(args: argparse.Namespace, cwd: Path) -> None:
@@ -386,7 +417,7 @@ def run(args: argparse.Namespace, argv: Sequence[str], cwd: Path) -> int:
                                    if res and "memory_method" in res},
                  "device": device.type},
         "devices": devices,
-        "targets": evaluate_targets(devices),
+        "targets": evaluate_targets(devices) + scale_targets(devices),
     }
     write(results, args.out, args.json, mine["wall_seconds"])
     return 0

@@ -3,6 +3,7 @@ dict that ``--json`` writes -- so that merged runs of other devices render the s
 
 from __future__ import annotations
 
+from tinymt.bench.scale_report import SCALE_COMMAND, render_scale
 from tinymt.bench.targets import (
     BEAM_OVER_GREEDY_TARGET,
     CACHE_VS_PEER_TARGET,
@@ -280,7 +281,8 @@ def render_serving(serve: dict, where: str) -> list[str]:
 
 
 def render_device(dev: str, res: dict) -> list[str]:
-    machine = res.get("machine") or (res.get("serve") or res["viewer"])["machine"]
+    machine = res.get("machine") or \
+        (res.get("serve") or res.get("viewer") or res["scale"])["machine"]
     where = machine["gpu"] if dev == "cuda" else \
         f"{machine['cpu']}, {plural(machine['torch_threads'], 'thread')}"
     L = []
@@ -302,6 +304,13 @@ def render_device(dev: str, res: dict) -> list[str]:
         L += ["### The Attention tab's server", "",
               "Not measured in this run (TensorBoard on 100 steps × 10 probes; keeps the other "
               "sections):", "", "```", VIEWER_COMMAND, "```", ""]
+    if "scale" in res:
+        sm = res["scale"]["machine"]
+        L += render_scale(res["scale"], f"{sm['cpu']}, {sm['cpu_cores']} cores")
+    elif dev == "cpu":
+        L += ["### Memory and time against corpus size", "", "Not measured in this run "
+              "(Multi30k repeated to 0.3 M and 3 M pairs; keeps the other sections):", "",
+              "```", SCALE_COMMAND, "```", ""]
     return L
 
 
@@ -318,11 +327,12 @@ def render_machines(devices: dict) -> list[str]:
             L += [f"| {D} serving: date | {sm['date']} |",
                   f"| {D} serving: command | `{sm['command']}` |",
                   f"| {D} serving: code | git {code(sm)} |"]
-        if "viewer" in res:
-            vm = res["viewer"]["machine"]
-            L += [f"| {D} Attention tab: date | {vm['date']} |",
-                  f"| {D} Attention tab: command | `{vm['command']}` |",
-                  f"| {D} Attention tab: code | git {code(vm)} |"]
+        for key, what in (("viewer", "Attention tab"), ("scale", "corpus size")):
+            if key in res:
+                vm = res[key]["machine"]
+                L += [f"| {D} {what}: date | {vm['date']} |",
+                      f"| {D} {what}: command | `{vm['command']}` |",
+                      f"| {D} {what}: code | git {code(vm)} |"]
         if "machine" not in res:
             continue
         m = res["machine"]
@@ -413,6 +423,9 @@ def render_markdown(results: dict) -> str:
           "# the Attention tab's server (TensorBoard on 100 steps x 10 probes, and 10 x 1),",
           "# keeping the others",
           VIEWER_COMMAND,
+          "# memory and time of prepare_data.py and the training start-up against the corpus's",
+          "# size (Multi30k repeated to 0.3 M and 3 M pairs; ~10 min on 2 cores), keeping the others",
+          SCALE_COMMAND,
           "# GPU sections, keeping the CPU ones",
           gpu_command("docs/benchmarks.json"),
           "```", ""]

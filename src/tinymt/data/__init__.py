@@ -16,9 +16,12 @@ Every loader returns splits ``train`` / ``valid`` / ``test`` with columns ``src`
 (builtin adds ``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]`` pairs and
 ``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]`` triples).
 Then (:mod:`tinymt.data.pipeline`): NFKC + whitespace normalisation, empty pairs dropped,
-sentencepiece trained on the train split, everything tokenized, and the length filters
-(``max_len``, ``max_len_ratio``) applied **to train only** -- valid/test pairs are never
-dropped for length. :mod:`tinymt.data.sampling` re-segments the train split every epoch
+sentencepiece trained on the train split (a sample of at most 1M sentences), everything
+tokenized, and the length filters (``max_len``, ``max_len_ratio``) applied **to train
+only** -- valid/test pairs are never dropped for length. Each step streams chunks of
+``CHUNK_PAIRS`` pairs through Arrow files (:mod:`tinymt.data.stream`), and training reads
+the ids memory-mapped (:class:`~tinymt.data.prepared.Ragged`), so memory does not grow
+with the corpus (text sources; the others are loaded whole first). :mod:`tinymt.data.sampling` re-segments the train split every epoch
 (subword regularization, ``sampling_alpha``; not part of the cache).
 
 The result is cached under ``<cache_dir>/<hash>/`` (:mod:`tinymt.data.cache`: hash of the

@@ -8,22 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import shutil
 import time
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
+import numpy as np
 
 from tinymt.data.cache import cache_path, config_dict, load_complete, mark_complete, replaceable
 from tinymt.data.prepared import (
     TOKENIZER_DIR,
     PreparedData,
+    SplitWriter,
     load_prepared,
     save_splits,
     save_stats,
 )
-from tinymt.data.sources import SPLITS, Columns, Log, load_columns, to_dataset
-from tinymt.data.summary import token_stats
+from tinymt.data.sources import SPLITS, Columns, Log, load_chunks
+from tinymt.data.stream import ChunkWriter, as_table, read_chunks
+from tinymt.data.summary import count_unknown, side_stats
 from tinymt.errors import TinyMTError
 from tinymt.files import write_folder
 from tinymt.tokenizer import Tokenizer
@@ -47,6 +52,9 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
+STAGING = ".staging"  # a build's intermediate files, inside its temporary folder
+
+
 def _describe(cfg) -> str:
     where = "" if cfg.source == "builtin" else f" {cfg.path}"
     return f"{cfg.name} ({cfg.source}{where}, {cfg.src_lang}->{cfg.tgt_lang}" + (
@@ -59,41 +67,53 @@ def _select(cols: Columns, keep: list[int]) -> Columns:
 
 
 # ----------------------------------------------------------------------------------------
-# the steps of a build
+# the steps of a build: each reads a split chunk by chunk and writes the next file
+# (tinymt.data.stream), so memory is bounded by CHUNK_PAIRS, not by the corpus
 
 
-def _normalise_split(cfg, split: str, cols: Columns) -> tuple[Columns, int]:
-    """NFKC + whitespace on both sides, pairs with an empty side dropped (and counted)."""
-    if not cols["src"]:
+def _normalise_split(cfg, split: str, chunks, path: Path) -> int:
+    """NFKC + whitespace on both sides, pairs with an empty side dropped, the rest written
+    to ``path``; returns how many were dropped."""
+    seen = 0
+    with ChunkWriter(path) as out:
+        for cols in chunks:
+            seen += len(cols["src"])
+            src = [normalize(s) for s in cols["src"]]
+            tgt = [normalize(t) for t in cols["tgt"]]
+            keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if s and t]
+            cols = dict(cols, src=src, tgt=tgt)
+            if keep:
+                out.write(_select(cols, keep) if len(keep) < len(src) else cols)
+    if not seen:
         raise TinyMTError(f"the {split} split of {_describe(cfg)} has no pairs")
-    src = [normalize(s) for s in cols["src"]]
-    tgt = [normalize(t) for t in cols["tgt"]]
-    keep = [i for i, (s, t) in enumerate(zip(src, tgt)) if s and t]
-    cols = dict(cols, src=src, tgt=tgt)
-    if not keep:
+    if not out.rows:
         raise TinyMTError(
-            f"the {split} split is empty after dropping empty pairs: all {len(src)} pairs "
+            f"the {split} split is empty after dropping empty pairs: all {seen} pairs "
             "have an empty side after normalisation"
         )
-    return (_select(cols, keep) if len(keep) < len(src) else cols), len(src) - len(keep)
+    return seen - out.rows
 
 
-def _train_tokenizers(cfg, train: Columns, tok_dir: Path) -> tuple[Tokenizer, Tokenizer]:
-    """sentencepiece on the train split only: one joint model, or one per side."""
+def _sentences(path: Path, *sides: str) -> Iterator[str]:
+    """Every sentence of ``sides`` of a staged split, side after side, chunk by chunk."""
+    for side in sides:
+        for cols in read_chunks(path, [side]):
+            yield from cols[side]
+
+
+def _train_tokenizers(cfg, train: Path, tok_dir: Path) -> tuple[Tokenizer, Tokenizer]:
+    """sentencepiece on the train split only (``train``: its staged file): one joint model,
+    or one per side. It keeps a sample of ``INPUT_SENTENCE_SIZE`` sentences, not them all."""
     common = {
         "vocab_size": cfg.vocab_size,
         "model_type": cfg.tokenizer_type,
         "character_coverage": cfg.character_coverage,
     }
     if cfg.joint_vocab:
-        tok = Tokenizer.train(
-            (s for side in (train["src"], train["tgt"]) for s in side),
-            tok_dir / "spm.model",
-            **common,
-        )
+        tok = Tokenizer.train(_sentences(train, "src", "tgt"), tok_dir / "spm.model", **common)
         return tok, tok
-    src_tok = Tokenizer.train(train["src"], tok_dir / "src.model", **common)
-    tgt_tok = Tokenizer.train(train["tgt"], tok_dir / "tgt.model", **common)
+    src_tok = Tokenizer.train(_sentences(train, "src"), tok_dir / "src.model", **common)
+    tgt_tok = Tokenizer.train(_sentences(train, "tgt"), tok_dir / "tgt.model", **common)
     return src_tok, tgt_tok
 
 
@@ -106,61 +126,85 @@ def _encode(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     return [ids[t] for t in texts]
 
 
-def _length_filter(cfg, train: Columns, dropped: dict[str, int]) -> Columns:
-    """The max_len and max_len_ratio filters, in that order, each one's drops counted in
-    ``dropped``. Applied to train only: valid/test pairs are never dropped for length."""
-    n = len(train["src"])
-    lens = [(len(s), len(t)) for s, t in zip(train["src_ids"], train["tgt_ids"])]
-    keep = list(range(n))
-    filters = [
-        (
-            "max_len",
-            cfg.max_len > 0,
-            lambda a, b: a <= cfg.max_len and b <= cfg.max_len,
-            "raise data.max_len",
-        ),
-        (
-            "max_len_ratio",
-            cfg.max_len_ratio > 0,
-            lambda a, b: max(a, b) <= cfg.max_len_ratio * max(1, min(a, b)),
-            "raise data.max_len_ratio",
-        ),
-    ]
-    for name, active, ok, fix in filters:
-        before = len(keep)
-        if active:
-            keep = [i for i in keep if ok(*lens[i])]
-        dropped[name] = before - len(keep)
-        if not keep:
-            value = getattr(cfg, name)
-            raise TinyMTError(
-                f"the train split is empty after the {name} filter (data.{name}={value} "
-                f"removed all {before} remaining pairs): {fix}"
-            )
-    return _select(train, keep) if len(keep) < n else train
+class _LengthFilter:
+    """The max_len and max_len_ratio filters, in that order, applied chunk by chunk to the
+    train split (valid/test pairs are never dropped for length); ``left``: the pairs before
+    the filters and after each."""
+
+    def __init__(self, cfg):
+        self.cfg, self.left = cfg, [0, 0, 0]
+        self.tests = [
+            (cfg.max_len > 0, lambda a, b: a <= cfg.max_len and b <= cfg.max_len),
+            (cfg.max_len_ratio > 0,
+             lambda a, b: max(a, b) <= cfg.max_len_ratio * max(1, min(a, b))),
+        ]
+
+    def __call__(self, cols: Columns) -> Columns:
+        lens = [(len(s), len(t)) for s, t in zip(cols["src_ids"], cols["tgt_ids"])]
+        keep = list(range(len(lens)))
+        self.left[0] += len(keep)
+        for k, (active, ok) in enumerate(self.tests, start=1):
+            if active:
+                keep = [i for i in keep if ok(*lens[i])]
+            self.left[k] += len(keep)
+        return _select(cols, keep) if len(keep) < len(lens) else cols
+
+    def dropped(self) -> dict[str, int]:
+        """Each filter's drops; one-line error when a filter left no pair."""
+        fixes = {"max_len": "raise data.max_len", "max_len_ratio": "raise data.max_len_ratio"}
+        for k, name in enumerate(fixes, start=1):
+            if not self.left[k]:
+                raise TinyMTError(
+                    f"the train split is empty after the {name} filter (data.{name}="
+                    f"{getattr(self.cfg, name)} removed all {self.left[k - 1]} remaining "
+                    f"pairs): {fixes[name]}"
+                )
+        return {"max_len": self.left[0] - self.left[1],
+                "max_len_ratio": self.left[1] - self.left[2]}
 
 
-def _log_counts(splits: dict[str, Columns], dropped: dict[str, dict[str, int]], log: Log):
+def _tokenize_split(text: Path, toks: tuple[Tokenizer, Tokenizer], out: SplitWriter,
+                    keep=None) -> dict:
+    """Encode a staged split into ``out`` (``keep``: the train split's length filter);
+    returns each side's :func:`side_stats`."""
+    lens: dict[str, list] = {"src": [], "tgt": []}
+    unk = {"src": 0, "tgt": 0}
+    for cols in read_chunks(text):
+        cols["src_ids"] = _encode(toks[0], cols["src"])
+        cols["tgt_ids"] = _encode(toks[1], cols["tgt"])
+        if keep is not None:
+            cols = keep(cols)
+        if not cols["src"]:
+            continue
+        out.write(as_table(cols))
+        for side in lens:
+            ids = cols[f"{side}_ids"]
+            lens[side].append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
+            unk[side] += count_unknown(ids)
+    return {side: side_stats(np.concatenate(lens[side] or [np.zeros(0, np.int64)]), unk[side])
+            for side in lens}
+
+
+def _log_counts(pairs: dict[str, int], dropped: dict[str, dict[str, int]], log: Log):
     for split in SPLITS:
         removed = ", ".join(f"{k} {v}" for k, v in dropped[split].items() if v)
-        log(
-            f"data: {split}: {len(splits[split]['src'])} pairs"
-            + (f" (removed: {removed})" if removed else "")
-        )
+        log(f"data: {split}: {pairs[split]} pairs" + (f" (removed: {removed})" if removed else ""))
 
 
 def _build(cfg, tmp: Path, log: Log) -> dict:
     """Load, clean, tokenize and filter into ``tmp``; returns the stats."""
     t0 = time.perf_counter()
     log(f"data: loading {_describe(cfg)}")
-    raw = load_columns(cfg, log)
-    dropped: dict[str, dict[str, int]] = {s: {} for s in SPLITS}
-    splits: dict[str, Columns] = {}
-    for split in SPLITS:
-        splits[split], dropped[split]["empty"] = _normalise_split(cfg, split, raw[split])
+    staging = tmp / STAGING
+    staging.mkdir()
+    chunks = load_chunks(cfg, log)
+    texts = {split: staging / f"{split}.text.arrow" for split in SPLITS}
+    dropped: dict[str, dict[str, int]] = {
+        split: {"empty": _normalise_split(cfg, split, chunks[split], texts[split])}
+        for split in SPLITS}
     t_load = time.perf_counter()
 
-    src_tok, tgt_tok = _train_tokenizers(cfg, splits["train"], tmp / TOKENIZER_DIR)
+    src_tok, tgt_tok = _train_tokenizers(cfg, texts["train"], tmp / TOKENIZER_DIR)
     t_tok = time.perf_counter()
     log(
         f"data: trained {'joint ' if cfg.joint_vocab else ''}{cfg.tokenizer_type} tokenizer "
@@ -169,15 +213,21 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
         + f" pieces) in {t_tok - t_load:.1f}s"
     )
 
-    for cols in splits.values():
-        cols["src_ids"] = _encode(src_tok, cols["src"])
-        cols["tgt_ids"] = _encode(tgt_tok, cols["tgt"])
+    pairs, tokens = {}, {}
+    length_filter = _LengthFilter(cfg)
+    for split in SPLITS:
+        out = SplitWriter(tmp, split)
+        keep = length_filter if split == "train" else None
+        tokens[split] = _tokenize_split(texts[split], (src_tok, tgt_tok), out, keep)
+        if out.rows:  # else the length filter's one-line error, below
+            out.close()
+        pairs[split] = out.rows
+        texts[split].unlink()
     log(f"data: tokenized in {time.perf_counter() - t_tok:.1f}s")
-
-    splits["train"] = _length_filter(cfg, splits["train"], dropped["train"])
+    dropped["train"].update(length_filter.dropped())
     for split in ("valid", "test"):
         dropped[split].update(max_len=0, max_len_ratio=0)
-    _log_counts(splits, dropped, log)
+    _log_counts(pairs, dropped, log)
 
     src_name, tgt_name = (
         (cfg.tgt_lang, cfg.src_lang) if cfg.reverse else (cfg.src_lang, cfg.tgt_lang)
@@ -186,13 +236,14 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
         "name": cfg.name,
         "source": _describe(cfg),
         "direction": f"{src_name}->{tgt_name}",
-        "pairs": {s: len(splits[s]["src"]) for s in SPLITS},
+        "pairs": pairs,
         "dropped": dropped,
         "joint_vocab": bool(cfg.joint_vocab),
         "vocab_size": {"src": src_tok.vocab_size, "tgt": tgt_tok.vocab_size},
-        "tokens": token_stats(splits),
+        "tokens": tokens,
     }
-    save_splits(tmp, datasets.DatasetDict({s: to_dataset(cols) for s, cols in splits.items()}))
+    save_splits(tmp, SPLITS)
+    shutil.rmtree(staging)
     stats["seconds"] = round(time.perf_counter() - t0, 2)
     return stats
 

@@ -7,13 +7,18 @@ A prepared folder holds ``tokenizer/`` (``spm.model`` joint, or ``src.model`` +
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.arrow_writer import ArrowWriter
+from datasets.utils.py_utils import asdict  # datasets' own: fields at their default left out
 
+from tinymt.checkpoint import file_sha256
 from tinymt.data.sources import SPLITS
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import write_text
@@ -22,6 +27,7 @@ from tinymt.tokenizer import Tokenizer, load_tokenizers
 
 TOKENIZER_DIR = "tokenizer"
 SPLITS_DIR = "splits"
+DATA_FILE = "data-00000-of-00001.arrow"  # a split's one shard
 MAX_STATS_BYTES = 1 << 20  # stats.json: a few kB
 
 
@@ -37,27 +43,108 @@ class PreparedData:
     cache_hit: bool
     _ids: dict = field(default_factory=dict, repr=False, compare=False)  # {split: ids}
 
-    def ids(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
-        """``(src_ids, tgt_ids)`` of a split as plain lists: index these in a training loop
-        (``splits[s]["src_ids"]`` is a lazy datasets Column; indexing it row by row is slow).
-        Read from Arrow once per split (about a second for 200k pairs) and kept: the same
-        lists on every call, so do not modify them."""
+    def ids(self, split: str) -> tuple[Ragged, Ragged]:
+        """``(src_ids, tgt_ids)`` of a split: ``src_ids[i]`` is pair ``i``'s list of ids,
+        read from the memory-mapped cache when it is asked for (a training set of any size
+        costs a few bytes a pair in memory). The same objects on every call."""
         if split not in self._ids:
-            ds = self.splits[split]
-            self._ids[split] = (ds["src_ids"][:], ds["tgt_ids"][:])
+            table = self.splits[split].with_format("arrow")[:]
+            self._ids[split] = (Ragged(table["src_ids"]), Ragged(table["tgt_ids"]))
         return self._ids[split]
 
-    def lengths(self, split: str) -> tuple[list[int], list[int]]:
-        """Token counts (no bos/eos) per pair, straight from Arrow: TokenBatchSampler's input."""
-        table = self.splits[split].with_format("arrow")
-        return (
-            pc.list_value_length(table["src_ids"]).to_pylist(),
-            pc.list_value_length(table["tgt_ids"]).to_pylist(),
-        )
+    def lengths(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """Token counts (no bos/eos) per pair, ``int32`` from the Arrow offsets:
+        TokenBatchSampler's input."""
+        src, tgt = self.ids(split)
+        return src.lengths(), tgt.lengths()
 
 
-def save_splits(folder: Path, dd: datasets.DatasetDict) -> None:
-    dd.save_to_disk(str(folder / SPLITS_DIR))
+class Ragged(Sequence):
+    """One side of a split's token ids as a sequence of lists, over an Arrow column of
+    ``list<int32>`` without copying it: each chunk's offsets and values as numpy views
+    (zero-copy, memory-mapped when the dataset is), a row made into a list when it is read.
+
+    >>> src_ids, _ = data.ids("train")
+    >>> src_ids[3]                       # [48, 912, 7, ...]
+    >>> len(src_ids), src_ids.lengths()  # pairs, and each one's token count
+    """
+
+    def __init__(self, column: pa.ChunkedArray | pa.Array):
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        chunks = [c for c in chunks if len(c)]
+        self._offsets = [c.offsets.to_numpy(zero_copy_only=True) for c in chunks]
+        self._values = [c.values.to_numpy(zero_copy_only=True) for c in chunks]
+        self._starts = np.cumsum([0] + [len(c) for c in chunks])  # first row of each chunk
+        self._lengths: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"row {i} of {n}")
+        i = int(i) % n
+        c = int(np.searchsorted(self._starts, i, side="right")) - 1
+        offsets, row = self._offsets[c], i - int(self._starts[c])
+        return self._values[c][offsets[row]:offsets[row + 1]].tolist()
+
+    def __iter__(self):
+        for offsets, values in zip(self._offsets, self._values):
+            for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+                yield values[a:b].tolist()
+
+    def lengths(self) -> np.ndarray:
+        """Each row's length, ``int32`` (computed once, from the offsets)."""
+        if self._lengths is None:
+            out = np.empty(len(self), dtype=np.int32)
+            for start, offsets in zip(self._starts.tolist(), self._offsets):
+                np.subtract(offsets[1:], offsets[:-1], out=out[start:start + len(offsets) - 1])
+            self._lengths = out
+        return self._lengths
+
+
+class SplitWriter:
+    """Writes one split of ``splits/`` chunk by chunk, in the layout ``save_to_disk`` gives
+    (``data-00000-of-00001.arrow`` by datasets' own ``ArrowWriter``, ``state.json``,
+    ``dataset_info.json``), with nothing of it in memory or memory-mapped: a split of any
+    size costs one chunk. (``save_to_disk`` copies a dataset that is already on disk, and
+    reads it memory-mapped: every page of it counts in the process's RSS.) The fingerprint
+    is the data file's digest, so a rebuild writes the same bytes;
+    ``tests/test_data.py`` compares the folder with what ``save_to_disk`` writes."""
+
+    def __init__(self, folder: Path, split: str):
+        self.folder = Path(folder) / SPLITS_DIR / split
+        self.rows, self._writer, self._features = 0, None, None
+
+    def write(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._features = datasets.Features.from_arrow_schema(table.schema)
+            self._writer = ArrowWriter(features=self._features, path=str(self.folder / DATA_FILE))
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        """Finish the data file and write the two JSON files beside it."""
+        self._writer.finalize()
+        self._writer.close()
+        state = {"_data_files": [{"filename": DATA_FILE}],
+                 "_fingerprint": file_sha256(self.folder / DATA_FILE)[:16],
+                 "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
+                 "_output_all_columns": False, "_split": None}
+        write_text(json.dumps(state, indent=2, sort_keys=True), self.folder / "state.json")
+        info = asdict(datasets.DatasetInfo(features=self._features))
+        write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2),
+                   self.folder / "dataset_info.json")
+
+
+def save_splits(folder: Path, splits) -> None:
+    """``splits/dataset_dict.json``, naming the splits that :class:`SplitWriter` wrote."""
+    write_text(json.dumps({"splits": list(splits)}), Path(folder) / SPLITS_DIR /
+               "dataset_dict.json")
 
 
 def save_stats(folder: Path, stats: dict, config: dict) -> None:
@@ -119,7 +206,8 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
     ``stats.json``'s vocabulary sizes are the tokenizers', its pair counts the splits';
     each split's Arrow data is valid (offsets within their buffers), its id columns are
     lists of integers without nulls, and every id lies in ``[0, vocabulary size)`` of its
-    side. Vectorised (Arrow's min/max over the flattened ids): milliseconds for 200k pairs.
+    side. Read batch by batch from the split's files, not memory-mapped (the pages read are
+    not kept: a 3M-pair cache is checked in a few MB); vectorised within a batch.
     Digests alone cannot tell: a marker can be recomputed over wrong ids."""
     sizes = {"src": src_tok.vocab_size, "tgt": tgt_tok.vocab_size}
     if stats.get("vocab_size") != sizes:
@@ -132,19 +220,43 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
         if type(declared) is not int or declared != ds.num_rows:
             raise DamagedCache(f"{where} holds {ds.num_rows} pairs, but stats.json says "
                                f"{declared!r:.40}")
-        table = ds.with_format("arrow")[:]
-        try:
-            table.validate(full=True)
-        except pa.ArrowInvalid as e:
-            raise DamagedCache(f"{where} is not valid Arrow data ({first_line(e)})") from None
+        rows, extremes = 0, {}
+        for batch in _record_batches(ds):
+            try:
+                batch.validate(full=True)
+            except pa.ArrowInvalid as e:
+                raise DamagedCache(f"{where} is not valid Arrow data ({first_line(e)})") from None
+            rows += batch.num_rows
+            for side in sizes:
+                _check_ids(batch, f"{side}_ids", extremes, where)
+        if rows != ds.num_rows:
+            raise DamagedCache(f"{where}: its files hold {rows} rows, its dataset {ds.num_rows}")
         for side, size in sizes.items():
-            _check_ids(table, f"{side}_ids", size, where)
+            low, high = extremes.get(f"{side}_ids", (0, 0))
+            if low < 0 or high >= size:
+                bad = low if low < 0 else high
+                raise DamagedCache(f"{where}: {side}_ids holds the token id {bad}, outside the "
+                                   f"vocabulary of {size} pieces")
 
 
-def _check_ids(table: pa.Table, name: str, size: int, where: Path) -> None:
-    if name not in table.column_names:
+def _record_batches(ds: datasets.Dataset):
+    """A split's record batches, read from its Arrow files (a dataset held in memory: its
+    table's)."""
+    files = [f["filename"] for f in ds.cache_files]
+    if not files:
+        yield from ds.with_format("arrow")[:].to_batches()
+        return
+    for name in files:
+        with pa.OSFile(name) as source:
+            yield from pa.ipc.open_stream(source)
+
+
+def _check_ids(batch: pa.RecordBatch, name: str, extremes: dict, where: Path) -> None:
+    """``name`` is a column of lists of integers without nulls; its smallest and largest id
+    so far are kept in ``extremes[name]``."""
+    if name not in batch.schema.names:
         raise DamagedCache(f"{where} has no {name} column")
-    column = table.column(name)
+    column = batch.column(name)
     if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) or not \
             pa.types.is_integer(column.type.value_type):
         raise DamagedCache(f"{where}: {name} holds {column.type}, not lists of token ids")
@@ -153,9 +265,6 @@ def _check_ids(table: pa.Table, name: str, size: int, where: Path) -> None:
         raise DamagedCache(f"{where}: {name} has missing values")
     if not len(ids):
         return
-    extremes = pc.min_max(ids)
-    low, high = extremes["min"].as_py(), extremes["max"].as_py()
-    if low < 0 or high >= size:
-        bad = low if low < 0 else high
-        raise DamagedCache(f"{where}: {name} holds the token id {bad}, outside the vocabulary "
-                           f"of {size} pieces")
+    found = pc.min_max(ids)
+    low, high = extremes.get(name, (found["min"].as_py(), found["max"].as_py()))
+    extremes[name] = (min(low, found["min"].as_py()), max(high, found["max"].as_py()))

@@ -1,8 +1,9 @@
 """Reading a corpus: each source (builtin, hub, text, tsv) -> plain columns per split.
 
-Every loader returns ``{split: {"src": [...], "tgt": [...]}}`` for splits train / valid /
-test (builtin adds ``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]``
-pairs and ``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]``
+:func:`load_chunks` gives, per split train / valid / test, chunks of columns
+``{"src": [...], "tgt": [...]}``, a text corpus read as the chunks are used (builtin adds
+``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]`` pairs and
+``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]``
 triples of word indices). :func:`read_lines` is the project's one UTF-8 line reader.
 """
 
@@ -30,6 +31,8 @@ from tinymt.errors import TinyMTError, first_line
 SPLITS = ("train", "valid", "test")
 TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
 HUB_PROBE_TIMEOUT_S = 3.0
+# pairs read, normalised, tokenized and written at a time: what bounds prepare's memory
+CHUNK_PAIRS = 50_000
 
 Log = Callable[[str], None]
 Columns = dict[str, list]  # column name -> values, one split
@@ -47,12 +50,17 @@ MAX_LINE_CHARS = 100_000
 def read_lines(path: str | Path) -> list[str]:
     """A UTF-8 text file (gzip by suffix) as its lines (:func:`capped_lines`): one-line
     errors for a missing file, a folder, or a line that is not UTF-8 or too long."""
+    return list(iter_lines(path))
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """:func:`read_lines` one line at a time: a file of any size in bounded memory."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise TinyMTError(f"{path} is a folder, not a text file")
     try:
         with (gzip.open if path.name.endswith(".gz") else open)(path, "rb") as f:
-            return list(capped_lines(f, str(path)))
+            yield from capped_lines(f, str(path))
     except FileNotFoundError:
         raise TinyMTError(f"file not found: {path}") from None
     except (OSError, EOFError, zlib.error) as e:
@@ -132,17 +140,36 @@ def _looks_local(path: str) -> bool:
 # loaders: each returns {split: {"src": [...], "tgt": [...], ...}}
 
 
-def _load_text(cfg, log: Log) -> dict[str, Columns]:
-    out = {}
-    for split, (src_path, tgt_path) in _text_files(cfg).items():
-        src, tgt = read_lines(src_path), read_lines(tgt_path)
-        if len(src) != len(tgt):
-            raise TinyMTError(
-                f"{split} files are not line-aligned: {src_path} has {len(src)} lines, "
-                f"{tgt_path} has {len(tgt)} lines"
-            )
-        out[split] = {"src": src, "tgt": tgt}
-    return out
+def _text_chunks(src_path: Path, tgt_path: Path, split: str) -> Iterator[Columns]:
+    """The pairs of two line-aligned files, ``CHUNK_PAIRS`` at a time, read as they are
+    needed; a file with more lines than the other is an error naming both counts."""
+    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
+    n, chunk = 0, {"src": [], "tgt": []}
+    for a in src_lines:
+        b = next(tgt_lines, None)
+        if b is None:
+            _not_aligned(split, src_path, n + 1 + sum(1 for _ in src_lines), tgt_path, n)
+        n += 1
+        chunk["src"].append(a)
+        chunk["tgt"].append(b)
+        if n % CHUNK_PAIRS == 0:
+            yield chunk
+            chunk = {"src": [], "tgt": []}
+    rest = sum(1 for _ in tgt_lines)
+    if rest:
+        _not_aligned(split, src_path, n, tgt_path, n + rest)
+    if chunk["src"]:
+        yield chunk
+
+
+def _not_aligned(split: str, src_path: Path, src_n: int, tgt_path: Path, tgt_n: int):
+    raise TinyMTError(f"{split} files are not line-aligned: {src_path} has {src_n} lines, "
+                      f"{tgt_path} has {tgt_n} lines")
+
+
+def _load_text(cfg, log: Log) -> dict[str, Iterator[Columns]]:
+    return {split: _text_chunks(src_path, tgt_path, split)
+            for split, (src_path, tgt_path) in _text_files(cfg).items()}
 
 
 def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
@@ -326,7 +353,8 @@ def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
     return out
 
 
-_LOADERS = {"builtin": _load_builtin, "hub": _load_hub, "text": _load_text, "tsv": _load_tsv}
+_LOADERS = {"builtin": _load_builtin, "hub": _load_hub, "tsv": _load_tsv}  # in memory
+_STREAMS = {"text": _load_text}  # read as they are used
 
 
 def _reverse(cols: Columns) -> Columns:
@@ -341,16 +369,39 @@ def _reverse(cols: Columns) -> Columns:
     return swapped
 
 
-def load_columns(cfg, log: Log) -> dict[str, Columns]:
-    """The raw corpus of ``cfg`` as plain columns per split, ``data.reverse`` applied."""
+def _slices(cols: Columns) -> Iterator[Columns]:
+    n = len(cols["src"])
+    for start in range(0, n, CHUNK_PAIRS):
+        yield {name: values[start:start + CHUNK_PAIRS] for name, values in cols.items()}
+
+
+def load_chunks(cfg, log: Log) -> dict[str, Iterator[Columns]]:
+    """The raw corpus of ``cfg`` per split, as chunks of at most ``CHUNK_PAIRS`` pairs
+    (``data.reverse`` applied): text files are read as the chunks are used, so a corpus of
+    any size passes through in bounded memory; the other sources are loaded whole first."""
     check_data(cfg)
-    splits = _LOADERS[cfg.source](cfg, log)
+    if cfg.source in _STREAMS:
+        splits = _STREAMS[cfg.source](cfg, log)
+    else:
+        splits = {name: _slices(cols) for name, cols in _LOADERS[cfg.source](cfg, log).items()}
     if cfg.reverse:
-        splits = {name: _reverse(cols) for name, cols in splits.items()}
+        return {name: map(_reverse, chunks) for name, chunks in splits.items()}
     return splits
 
 
-_ARROW_TYPES = {
+def load_columns(cfg, log: Log) -> dict[str, Columns]:
+    """The raw corpus of ``cfg`` as plain columns per split (all of it in memory)."""
+    out = {}
+    for name, chunks in load_chunks(cfg, log).items():
+        cols: Columns = {}
+        for chunk in chunks:
+            for key, values in chunk.items():
+                cols.setdefault(key, []).extend(values)
+        out[name] = cols or {"src": [], "tgt": []}
+    return out
+
+
+ARROW_TYPES = {
     "src": pa.string(),
     "tgt": pa.string(),
     "src_ids": pa.list_(pa.int32()),
@@ -366,7 +417,7 @@ _ARROW_TYPES = {
 def to_dataset(cols: Columns) -> datasets.Dataset:
     """Columns -> Dataset through one Arrow table (much faster than Dataset.from_dict)."""
     table = pa.table(
-        {name: pa.array(values, type=_ARROW_TYPES[name]) for name, values in cols.items()}
+        {name: pa.array(values, type=ARROW_TYPES[name]) for name, values in cols.items()}
     )
     return datasets.Dataset(table)
 

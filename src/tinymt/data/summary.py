@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinymt.data.sources import SPLITS, Columns
+from tinymt.data.sources import SPLITS
 from tinymt.tokenizer import UNK_ID
 
 
-def _side_stats(ids: list[list[int]]) -> dict:
-    lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+def side_stats(lens: np.ndarray, unk: int) -> dict:
+    """One side of one split: mean / p95 / max token count (``lens``: each sentence's) and
+    the % of unknown pieces (``unk`` of them)."""
     total = int(lens.sum())
-    unk = sum(x.count(UNK_ID) for x in ids)
     return {
         "mean": float(lens.mean()) if len(lens) else 0.0,
         "p95": float(np.percentile(lens, 95)) if len(lens) else 0.0,
@@ -20,12 +20,8 @@ def _side_stats(ids: list[list[int]]) -> dict:
     }
 
 
-def token_stats(splits: dict[str, Columns]) -> dict:
-    """Per split and side: mean / p95 / max token count and the % of unknown pieces."""
-    return {
-        s: {"src": _side_stats(splits[s]["src_ids"]), "tgt": _side_stats(splits[s]["tgt_ids"])}
-        for s in SPLITS
-    }
+def count_unknown(ids: list[list[int]]) -> int:
+    return sum(x.count(UNK_ID) for x in ids)
 
 
 def summary_table(stats: dict) -> str:

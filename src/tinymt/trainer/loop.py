@@ -119,7 +119,7 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
 # ----------------------------------------------------------------------------- 1. setup
 def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
     shared = data.src_tokenizer is data.tgt_tokenizer
-    longest = max((n for side in data.lengths("train") for n in side), default=0)
+    longest = max((int(side.max()) for side in data.lengths("train") if len(side)), default=0)
     if longest + 1 > cfg.model.max_positions:
         raise TinyMTError(
             f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "

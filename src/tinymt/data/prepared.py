@@ -6,7 +6,11 @@ A prepared folder holds ``tokenizer/`` (``spm.model`` joint, or ``src.model`` +
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import json
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +32,7 @@ from tinymt.tokenizer import Tokenizer, load_tokenizers
 TOKENIZER_DIR = "tokenizer"
 SPLITS_DIR = "splits"
 DATA_FILE = "data-00000-of-00001.arrow"  # a split's one shard
+ROWS_PER_BATCH = 50_000  # rows per Arrow record batch of a split's file
 MAX_STATS_BYTES = 1 << 20  # stats.json: a few kB
 
 
@@ -59,6 +64,28 @@ class PreparedData:
         return src.lengths(), tgt.lengths()
 
 
+_PAGE = mmap.PAGESIZE
+_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", None)
+
+
+def advise_random(array: np.ndarray) -> None:
+    """Tell the kernel that ``array``'s pages (memory-mapped from a file) are read at
+    random: a page fault then maps that page alone, not its 64 KB neighbourhood
+    (``madvise(MADV_RANDOM)``), so a training step's rows cost their own pages in RSS.
+    A no-op where there is no ``madvise`` or the array is not a mapping."""
+    if _MADV_RANDOM is None or not array.nbytes:
+        return
+    start = array.ctypes.data & ~(_PAGE - 1)
+    length = array.ctypes.data + array.nbytes - start
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_RANDOM)
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class Ragged(Sequence):
     """One side of a split's token ids as a sequence of lists, over an Arrow column of
     ``list<int32>`` without copying it: each chunk's offsets and values as numpy views
@@ -74,6 +101,8 @@ class Ragged(Sequence):
         chunks = [c for c in chunks if len(c)]
         self._offsets = [c.offsets.to_numpy(zero_copy_only=True) for c in chunks]
         self._values = [c.values.to_numpy(zero_copy_only=True) for c in chunks]
+        for values in self._values:  # rows are read at random: map only the pages read
+            advise_random(values)
         self._starts = np.cumsum([0] + [len(c) for c in chunks])  # first row of each chunk
         self._lengths: np.ndarray | None = None
 
@@ -123,7 +152,11 @@ class SplitWriter:
         if self._writer is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._features = datasets.Features.from_arrow_schema(table.schema)
-            self._writer = ArrowWriter(features=self._features, path=str(self.folder / DATA_FILE))
+            # record batches as big as the chunks: datasets' 1,000 rows would put a message's
+            # metadata every ~30 KB, and reading them (load_from_disk) or the offsets beside
+            # them (Ragged.lengths) would map most of the file's pages into the process
+            self._writer = ArrowWriter(features=self._features, path=str(self.folder / DATA_FILE),
+                                       writer_batch_size=ROWS_PER_BATCH)
         self._writer.write_table(table)
         self.rows += table.num_rows
 
@@ -231,6 +264,7 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
                 _check_ids(batch, f"{side}_ids", extremes, where)
         if rows != ds.num_rows:
             raise DamagedCache(f"{where}: its files hold {rows} rows, its dataset {ds.num_rows}")
+        pa.default_memory_pool().release_unused()  # the batches read: back to the system
         for side, size in sizes.items():
             low, high = extremes.get(f"{side}_ids", (0, 0))
             if low < 0 or high >= size:

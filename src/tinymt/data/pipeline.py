@@ -219,14 +219,13 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
         out = SplitWriter(tmp, split)
         keep = length_filter if split == "train" else None
         tokens[split] = _tokenize_split(texts[split], (src_tok, tgt_tok), out, keep)
-        if out.rows:  # else the length filter's one-line error, below
-            out.close()
+        # train: one line if a filter left no pair; valid/test are never filtered
+        dropped[split].update(length_filter.dropped() if keep else
+                              {"max_len": 0, "max_len_ratio": 0})
+        out.close()
         pairs[split] = out.rows
         texts[split].unlink()
     log(f"data: tokenized in {time.perf_counter() - t_tok:.1f}s")
-    dropped["train"].update(length_filter.dropped())
-    for split in ("valid", "test"):
-        dropped[split].update(max_len=0, max_len_ratio=0)
     _log_counts(pairs, dropped, log)
 
     src_name, tgt_name = (

@@ -23,8 +23,7 @@ from conftest import (
 )
 from tinymt.data import COMPLETE, cache_path, normalize, prepare, summary_table
 from tinymt.data.prepared import Ragged, SplitWriter
-from tinymt.data.sources import load_columns, to_dataset
-from tinymt.data.stream import as_table
+from tinymt.data.sources import as_table, load_columns, to_dataset
 from tinymt.errors import TinyMTError
 from tinymt.files import TEMP_PREFIX
 from tinymt.tokenizer import Tokenizer, identity

@@ -26,8 +26,8 @@ from tinymt.data.prepared import (
     save_splits,
     save_stats,
 )
-from tinymt.data.sources import SPLITS, Columns, Log, load_chunks
-from tinymt.data.stream import ChunkWriter, as_table, read_chunks
+from tinymt.data.sources import SPLITS, Columns, Log, as_table, load_chunks
+from tinymt.data.stream import ChunkWriter, read_chunks
 from tinymt.data.summary import count_unknown, side_stats
 from tinymt.errors import TinyMTError
 from tinymt.files import write_folder

@@ -414,10 +414,12 @@ ARROW_TYPES = {
 }
 
 
+def as_table(cols: Columns) -> pa.Table:
+    """Plain columns as one Arrow table of the project's column types (:data:`ARROW_TYPES`)."""
+    return pa.table({name: pa.array(values, type=ARROW_TYPES[name])
+                     for name, values in cols.items()})
+
+
 def to_dataset(cols: Columns) -> datasets.Dataset:
     """Columns -> Dataset through one Arrow table (much faster than Dataset.from_dict)."""
-    table = pa.table(
-        {name: pa.array(values, type=ARROW_TYPES[name]) for name, values in cols.items()}
-    )
-    return datasets.Dataset(table)
-
+    return datasets.Dataset(as_table(cols))

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tinymt.data.sources import ARROW_TYPES, Columns
+from tinymt.data.sources import Columns, as_table
 
 
 class ChunkWriter:
-    """Appends chunks of columns (names from :data:`ARROW_TYPES`) to one Arrow stream file,
+    """Appends chunks of columns (names from :data:`tinymt.data.sources.ARROW_TYPES`) to one Arrow stream file,
     created by the first chunk (whose columns are the file's); ``rows``: how many so far."""
 
     def __init__(self, path: Path):
@@ -40,12 +40,6 @@ class ChunkWriter:
     def __exit__(self, *exc) -> None:
         if self._writer is not None:
             self._writer.close()
-
-
-def as_table(cols: Columns) -> pa.Table:
-    """Plain columns as an Arrow table of the project's column types."""
-    return pa.table({name: pa.array(values, type=ARROW_TYPES[name])
-                     for name, values in cols.items()})
 
 
 def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:

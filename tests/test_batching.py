@@ -70,7 +70,7 @@ def test_eval_order_is_sorted_and_fixed(lens):
     batches = list(s)
     assert batches == list(s)  # the same batches every time it is iterated
     flat = [i for b in batches for i in b]
-    keys = [(src[i], tgt[i], i) for i in flat]
+    keys = [(max(src[i], tgt[i]), src[i], tgt[i], i) for i in flat]
     assert keys == sorted(keys)
 
 

@@ -25,6 +25,7 @@ from tinymt.batching import collate
 from tinymt.bench import machine
 from tinymt.bench import main as bench_main
 from tinymt.bench.decode_speed import bench_decoding, decode_once
+from tinymt.bench.flops import training_flops
 from tinymt.bench.memory import MemoryMeter
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.report import render_decoding, render_markdown
@@ -74,7 +75,8 @@ def test_quick_benchmark_writes_report_and_json(tmp_path):
     assert "torch " + torch.__version__ in md
     assert "python scripts/benchmark.py --quick" in md  # the command line
     # training table: a row for tiny with ours, peer and the ratio columns
-    assert "| size | params | ours tok/s | peer tok/s | ours/peer | target |" in md
+    assert ("| size | params | ours tok/s | plain tok/s | ours/plain | peer tok/s | ours/peer "
+            "| target | ours % of peak | plain % | peer % |") in md
     train_rows = [ln for ln in md.splitlines() if ln.startswith("| tiny |")]
     assert train_rows and train_rows[0].count("×") >= 2
     # decoding table: every method, greedy and beam 5
@@ -83,6 +85,8 @@ def test_quick_benchmark_writes_report_and_json(tmp_path):
             assert any(ln.startswith(f"| tiny | {search} | {label}") for ln in md.splitlines())
     assert "KV-cache greedy / peer greedy" in md and "beam-5 time / greedy time" in md
     for target in ("GPU training ≥ 1.5× peer", "CPU training ≥ 1.0× peer",
+                   "CPU training ≥ 60% of the measured matmul peak",
+                   "CPU training ≥ 1.3× the plain step",
                    "KV-cache greedy ≥ 3× peer's recompute loop",
                    "beam 5 within 2.5× of greedy"):
         assert target in md
@@ -97,14 +101,22 @@ def test_quick_benchmark_writes_report_and_json(tmp_path):
     assert set(cpu) >= {"machine", "data", "training", "decoding", "memory_method"}
     assert cpu["machine"]["torch"] == torch.__version__
     tiny = cpu["training"]["sizes"]["tiny"]
-    assert set(tiny) >= {"params", "ours", "peer", "ratio"}
-    for name in ("ours", "peer"):
+    assert set(tiny) >= {"params", "ours", "plain", "peer", "ratio", "speedup"}
+    peak = cpu["training"]["settings"]["matmul_peak_flops"]
+    assert peak == pytest.approx(statistics.median(
+        cpu["training"]["settings"]["matmul_peak_runs"]))
+    for name in ("ours", "plain", "peer"):
         entry = tiny[name]
-        assert set(entry) >= {"tokens_per_s", "runs", "peak_mib", "final_loss", "mfu"}
+        assert set(entry) >= {"tokens_per_s", "runs", "peak_mib", "final_loss", "mfu",
+                              "share_of_peak"}
         assert entry["tokens_per_s"] > 0 and entry["peak_mib"] > 0
         assert math.isfinite(entry["final_loss"])
+        assert entry["share_of_peak"] == pytest.approx(
+            entry["tokens_per_s"] * tiny["flops_per_target_token"] / peak)
     assert tiny["ratio"] == pytest.approx(tiny["ours"]["tokens_per_s"]
                                           / tiny["peer"]["tokens_per_s"])
+    assert tiny["speedup"] == pytest.approx(tiny["ours"]["tokens_per_s"]
+                                            / tiny["plain"]["tokens_per_s"])
     dec = cpu["decoding"]
     assert dec["settings"]["sentences"] == 50
     row = dec["sizes"]["tiny"]
@@ -562,6 +574,31 @@ def test_peer_has_our_parameters_and_computes_our_function(options):
     memory, _ = peer.encode(src)
     step_logits, _ = peer.decode(tgt, memory, src.eq(0))
     torch.testing.assert_close(step_logits, expected, atol=1e-9, rtol=0)
+
+
+def test_training_flops_match_torchs_flop_counter():
+    """The benchmark's FLOP count (share of peak) against torch's own FlopCounterMode on a
+    forward pass of our model: equal on an unpadded batch (x3 for forward + backward); on a
+    padded one the count is smaller (padding is not counted), and equals the sum of its
+    sentences counted one by one."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=3, d_ff=24,
+                      dropout=0.0, max_positions=32)
+    torch.manual_seed(0)
+    model = Transformer(cfg, 50, 50, shared_vocab=True)
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 6))
+    b = collate(src.tolist(), tgt.tolist())
+    with FlopCounterMode(display=False) as counter:  # the weights' path: attention as matmuls
+        model(b.src, b.tgt_in, need_weights=True)  # (it has no formula for CPU flash SDPA)
+    assert training_flops(cfg, 50, b, 0) == 3 * counter.get_total_flops()
+    ragged = collate([src[0, :3].tolist(), src[1].tolist()], [tgt[0].tolist(), tgt[1, :2].tolist()])
+    one_by_one = sum(training_flops(cfg, 50, collate([s], [t]), 0) for s, t in
+                     [(src[0, :3].tolist(), tgt[0].tolist()), (src[1].tolist(), tgt[1, :2].tolist())])
+    assert training_flops(cfg, 50, ragged, 0) == one_by_one
+    with FlopCounterMode(display=False) as counter:
+        model(ragged.src, ragged.tgt_in, need_weights=True)
+    assert training_flops(cfg, 50, ragged, 0) < 3 * counter.get_total_flops()
 
 
 def varied_pair(seed):

@@ -19,7 +19,7 @@ from tinymt.attention_maps import collect_attention
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
-from tinymt.metrics import token_nll
+from tinymt.loss import token_nll
 from tinymt.model import KINDS, Transformer
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.trainer import train

@@ -1,7 +1,5 @@
-"""The numbers we report, each computed in one place.
+"""The numbers we report, each computed in one place (the loss: :mod:`tinymt.loss`).
 
-- :func:`token_nll`: the summed token cross-entropy of a teacher-forced batch (training
-  loss with label smoothing, validation loss, head importance, the benchmark).
 - :func:`score`: corpus sacreBLEU and chrF of detokenized hypotheses.
 - :func:`attention_entropy`: the entropy (nats) of attention rows.
 """
@@ -11,20 +9,6 @@ from __future__ import annotations
 import numpy as np
 import sacrebleu
 import torch
-import torch.nn.functional as F
-
-
-def token_nll(logits: torch.Tensor, targets: torch.Tensor, pad_id: int,
-              label_smoothing: float = 0.0) -> torch.Tensor:
-    """Summed cross-entropy of ``logits`` ``(B, T, V)`` against ``targets`` ``(B, T)``.
-
-    Padding positions (``targets == pad_id``) count for nothing. Computed in float32 even
-    when the logits come out of bf16 autocast. Divide by the number of target tokens
-    for a mean.
-    """
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           ignore_index=pad_id, label_smoothing=label_smoothing,
-                           reduction="sum")
 
 
 def bleu_tokenizer(lang: str) -> str:

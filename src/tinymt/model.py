@@ -31,7 +31,8 @@ from torch import Tensor, nn
 
 from tinymt.attention import DecoderCache, KVCache
 from tinymt.errors import TinyMTError
-from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions, SinusoidalPositions
+from tinymt.layers import DecoderLayer, Dropout, EncoderLayer, LearnedPositions, SinusoidalPositions
+from tinymt.loss import linear_cross_entropy
 
 Attn = dict[str, list[Tensor]] | None  # attention weights by kind, one tensor per layer
 HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads) (or (n_layers, B, n_heads))
@@ -167,6 +168,8 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         head_gates: HeadGates = None,
         last_only: bool = False,
+        targets: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> tuple[Tensor, Attn]:
         """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> logits ``(B, T, V_tgt)``.
 
@@ -176,6 +179,9 @@ class Transformer(nn.Module):
         without a cache needs no more); then ``tgt_pad_mask`` defaults to none at all:
         padding only trails, so under the causal mask it cannot reach a last position that
         is not padding itself, and attention keeps its causal fast path.
+        ``targets`` ``(B, T)``: return the summed token loss (a scalar,
+        :func:`tinymt.loss.linear_cross_entropy`) in place of the logits; on a CPU no
+        ``(B, T, V_tgt)`` logits are made and padding positions cost nothing.
         """
         if tgt_pad_mask is None and not last_only:
             tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
@@ -192,10 +198,14 @@ class Transformer(nn.Module):
             )
             self_ws.append(self_w)
             cross_ws.append(cross_w)
+        attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
+        if targets is not None:
+            loss = linear_cross_entropy(self.decoder_norm(x), self.output_proj.weight, targets,
+                                        self.pad_id, label_smoothing)
+            return loss, attn
         if last_only:
             x = x[:, -1]  # (B, d)
         logits = self.output_proj(self.decoder_norm(x))  # (B, T, V_tgt) or (B, V_tgt)
-        attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
         return logits, attn
 
     def forward(
@@ -206,16 +216,22 @@ class Transformer(nn.Module):
         tgt_pad_mask: Tensor | None = None,
         need_weights: bool = False,
         head_gates: HeadGates = None,
+        targets: Tensor | None = None,
+        label_smoothing: float = 0.0,
     ) -> tuple[Tensor, Attn]:
-        """``(src (B, S), tgt_in (B, T))`` -> ``(logits (B, T, V_tgt), attn or None)``."""
+        """``(src (B, S), tgt_in (B, T))`` -> ``(logits (B, T, V_tgt), attn or None)``.
+
+        With ``targets`` ``(B, T)`` (``tgt_out``): ``(summed token loss, attn or None)``, the
+        training step's loss (see :meth:`decode`)."""
         if src_pad_mask is None:
             src_pad_mask = src.eq(self.pad_id)  # (B, S)
         memory, enc_attn = self.encode(src, src_pad_mask, need_weights, head_gates)
-        logits, dec_attn = self.decode(
-            tgt_in, memory, src_pad_mask, tgt_pad_mask, need_weights, head_gates
+        out, dec_attn = self.decode(
+            tgt_in, memory, src_pad_mask, tgt_pad_mask, need_weights, head_gates,
+            targets=targets, label_smoothing=label_smoothing,
         )
         attn = {**enc_attn, **dec_attn} if need_weights else None
-        return logits, attn
+        return out, attn  # logits (B, T, V_tgt), or the loss with targets
 
     # ----------------------------------------------------------------- incremental
     def init_cache(self, memory: Tensor, src_pad_mask: Tensor | None) -> DecoderCache:
@@ -286,7 +302,7 @@ def add_embeddings(model: nn.Module, cfg, src_vocab_size: int, tgt_vocab_size: i
     Positions = SinusoidalPositions if cfg.positional == "sinusoidal" else LearnedPositions
     model.src_pos = Positions(cfg.max_positions, d)
     model.tgt_pos = Positions(cfg.max_positions, d)
-    model.dropout = nn.Dropout(cfg.dropout)
+    model.dropout = Dropout(cfg.dropout)
 
 
 @torch.no_grad()

@@ -47,6 +47,7 @@ class PeerTransformer(nn.Module):
                  pad_id: int = 0):
         super().__init__()
         add_embeddings(self, cfg, src_vocab_size, tgt_vocab_size, shared_vocab, pad_id)
+        self.dropout = nn.Dropout(cfg.dropout)  # torch's, like the rest of the peer
         d = cfg.d_model
 
         layer_kw = {

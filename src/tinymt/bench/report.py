@@ -104,41 +104,58 @@ def render_training(dev: str, tr: dict, where: str) -> list[str]:
     ts = tr["settings"]
     cuda = dev == "cuda"
     L = [f"### Training throughput ({where})", ""]
-    compiled = ", torch.compile on both models" if ts["compile"] else ", eager (no torch.compile)"
+    compiled = ", torch.compile on every model" if ts["compile"] else ", eager (no torch.compile)"
     L += [(f"Target tokens per second (teacher-forced forward + backward + AdamW step, grad-norm "
           f"clipping), {ts['precision']}{compiled}; "
           f"batches of ≤ {ts['max_tokens']:,} tokens (padding included) from the train split, "
           f"the same {plural(ts['timed_batches'], 'batch')} "
           f"({ts['timed_target_tokens_per_run']:,} target tokens) timed in every run after "
           f"{plural(ts['warmup'], 'warm-up step')}; {plural(ts['repeats'], 'run')} per model "
-          "alternating ours, peer, ours, peer, …; median."), ""]
-    head = ("| size | params | ours tok/s | peer tok/s | ours/peer | target | ours peak MiB "
-            "| peer peak MiB |")
-    sep = "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+          "alternating ours, plain, peer, ours, …; median. *Plain* is our model with the "
+          "training step before #36: torch's dropout and the loss on the full logits "
+          "(ours: `layers.Dropout`, `loss.linear_cross_entropy` on the real targets only)."),
+          ""]
+    head = ("| size | params | ours tok/s | plain tok/s | ours/plain | peer tok/s | ours/peer "
+            "| target | ours % of peak | plain % | peer % | ours peak MiB | peer peak MiB |")
+    sep = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
     if cuda:
         head += " ours MFU | peer MFU |"
         sep += " ---: | ---: |"
     L += [head, sep]
     for size, row in tr["sizes"].items():
-        o, p = row["ours"], row["peer"]
+        o, pl, p = row["ours"], row.get("plain"), row["peer"]
         tsize, tmin = TRAIN_TARGETS[dev]
-        target = f"≥ {tmin:.1f}×" if tsize in (None, size) else "—"
+        target = f"≥ {tmin:.1f}× peer" if tsize in (None, size) else "—"
         if target != "—":
             target += f" ({'met' if row['ratio'] >= tmin else 'missed'})"
+        shares = [f"{e['share_of_peak'] * 100:.0f}%" if e and "share_of_peak" in e else "—"
+                  for e in (o, pl, p)]
+        plain_tps = fmt(pl["tokens_per_s"]) if pl else "—"
+        speedup = f"**{row['speedup']:.2f}×**" if pl else "—"  # results from before #36: none
         line = (f"| {size} | {row['params'] / 1e6:.2f} M | {fmt(o['tokens_per_s'])} | "
-                f"{fmt(p['tokens_per_s'])} | **{row['ratio']:.2f}×** | {target} | "
-                f"{fmt(o['peak_mib'])} | {fmt(p['peak_mib'])} |")
+                f"{plain_tps} | {speedup} | {fmt(p['tokens_per_s'])} | **{row['ratio']:.2f}×** | {target} | "
+                f"{' | '.join(shares)} | {fmt(o['peak_mib'])} | {fmt(p['peak_mib'])} |")
         if cuda:
             line += "".join(f" {e['mfu'] * 100:.1f}% |" if e["mfu"] is not None else " n/a |"
                             for e in (o, p))
         L.append(line)
+    if "matmul_peak_flops" in ts:
+        per_token = ", ".join(f"{s} {r['flops_per_target_token'] / 1e6:.1f} M"
+                              for s, r in tr["sizes"].items() if "flops_per_target_token" in r)
+        L += ["", (f"% of peak = the model's FLOP/s ÷ the matmul peak measured in this run: "
+                   f"{ts['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s, the median of "
+                   f"{len(ts['matmul_peak_runs'])} timed {ts['matmul_peak_size']}² "
+                   f"{ts['matmul_peak_dtype']} matmuls, measured before every round. The "
+                   "model's FLOPs are its matmuls on the batch's real tokens, forward and "
+                   "backward (`tinymt.bench.flops.training_flops`; FLOPs per target token: "
+                   f"{per_token}); padding is not counted.")]
     if cuda:
         peak = ts.get("gpu_peak_tflops")
         L += ["", ("MFU = 6 × params × target tokens/s ÷ "
                    + (f"{peak:g} TFLOP/s (the GPU's bf16 dense peak)" if peak else
                       "the GPU's bf16 dense peak (unknown for this GPU: pass --peak-tflops)")
                    + "; it ignores attention FLOPs and the encoder's source tokens.")]
-    L += ["", "Final training loss of the last run (sanity: both start from the same weights "
+    L += ["", "Final training loss of the last run (sanity: all start from the same weights "
           "and see the same batches): " + ", ".join(
               f"{s} ours {r['ours']['final_loss']:.3f} / peer {r['peer']['final_loss']:.3f}"
               for s, r in tr["sizes"].items()) + ".", ""]

@@ -10,7 +10,7 @@ import torch
 
 from tinymt.batching import eval_batches
 from tinymt.heads.gates import head_shapes, progress_bar
-from tinymt.metrics import token_nll
+from tinymt.loss import token_nll
 from tinymt.model import KINDS, Transformer
 
 

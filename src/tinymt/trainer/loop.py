@@ -34,7 +34,6 @@ from tinymt.config import as_train_config
 from tinymt.data import PreparedData, TrainSegments, prepare
 from tinymt.errors import TinyMTError
 from tinymt.files import clean_stale_temps, write_text
-from tinymt.metrics import token_nll
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
     METRICS,
@@ -279,7 +278,7 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[
     rank takes every ``world_size``-th sentence. Returns the mean token loss (label
     smoothing included) over all ranks and the number of target tokens.
     """
-    rt, pad = t.rt, t.data.tgt_tokenizer.pad_id
+    rt = t.rt
     n_tokens = sum(len(tgt[i]) + 1 for idx, _, tgt in micro for i in idx)
     step_loss = 0.0
     t.optimizer.zero_grad(set_to_none=True)
@@ -293,8 +292,8 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[
         accumulate = t.train_model.no_sync() if rt.distributed and not sync \
             else contextlib.nullcontext()
         with accumulate, rt.autocast():
-            logits, _ = t.train_model(batch.src, batch.tgt_in)
-            loss_sum = token_nll(logits, batch.tgt_out, pad, t.cfg.optim.label_smoothing)
+            loss_sum, _ = t.train_model(batch.src, batch.tgt_in, targets=batch.tgt_out,
+                                        label_smoothing=t.cfg.optim.label_smoothing)
             # DDP averages gradients over ranks; scale so the result is sum / n_tokens
             loss = loss_sum * (weight * rt.world_size / n_tokens)
         loss.backward()

@@ -27,7 +27,7 @@ from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import translate_ids
-from tinymt.metrics import attention_entropy, score, token_nll
+from tinymt.metrics import attention_entropy, score
 from tinymt.model import KINDS
 from tinymt.plotting import figure_to_array
 from tinymt.viewer.document import GOLD_COLUMNS, Probe, build_document, probe_from_pair
@@ -50,8 +50,8 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
         for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
             batch = batch.to(rt.device)
             with rt.autocast():
-                logits, _ = model(batch.src, batch.tgt_in)
-            loss_sum += token_nll(logits, batch.tgt_out, data.tgt_tokenizer.pad_id).item()
+                batch_loss, _ = model(batch.src, batch.tgt_in, targets=batch.tgt_out)
+            loss_sum += batch_loss.item()
             tok += batch.n_tgt_tokens
         loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])
     k = n if not limit else min(limit, n)

@@ -708,9 +708,13 @@ def test_report_puts_each_measured_number_in_its_row():
         lines = [ln for ln in md if ln.startswith(f"| {size} | {row['params'] / 1e6:.2f} M |")]
         assert len(lines) == 1, size
         cells = [c.strip() for c in lines[0].split("|")[1:-1]]
-        assert cells[2] == f"{row['ours']['tokens_per_s']:,.0f}"
-        assert cells[3] == f"{row['peer']['tokens_per_s']:,.0f}"
-        assert cells[4] == f"**{row['ours']['tokens_per_s'] / row['peer']['tokens_per_s']:.2f}×**"
+        ours, plain, peer = (row[k]["tokens_per_s"] for k in ("ours", "plain", "peer"))
+        assert cells[2] == f"{ours:,.0f}"
+        assert cells[3] == f"{plain:,.0f}"
+        assert cells[4] == f"**{ours / plain:.2f}×**"
+        assert cells[5] == f"{peer:,.0f}"
+        assert cells[6] == f"**{ours / peer:.2f}×**"
+        assert cells[8] == f"{row['ours']['share_of_peak'] * 100:.0f}%"
 
 
 def test_peer_refuses_what_it_cannot_do():

@@ -3,6 +3,7 @@ dict that ``--json`` writes -- so that merged runs of other devices render the s
 
 from __future__ import annotations
 
+from tinymt.bench.report_text import INTRO, METHOD_BULLETS, PRECISION_BULLET
 from tinymt.bench.scale_report import SCALE_COMMAND, render_scale
 from tinymt.bench.targets import (
     BEAM_OVER_GREEDY_TARGET,
@@ -17,48 +18,6 @@ from tinymt.bench.targets import (
 )
 from tinymt.bench.text import code, fmt, mark, ms, plural
 from tinymt.bench.viewer_report import render_viewer
-
-INTRO = (
-    "tinymt's `Transformer` (our attention, `tinymt/attention.py`) against the same model "
-    "built from `torch.nn.Transformer` (`tinymt/bench/peer.py`: same widths, heads, layers, FFN, "
-    "vocabulary, dropout, pre-LN with final norms, batch-first, same scaled tied "
-    "embeddings, sinusoidal positions and output projection -- the same parameter count, "
-    "and the same weights in every comparison). "
-    "Written by `scripts/benchmark.py` (the commands are at the end) with its raw numbers "
-    "in `docs/benchmarks.json`; do not edit it by hand, rerun it.")
-
-METHOD_BULLETS = (
-    ("- **One process, same work.** For every size our model is built from the size's "
-     "`configs/model/<size>.yaml`, the peer copies its weights "
-     "(`PeerTransformer.load_from_ours`), and both train on the same pre-collated batches "
-     "(tokens already on the device, so data loading is not timed) with the same AdamW "
-     "(lr 1e-4, betas 0.9/0.98, fused on CUDA), label-smoothed (0.1) cross-entropy and "
-     "grad-norm clipping at 1.0. Runs alternate ours, peer, ours, peer, … so that thermal "
-     "or background drift hits both; each run re-does its warm-up steps; the median run "
-     "is reported."),
-    ("- **Throughput** counts target tokens (`tgt_out` without padding) of the timed steps "
-     "divided by their wall time (`time.perf_counter`, after `torch.cuda.synchronize` on "
-     "GPU)."),
-    ("- **Decoding**: ours with the KV cache (`greedy_decode` / `beam_search`, "
-     "`use_cache=True`), ours re-running the decoder on the whole prefix each step "
-     "(`use_cache=False`), and the peer, driven by the same `tinymt.decoding.greedy_decode` "
-     "/ `beam_search` with `use_cache=False` (it has no cache): the usual `nn.Transformer` "
-     "recipe, recompute the whole prefix each step and project only the last position. "
-     "Finished sentences leave the batch in every method. "
-     "Sentences/s = test sentences ÷ wall time of one pass over all batches (encoder "
-     "included)."),
-    ("- **CTranslate2** (with `--run` and the `ct2` extra installed): the run's checkpoint "
-     "exported with `tinymt.ct2.export_run` (float32, and int8 weights) into a temporary "
-     "folder and decoded through `tinymt.ct2.translate_export_ids` -- the code of "
-     "`translate.py engine=ct2` -- with the same length rule, on as many intra-op threads as "
-     "torch uses, pass by pass in a child process, alternating with the other methods "
-     "(CTranslate2's and torch's thread pools in one process slow each other down by about "
-     "15%); CTranslate2 batches the sentences itself."),
-)
-PRECISION_BULLET = (
-    "- **Precision**: fp32 on CPU; bf16 autocast for both models on CUDA (ours then uses "
-    "`scaled_dot_product_attention`'s fused kernels, the peer `nn.MultiheadAttention`), "
-    "`torch.set_float32_matmul_precision('high')`.")
 
 
 def gpu_command(cpu_json: str | None) -> str:

@@ -82,10 +82,9 @@ def _step(c: _Contender, b: Batch, pad: int, device: torch.device) -> torch.Tens
         if c.fused_loss:  # the trainer's step
             loss_sum, _ = c.fwd(b.src, b.tgt_in, targets=b.tgt_out,
                                 label_smoothing=LABEL_SMOOTHING)
-        else:
+        else:  # the step before #36, and the peer
             logits, _ = c.fwd(b.src, b.tgt_in)
-    if not c.fused_loss:
-        loss_sum = token_nll(logits, b.tgt_out, pad, LABEL_SMOOTHING)
+            loss_sum = token_nll(logits, b.tgt_out, pad, LABEL_SMOOTHING)
     loss = loss_sum / b.n_tgt_tokens
     loss.backward()
     torch.nn.utils.clip_grad_norm_(c.model.parameters(), CLIP_NORM)

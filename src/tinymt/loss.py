@@ -82,21 +82,34 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float) -> Tensor:
-        V = weight.size(0)
+        N, V = hidden.size(0), weight.size(0)
+        z_buf = hidden.new_empty(min(N, CHUNK_ROWS), V)  # a chunk's logits, reused
+        g_buf = torch.empty_like(z_buf)  # its log-softmax, then its dloss/dz
+        w_sum = weight.sum(0)  # (d,): a row's sum of logits is h @ w_sum, no pass over z
         grad_hidden = torch.empty_like(hidden)  # (N, d)
-        grad_weight = torch.zeros_like(weight)  # (V, d)
+        grad_weight = torch.zeros_like(weight) if N == 0 else torch.empty_like(weight)
         total = hidden.new_zeros(())
-        for start in range(0, hidden.size(0), CHUNK_ROWS):
+        for start in range(0, N, CHUNK_ROWS):
             h = hidden[start : start + CHUNK_ROWS]  # (n, d)
+            n = h.size(0)
             y = targets[start : start + CHUNK_ROWS, None]  # (n, 1)
-            z = h @ weight.T  # (n, V) logits
-            lse = torch.logsumexp(z, dim=1, keepdim=True)  # (n, 1)
-            total += lse.sum() - (1 - eps) * z.gather(1, y).sum() - (eps / V) * z.sum()
-            # z becomes dloss/dz = softmax(z) - q, in place
-            z.sub_(lse).exp_().sub_(eps / V)
-            z.scatter_add_(1, y, z.new_full(y.shape, eps - 1))
-            torch.mm(z, weight, out=grad_hidden[start : start + CHUNK_ROWS])  # (n, d)
-            grad_weight.addmm_(z.T, h)  # (V, d)
+            z = torch.mm(h, weight.T, out=z_buf[:n])  # (n, V) logits
+            g = torch.log_softmax(z, 1, out=g_buf[:n])  # (n, V) z - lse
+            g_y = g.gather(1, y)  # (n, 1) log p(y)
+            lse = z.gather(1, y) - g_y  # (n, 1)
+            # loss = -sum_v q_v log p_v, q = (1 - eps) onehot(y) + eps / V, and
+            # sum_v log p_v = sum_v z_v - V lse
+            total -= (1 - eps) * g_y.sum() + (eps / V) * ((h @ w_sum).sum() - V * lse.sum())
+            # g becomes dloss/dz + eps / V = softmax(z) - (1 - eps) onehot(y), in place; the
+            # uniform -eps / V is added to both gradients after the loop, as rank-one terms
+            g.exp_().scatter_add_(1, y, g.new_full(y.shape, eps - 1))
+            torch.mm(g, weight, out=grad_hidden[start : start + n])  # (n, d)
+            if start == 0:
+                torch.mm(g.T, h, out=grad_weight)  # (V, d)
+            else:
+                grad_weight.addmm_(g.T, h)
+        grad_hidden.sub_(w_sum, alpha=eps / V)  # sum_v (eps / V) W_v, every row
+        grad_weight.sub_(hidden.sum(0), alpha=eps / V)  # sum_n (eps / V) h_n, every row
         ctx.save_for_backward(grad_hidden, grad_weight)
         return total
 

@@ -26,11 +26,15 @@ METHOD_BULLETS = (
      "from 16 random bits per element (3× cheaper than `bernoulli_` with its backward); "
      "`loss.linear_cross_entropy` computes the output projection, the loss and their "
      "gradients in chunks of 512 rows on the real targets only, without the logits tensor "
-     "(whose fresh 130 MB pages cost as much as the matmul into them); the token-budget "
-     "sampler sorts by the longer side first (6 % fewer batches an epoch, target padding "
-     "4.9 % instead of 11.6 %). The *plain* column shares the new batches, so it shows the "
-     "step's gain only. `torch.compile` of the step on this CPU was slower (251 against "
-     "366 tok/s, 292 s of warm-up, recompiles on every new batch shape) and is not used."),
+     "(whose fresh 130 MB pages cost as much as the matmul into them): each chunk's logits "
+     "go into one reused buffer, then a row-wise `log_softmax` and `exp_`, and the label "
+     "smoothing's uniform part is added to both gradients as rank-one terms (three passes "
+     "over a chunk's logits, not nine; about 10 % of the step, commit 7b530af); the "
+     "token-budget sampler sorts by the longer side first (6 % fewer batches an epoch, "
+     "target padding 4.9 % instead of 11.6 %). The *plain* column shares the new batches, "
+     "so it shows the step's gain only. `torch.compile` of the step on this CPU was slower "
+     "(251 against 366 tok/s, 292 s of warm-up, recompiles on every new batch shape) and is "
+     "not used."),
     ("- **Throughput** counts target tokens (`tgt_out` without padding) of the timed steps "
      "divided by their wall time (`time.perf_counter`, after `torch.cuda.synchronize` on "
      "GPU)."),

@@ -17,6 +17,8 @@ import torch
 from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train, run_script_with_fault
 from tinymt.checkpoint import load_checkpoint
+from tinymt.errors import Stopped
+from tinymt.rundir import step_checkpoints
 from tinymt.trainer import resume_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +132,13 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
     with pytest.raises(Killed):
         train(compose_train(tmp_path, *KILL_RUN))
     monkeypatch.undo()
+    _resume_to_the_same_run(tmp_path, uninterrupted)
 
+
+def _resume_to_the_same_run(tmp_path: Path, uninterrupted) -> None:
+    """Resume ``tmp_path``'s run: its published files and metrics are the uninterrupted
+    run's."""
+    ref, ref_metrics, best_step = uninterrupted
     run = tmp_path / "run"
     cfg = compose_train(tmp_path, *KILL_RUN, f"trainer.resume={run}")
     metrics = train(resume_config(cfg, [f"trainer.resume={run}"]))
@@ -145,6 +153,57 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
     on_disk = json.loads((run / "metrics.json").read_text())
     for key in ("best_valid_bleu", "test_bleu", "test_checkpoint_step", "steps"):
         assert on_disk[key] == metrics[key] == ref_metrics[key], key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,cli", [(signal.SIGTERM, True), (signal.SIGINT, False)],
+                         ids=["SIGTERM-through-the-cli", "Ctrl-C-in-process"])
+def test_a_signal_saves_the_step_under_way_and_resumes_to_the_same_run(
+        uninterrupted, tmp_path, monkeypatch, sig, cli):
+    """SIGTERM (scripts/train.py, as a scheduler sends it) or Ctrl-C at step 5, one step
+    after the validation of step 4: the run publishes last.pt at step 5, marked stopped, no
+    ckpt_5.pt, says how to go on, exits 128 + the signal; resumed, every published file and
+    the metrics are the uninterrupted run's. (Once, a signal lost every step since the
+    last validation; a resume from a last.pt of step 5 would publish a ckpt_5.pt, which
+    keep_last and the final average would then take for a validation's.)"""
+    import tinymt.trainer.loop as loop
+
+    ref = uninterrupted[0]
+    shutil.copytree(ref / "cache", tmp_path / "cache")  # the same data, not built again
+    run = tmp_path / "run"
+    fault = ("import os, tinymt.trainer.loop as loop\n"
+             "real = loop.optimizer_step\n"
+             "def step(t):\n"
+             "    grad_norm = real(t)\n"
+             "    if t.state['step'] == 5:\n"
+             f"        os.kill(os.getpid(), {int(sig)})\n"
+             "    return grad_norm\n"
+             "loop.optimizer_step = step\n")
+    if cli:
+        done = run_script_with_fault("train", [*TINY, f"data.cache_dir={tmp_path / 'cache'}",
+                                               f"run_dir={run}", f"hydra.run.dir={run}",
+                                               *KILL_RUN], fault)
+        assert done.returncode == 128 + sig, done.stderr[-2000:]
+        message = done.stderr.strip().splitlines()[-1]
+    else:
+        before = signal.getsignal(sig)
+        fault_ns: dict = {}
+        exec(fault.removesuffix("loop.optimizer_step = step\n"), fault_ns)
+        monkeypatch.setattr(loop, "optimizer_step", fault_ns["step"])
+        with pytest.raises(Stopped) as stopped:
+            train(compose_train(tmp_path, *KILL_RUN))
+        monkeypatch.undo()
+        assert stopped.value.signum == sig
+        assert signal.getsignal(sig) is before  # the handler is given back
+        message = stopped.value.message
+    assert message == (f"stopped by {signal.Signals(sig).name} after step 5: saved in "
+                       f"{run / 'checkpoints' / 'last.pt'}; go on with: "
+                       f"python scripts/train.py trainer.resume={run}")
+    last = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert last["step"] == 5 and last["stopped"] is True
+    assert [p.name for p in step_checkpoints(run)] == ["ckpt_2.pt", "ckpt_4.pt"]  # no ckpt_5
+    assert not (run / "metrics.json").exists()
+    _resume_to_the_same_run(tmp_path, uninterrupted)
 
 
 @pytest.mark.slow

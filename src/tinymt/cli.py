@@ -11,7 +11,7 @@ from typing import Any
 
 from hydra.errors import HydraException
 
-from tinymt.errors import TinyMTError
+from tinymt.errors import Stopped, TinyMTError
 
 _FAILED_JOBS: list[str] = []  # jobs of this ``-m`` sweep that ended in a TinyMTError
 
@@ -29,7 +29,9 @@ def _sweep_job() -> str | None:
 
 def one_line_errors(fn):
     """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2,
-    Ctrl-C becomes ``interrupted`` and exit code 130 (checkpoints already written stay).
+    Ctrl-C becomes ``interrupted`` and exit code 130 (checkpoints already written stay);
+    a run that saved its work on a signal (:class:`~tinymt.errors.Stopped`) says where and
+    exits with 128 + the signal's number.
     In a ``-m`` sweep a failed job is one line naming it, and the sweep goes on (the exit
     code is 2 at its end: :func:`run_hydra`)."""
 
@@ -45,6 +47,10 @@ def one_line_errors(fn):
                 return None
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except Stopped as e:  # the work is saved: say where, exit 128 + the signal
+            if e.message:
+                print(e.message, file=sys.stderr)
+            sys.exit(128 + e.signum)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             sys.exit(130)

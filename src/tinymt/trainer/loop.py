@@ -56,9 +56,8 @@ from tinymt.trainer.state import (
     restore,
     write_run_files,
 )
+from tinymt.trainer.stopping import StopRequest, skip_or_stop, stop_here
 from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
-
-MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row
 
 
 @dataclass
@@ -81,6 +80,7 @@ class Training:
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
         "train_seconds": 0.0, "skipped_steps": 0})
     t_start: float = field(default_factory=time.monotonic)
+    saved_step: int = -1  # the step of the last.pt this process last published
 
     def log(self, *args, **kwargs) -> None:
         if self.rt.is_main:
@@ -237,8 +237,9 @@ def run_loop(t: Training) -> str:
     window = _Window()
     skips = 0  # non-finite losses in a row
     t.model.train()
-    with tqdm(total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
-              desc="train", dynamic_ncols=True, mininterval=1.0) as bar:
+    with StopRequest() as stop, tqdm(total=tc.max_steps, initial=state["step"],
+                                     disable=not t.rt.is_main, desc="train",
+                                     dynamic_ncols=True, mininterval=1.0) as bar:
         while state["step"] < tc.max_steps:
             if state["epoch"] >= tc.max_epochs:
                 return "max_epochs"
@@ -253,7 +254,8 @@ def run_loop(t: Training) -> str:
                 continue
             skips = 0
             grad_norm = optimizer_step(t)
-            dt = runtime.all_reduce_max(t.rt, [time.monotonic() - t0])[0]  # one clock for all ranks
+            # one clock for all ranks; a signal to any rank stops them all after this step
+            dt, signum = runtime.all_reduce_max(t.rt, [time.monotonic() - t0, stop.signum])
             state["train_seconds"] += dt
             window.add(loss, n_tokens, dt)
             bar.update(1)
@@ -268,6 +270,8 @@ def run_loop(t: Training) -> str:
                 t.model.train()
             elif tc.probe_every and step % tc.probe_every == 0 and t.rt.is_main and t.probes:
                 validation.log_frame(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step)
+            if signum:
+                stop_here(t, int(signum))  # last.pt at this step, then exit 128 + signum
     return "max_steps"
 
 
@@ -299,24 +303,6 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[
         loss.backward()
         step_loss += loss_sum.item() * weight
     return runtime.all_reduce_sum(rt, [step_loss])[0] / n_tokens, n_tokens
-
-
-def skip_or_stop(t: Training, loss: float, skips: int) -> int:
-    """A non-finite loss: drop the step (``nan_policy=skip``, at most ``MAX_SKIPS`` in a
-    row) or stop with the step named. Returns the new count of skips in a row."""
-    step = t.state["step"] + 1
-    if t.cfg.trainer.nan_policy != "skip":
-        kept = ("the last checkpoint is intact" if checkpoint_path(t.run_dir, "last").is_file()
-                else "no checkpoint was written yet")
-        raise TinyMTError(f"loss became {loss} at step {step}; {kept}. "
-                          "Lower optim.lr or set trainer.nan_policy=skip")
-    if skips >= MAX_SKIPS:
-        raise TinyMTError(f"loss non-finite for {MAX_SKIPS} batches in a row at step {step}; "
-                          "lower optim.lr")
-    t.state["skipped_steps"] += 1
-    t.log(f"\nwarning: non-finite loss ({loss}) at step {step}: step skipped")
-    t.optimizer.zero_grad(set_to_none=True)
-    return skips + 1
 
 
 def optimizer_step(t: Training) -> torch.Tensor:
@@ -388,6 +374,7 @@ def save_checkpoints(t: Training, best: bool) -> None:
     (:func:`~tinymt.trainer.state.publish_checkpoints`)."""
     ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state, t.cfg, t.data)
     publish_checkpoints(ckpt, t.run_dir, best, t.cfg.trainer.keep_last)
+    t.saved_step = t.state["step"]
 
 
 # ----------------------------------------------------------------------------- 4. finish

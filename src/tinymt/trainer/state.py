@@ -194,13 +194,14 @@ def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
     """A run killed between the files of :func:`publish_checkpoints` resumes from a
     ``last.pt`` whose state already counts them: publish what is missing (a ``best.pt``
     older than the best step ``last.pt`` records, a missing step checkpoint), so files and
-    state agree."""
+    state agree. A ``last.pt`` saved by a stop (:mod:`~tinymt.trainer.stopping`) is no
+    validation's: it has no step checkpoint."""
     step, best_step = ckpt["step"], ckpt["trainer_state"].get("best_step")
     best = checkpoint_path(run_dir, "best")
     if best_step == step and _step_of(best) != step:
         log(f"{best} is older than the best model in last.pt (step {step}): published again")
         save_checkpoint(ckpt, best, owner=run_dir)
-    if keep_last > 1 and not step_checkpoint(run_dir, step).is_file():
+    if keep_last > 1 and not ckpt.get("stopped") and not step_checkpoint(run_dir, step).is_file():
         _publish_step(ckpt, run_dir, keep_last)
 
 

@@ -68,7 +68,6 @@ import torch
 from hydra import compose, initialize_config_dir
 from IPython.display import HTML, Image, display
 
-from tinymt.attention import MultiHeadAttention
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import collate
 from tinymt.data import normalize
@@ -85,7 +84,8 @@ from tinymt.heads import (
     normalize_importance,
     relation_summary,
 )
-from tinymt.model import KINDS
+from tinymt.heads.gates import gated_heads
+from tinymt.model import KINDS, causal_mask
 from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
 from tinymt.viewer.document import translation_document
@@ -240,8 +240,9 @@ ctx = weights @ V  # (B, h, S, d_head) each head's weighted sum of values
 concat = ctx.transpose(1, 2).reshape(B, S, d)  # (B, S, h * d_head) heads side by side
 out = concat @ W_O.T + b_O  # (B, S, d)
 
-module_out, module_weights = mha(x_in, key_padding_mask=pad_mask, need_weights=True)
-fast_out, _ = mha(x_in, key_padding_mask=pad_mask)  # the fused kernel training uses
+src_mask = model.padding_mask(src)  # (B, 1, 1, S) the module's sense: True = may attend
+module_out, module_weights = mha(x_in, mask=src_mask, need_weights=True)
+fast_out, _ = mha(x_in, mask=src_mask)  # the fused kernel training uses
 torch.testing.assert_close(out, module_out, rtol=1e-5, atol=1e-5)
 torch.testing.assert_close(weights, module_weights, rtol=1e-5, atol=1e-5)
 torch.testing.assert_close(out, fast_out, rtol=1e-5, atol=1e-5)
@@ -263,7 +264,7 @@ print(f"Q, K, V per head: {tuple(Q.shape)} = (B, h, S, d_head)")
 seen = {}
 hook = mha.register_forward_hook(
     lambda module, args, output: seen.update(query=args[0], out=output[0]))
-model.encode(src, pad_mask)
+model.encode(src)
 hook.remove()
 torch.testing.assert_close(seen["query"], x_in)
 torch.testing.assert_close(seen["out"], out, rtol=1e-5, atol=1e-5)
@@ -285,7 +286,8 @@ print(weights[1, 0, :n].numpy().round(2))
 # ## 3. The decoder: masked self-attention and cross-attention
 #
 # The decoder writes the translation one piece at a time. Its **masked (causal)
-# self-attention** uses the same module with `causal=True`: position $t$ may look at
+# self-attention** uses the same module with the causal mask (`tinymt.model.causal_mask`,
+# combined with padding in `model.decode`): position $t$ may look at
 # positions $\le t$ only, because when the model predicts piece $t+1$ the later pieces do
 # not exist yet. In the weight matrix (rows = queries, columns = keys) everything above
 # the diagonal is therefore exactly 0: *the upper triangle is empty*. Changing a later
@@ -295,20 +297,20 @@ print(weights[1, 0, :n].numpy().round(2))
 # the decoder's own states, its **keys and values** from the encoder's output (the
 # *memory*), the same memory for every decoder layer. Its map is `(T_target, S_source)`:
 # for each piece being written, where in the Chinese sentence the head looks. While
-# decoding, each layer projects the memory to keys/values once (`model.init_cache`) and
-# reuses them at every step.
+# decoding, each layer projects the memory to keys/values once (`tinymt.decoding.cache`)
+# and reuses them at every step.
 #
 # ## 3. 解码器：掩码自注意力与交叉注意力
 #
 # 解码器一次生成一个子词。它的**掩码（因果）自注意力**用的是同一个模块，只是加上
-# `causal=True`：位置 $t$ 只能看位置 $\le t$，因为模型预测第 $t+1$ 个子词时，后面的子词
+# 因果掩码（`tinymt.model.causal_mask`，在 `model.decode` 里与填充掩码合并）：位置 $t$ 只能看位置 $\le t$，因为模型预测第 $t+1$ 个子词时，后面的子词
 # 还不存在。所以在权重矩阵（行 = 查询，列 = 键）里，对角线以上全都是 0：*上三角是空的*。
 # 改动后面的目标子词不会改变它之前的预测，下面的单元格会验证这一点。
 #
 # **交叉注意力**是解码器读取源句的地方：**查询**来自解码器自己的状态，**键和值**来自编码器
 # 的输出（*memory*），每一层解码器用的都是同一个 memory。它的注意力图是
 # `(T_目标, S_源)`：对正在写的每个子词，这个头在看中文句子的哪里。解码时，每一层只把
-# memory 投影成键/值一次（`model.init_cache`），之后每一步都重复使用。
+# memory 投影成键/值一次（`tinymt.decoding.cache`），之后每一步都重复使用。
 
 # %%
 out_ids = translate_ids(model, [src_ids], beam=5)[0][0][0]  # best hypothesis of beam 5
@@ -319,13 +321,13 @@ memory, _ = model.encode(one.src)  # (1, S, d)
 seen = {}
 hook = model.decoder_layers[0].cross_attn.register_forward_hook(
     lambda module, args, output: seen.update(query=args[0], key_value=args[1]))
-logits, attn = model.decode(one.tgt_in, memory, one.src_pad_mask, need_weights=True)
+hidden, attn = model.decode(one.tgt_in, memory, model.padding_mask(one.src), need_weights=True)
+logits = model.logits(hidden)  # (1, T, V) scores of the next piece at every position
 hook.remove()
 T = one.tgt_in.size(1)
 
 allowed = torch.ones(T, T, dtype=torch.bool).tril()  # (T, T) query t sees keys 0..t
-if T > 1:  # the module builds the same mask
-    assert torch.equal(MultiHeadAttention.may_attend(None, True, T, T, "cpu"), allowed)
+assert torch.equal(causal_mask(T), allowed)  # the model builds the same mask
 corner = min(T, 8)
 print(f"\ncausal mask, 1 = may attend (rows: queries, columns: keys; first {corner} of {T}):")
 print(allowed[:corner, :corner].int())
@@ -335,14 +337,14 @@ print(f"decoder self-attention weights {tuple(self_w.shape)}: above the diagonal
 
 changed = one.tgt_in.clone()
 changed[0, -1] = 4 if int(changed[0, -1]) != 4 else 5  # another last piece (0-3: special ids)
-logits2, _ = model.decode(changed, memory, one.src_pad_mask)
+logits2 = model.logits(model.decode(changed, memory, model.padding_mask(one.src))[0])
 torch.testing.assert_close(logits2[:, :-1], logits[:, :-1])  # earlier predictions unchanged
 print("changing the last target piece leaves every earlier prediction unchanged")
 
 cross = model.decoder_layers[0].cross_attn
 assert torch.equal(seen["key_value"], memory), "cross-attention keys/values not from memory"
-q = cross.project_q(seen["query"])  # (1, h, T, d_head) from the decoder
-k, v = cross.project_kv(memory)  # (1, h, S, d_head) each, from the encoder
+q, k, v = cross.project(seen["query"], memory)  # q (1, h, T, d_head) from the decoder,
+# k and v (1, h, S, d_head) each from the encoder
 cross_w = attn["cross"][0]  # (1, h, T, S)
 print(f"\ncross-attention: queries {tuple(q.shape)} from the decoder, keys {tuple(k.shape)} "
       f"and values {tuple(v.shape)} from the encoder memory -> weights {tuple(cross_w.shape)}")
@@ -456,7 +458,7 @@ else:  # the best head per relation (the dependent looks for its head) vs the ba
 # ## 5. Switching a head off
 #
 # Every head has a **gate**, a number its output is multiplied by before the heads are
-# concatenated (`head_gates={kind: (layers, heads)}`); gate 0 switches the head off without
+# concatenated (`gated_heads(model, {kind: (layers, heads)})`); gate 0 switches the head off without
 # retraining, exactly as if its slice of the concatenation were zeros (checked first). Then
 # each head in turn is switched off while the sentence is translated greedily, and every
 # head whose removal changes the translation is listed, most important first (then pairs
@@ -466,7 +468,7 @@ else:  # the best head per relation (the dependent looks for its head) vs the ba
 # ## 5. 关掉一个头
 #
 # 每个头都有一个**门控**（gate）：在拼接各个头之前，把这个头的输出乘上这个数
-# （`head_gates={kind: (层数, 头数)}`）；门控为 0 就在不重新训练的情况下关掉这个头，效果
+# （`gated_heads(model, {kind: (层数, 头数)})`）；门控为 0 就在不重新训练的情况下关掉这个头，效果
 # 与把拼接结果中属于这个头的那一段置零完全相同（先验证这一点）。然后逐个关掉每个头，用贪心
 # 解码翻译这个句子，按重要性从高到低列出关掉后译文会改变的头（如果单个头都不会改变译文，
 # 就试最重要的头两两组合）。训练得好的模型往往少一个头也能照常翻译：头分析里的“可剪枝”衡量的正是这一点。
@@ -474,7 +476,10 @@ else:  # the best head per relation (the dependent looks for its head) vs the ba
 # %%
 gate = torch.ones(h)
 gate[0] = 0.0  # head 0 of encoder layer 0 off
-gated_out, _ = mha(x_in, key_padding_mask=pad_mask, head_gate=gate)
+gates = torch.ones(len(model.encoder_layers), h)
+gates[0] = gate  # (layers, heads): encoder layer 0 gets this gate
+with gated_heads(model, {"encoder_self": gates}):
+    gated_out, _ = mha(x_in, mask=src_mask)
 ctx_off = ctx.clone()
 ctx_off[:, 0] = 0.0  # (B, h, S, d_head) head 0's context zeroed
 torch.testing.assert_close(gated_out, ctx_off.transpose(1, 2).reshape(B, S, d) @ W_O.T + b_O,
@@ -483,7 +488,8 @@ print("gate 0 == that head's slice of the concatenation set to zero\n")
 
 
 def greedy(gates=None) -> str:
-    return tgt_tok.decode(translate_ids(model, [src_ids], head_gates=gates)[0][0][0])
+    with gated_heads(model, gates):
+        return tgt_tok.decode(translate_ids(model, [src_ids])[0][0][0])
 
 
 base = greedy()

@@ -23,8 +23,7 @@ def main(cfg: DictConfig) -> None:
     # after the check: a bad value fails at once, before torch is imported
     from tinymt.checkpoint import average_checkpoints, save_checkpoint
     from tinymt.files import check_output
-    from tinymt.rundir import find_run, step_checkpoints
-    from tinymt.runlock import lock_run
+    from tinymt.rundir import find_run, lock_run, step_checkpoints
     run_dir = find_run(cfg.run, cfg.outputs_root)
     out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt", "output",
                        owner=run_dir)  # never the run's last.pt, best.pt, ...

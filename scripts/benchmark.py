@@ -1,19 +1,12 @@
 """Benchmark tinymt against the same model built from ``torch.nn.Transformer``.
 
-    python scripts/benchmark.py --quick    # < 2 min on a CPU: a smoke run of the benchmark
-    python scripts/benchmark.py --device cpu --json docs/benchmarks.json \\
-        --out docs/benchmarks.md                              # the published CPU report
-    python scripts/benchmark.py --device cuda --merge docs/benchmarks.json \\
-        --json docs/benchmarks-cuda.json --out docs/benchmarks.md   # add the GPU sections
-    python scripts/benchmark.py --device cpu --sections serve --run outputs/<date>/<time> \\
-        --merge docs/benchmarks.json --json docs/benchmarks.json \\
-        --out docs/benchmarks.md             # scripts/serve.py under load, keeping the rest
-    python scripts/benchmark.py --device cpu --sections viewer --merge docs/benchmarks.json \\
-        --json docs/benchmarks.json --out docs/benchmarks.md   # the Attention tab's server
+    python scripts/benchmark.py --quick                    # a smoke run of the benchmark
+    python scripts/benchmark.py --run outputs/<date>/<time> # decode a trained model
+    python scripts/benchmark.py --help                      # every option
 
-Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; docs/ is
-written only when named, from a clean working tree. `--help` lists the options; the
-benchmark itself is ``tinymt.bench`` (see docs/benchmarks.md).
+Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/. The
+benchmark itself is ``tinymt.bench``; docs/benchmarks.md holds the figures, what they
+mean, the targets and the commands that wrote them.
 """
 
 import os

@@ -10,6 +10,7 @@ import atexit
 import os
 import shutil
 import tempfile
+import types
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # must precede any import of datasets / huggingface_hub
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -304,8 +305,8 @@ class FixedAttention(torch.nn.Module):
         super().__init__()
         self.weights = {k: torch.tensor(w, dtype=torch.float64) for k, w in weights.items()}
 
-    def head_mask(self, kind: str) -> torch.Tensor:
-        return torch.ones(1, 2)
+    n_heads = 2
+    encoder_layers = decoder_layers = [types.SimpleNamespace(self_attn=None, cross_attn=None)]
 
     def forward(self, src, tgt_in, need_weights=False):
         S, T = src.shape[1], tgt_in.shape[1]
@@ -380,13 +381,35 @@ def http_get(url: str) -> tuple[int, bytes]:
 
 @contextlib.contextmanager
 def tensorboard_process(logdir: Path, ready, *flags: str):
-    """``tensorboard --logdir <logdir> [flags]`` exactly as a user starts it, on a loopback
-    port (the benchmark's launcher, :func:`tinymt.bench.viewer_speed.tensorboard`); yields
-    ``(base URL, process)`` once ``ready(base)`` is true."""
-    from tinymt.bench.viewer_speed import tensorboard
-
-    with tensorboard(logdir, ready, *flags) as (base, proc, _):
-        yield base, proc
+    """``tensorboard --logdir <logdir> [flags]`` exactly as a user starts it (the Attention
+    tab found through its entry point), on a loopback port; yields ``(base URL, process)``
+    once ``ready(base)`` is true (within 120 s, else the test fails with its stderr)."""
+    port = free_port()
+    tb = Path(sys.executable).with_name("tensorboard")
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", "127.0.0.1",
+                                 "--port", str(port), *flags], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    if ready(base):
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    err.seek(0)
+                    pytest.fail(f"tensorboard --logdir {logdir} not ready: "
+                                f"{err.read()[-1500:].decode(errors='replace')}")
+                time.sleep(0.1)
+            yield base, proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -421,8 +444,14 @@ def synthetic_document(layers: int = 2, heads: int = 4, n: int = 12, step: int =
     trainer builds its records (uint8 weights, entropy, gold cells on the showcase words)."""
     import numpy as np
 
-    from tinymt.bench.viewer_speed import softmax_rows
     from tinymt.viewer.document import Probe, build_document
+
+    def softmax_rows(rng, shape, causal):
+        logits = rng.standard_normal(shape) * 3.0
+        if causal:  # a query sees itself and what precedes it
+            logits = np.where(np.tril(np.ones(shape[-2:], bool)), logits, -np.inf)
+        w = np.exp(logits - logits.max(-1, keepdims=True))
+        return w / w.sum(-1, keepdims=True)
 
     rng = np.random.default_rng(seed)
     src = ["▁我请" if i % 3 == 0 else f"▁w{i}" for i in range(n - 1)]
@@ -582,7 +611,7 @@ def write_records(folder: Path, records: dict[str, tuple[bytes, list]]) -> None:
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    from tinymt.viewer.metadata import PLUGIN_NAME
+    from tinymt.viewer.summary import PLUGIN_NAME
 
     writer = EventFileWriter(str(folder))
     for tag, (content, steps) in records.items():

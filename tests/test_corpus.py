@@ -21,6 +21,8 @@ from tinymt.corpus.pair import join_english
 from tinymt.corpus.render import render
 from tinymt.corpus.structures import (
     NP,
+    Because,
+    But,
     Clause,
     Copula,
     GoDo,
@@ -28,7 +30,6 @@ from tinymt.corpus.structures import (
     Pivot,
     VerbPhrase,
     Want,
-    clauses,
 )
 
 SIZES = {"train_size": 5000, "valid_size": 300, "test_size": 300}
@@ -71,6 +72,17 @@ def only_index(words, w) -> int | None:
 def with_to(v: L.Verb, forms: tuple[str, ...]) -> tuple[str, ...]:
     """去 aligns with "go" and "to" (去北京 go to Beijing)."""
     return forms + ("to",) if v.frame == "goal" else forms
+
+
+def clauses(s) -> list[Clause]:
+    """The top-level clauses of a sentence (both halves of because/but, the complement)."""
+    if isinstance(s, Clause):
+        return [s]
+    if isinstance(s, Because):
+        return [s.cause, s.effect]
+    if isinstance(s, But):
+        return [s.first, s.second]
+    return [s.comp]
 
 
 def simple_clauses(samples, mood="declarative"):

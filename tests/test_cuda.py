@@ -19,7 +19,7 @@ from tinymt.attention import MultiHeadAttention
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode
-from tinymt.model import KINDS, Transformer
+from tinymt.model import KINDS, Transformer, causal_mask
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.trainer import train
 from tinymt.translate import translate
@@ -46,13 +46,16 @@ def test_sdpa_kernels_match_explicit_weights_in_bf16(causal, padding):
     torch.manual_seed(0)
     mha = MultiHeadAttention(256, 8).to(CUDA).eval()
     x = torch.randn(4, 37, 256, device=CUDA)
-    pad = (torch.arange(37, device=CUDA)[None, :]
-           >= torch.tensor([37, 30, 9, 1], device=CUDA)[:, None]) if padding else None
+    mask = (torch.arange(37, device=CUDA)[None, None, None, :]
+            < torch.tensor([37, 30, 9, 1], device=CUDA)[:, None, None, None]) if padding else None
+    if causal:
+        tri = causal_mask(37, CUDA)
+        mask = tri if mask is None else mask & tri
     with torch.no_grad():
-        ref, _ = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)  # fp32
+        ref, _ = mha(x, mask=mask, need_weights=True)  # fp32
         with bf16():
-            fused, _ = mha(x, key_padding_mask=pad, causal=causal)
-            explicit, w = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)
+            fused, _ = mha(x, mask=mask)
+            explicit, w = mha(x, mask=mask, need_weights=True)
     assert fused.dtype == explicit.dtype == torch.bfloat16 and w.dtype == torch.float32
     torch.testing.assert_close(fused.float(), explicit.float(), atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(fused.float(), ref, atol=3e-2, rtol=3e-2)

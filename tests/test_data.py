@@ -23,10 +23,22 @@ from conftest import (
 )
 from tinymt.data import COMPLETE, cache_path, normalize, prepare, summary_table
 from tinymt.data.prepared import Ragged, SplitWriter
-from tinymt.data.sources import as_table, load_columns, to_dataset
+from tinymt.data.sources import as_table, load_chunks
 from tinymt.errors import TinyMTError
 from tinymt.files import TEMP_PREFIX
 from tinymt.tokenizer import Tokenizer, identity
+
+
+def load_columns(cfg, log) -> dict[str, dict]:
+    """The raw corpus of ``cfg`` as plain columns per split (all of it in memory)."""
+    out = {}
+    for name, chunks in load_chunks(cfg, log).items():
+        cols: dict = {}
+        for chunk in chunks:
+            for key, values in chunk.items():
+                cols.setdefault(key, []).extend(values)
+        out[name] = cols or {"src": [], "tgt": []}
+    return out
 
 
 def _quiet(_msg):
@@ -515,7 +527,8 @@ def test_builtin_source_with_alignments(data_cfg):
 def raw_splits(cfg) -> dict:
     """The raw corpus of ``cfg`` per split as the Arrow datasets the pipeline builds (lists
     where the generator has tuples): no normalisation, no tokenization."""
-    return {name: to_dataset(cols) for name, cols in load_columns(cfg, _quiet).items()}
+    return {name: datasets.Dataset(as_table(cols))
+            for name, cols in load_columns(cfg, _quiet).items()}
 
 
 def test_builtin_en_to_zh_alignment_pairs_are_en_zh(data_cfg):
@@ -696,8 +709,8 @@ def test_a_split_is_written_as_save_to_disk_writes_it(tmp_path):
             "src_ids": [[5, 6], [7], [8, 9]], "tgt_ids": [[10, 11], [12], [13, 14]]}
     table = as_table(cols)
     out = SplitWriter(tmp_path / "ours", "train")
-    out.write(table.slice(0, 2))
-    out.write(table.slice(2))
+    out.write({name: values[:2] for name, values in cols.items()})
+    out.write({name: values[2:] for name, values in cols.items()})
     out.close()
     ours, theirs = tmp_path / "ours" / "splits" / "train", tmp_path / "theirs"
     datasets.Dataset(table).save_to_disk(str(theirs))

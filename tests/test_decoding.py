@@ -9,6 +9,7 @@ import torch
 
 from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, full_beam_search, greedy_decode, translate_ids
+from tinymt.decoding.cache import KVCache
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
@@ -46,7 +47,8 @@ def teacher_forced_logprob(model, src_row, hyps):
         tgt_out[i, : len(h) + 1] = torch.tensor(list(h) + [EOS])
     src = src_row[None].expand(len(hyps), -1)
     with torch.no_grad():
-        logits, _ = model(src, tgt_in)
+        hidden, _ = model(src, tgt_in)
+        logits = model.logits(hidden)
     logp = logits.log_softmax(-1).gather(-1, tgt_out[..., None])[..., 0]  # (N, T)
     return logp.masked_fill(tgt_out.eq(PAD), 0.0).sum(-1).tolist()
 
@@ -225,8 +227,8 @@ def full_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
     for step in range(1, cap + 1):
         cands = []
         for toks, s in alive:
-            logits, _ = model(src_row[None], torch.tensor([[BOS] + toks]))
-            logits = logits[0, -1].clone()
+            hidden, _ = model(src_row[None], torch.tensor([[BOS] + toks]))
+            logits = model.logits(hidden[0, -1])
             logits[[PAD, BOS]] = float("-inf")
             logp = logits.log_softmax(-1)
             cands += [(toks + [t], s + logp[t].item()) for t in range(len(logp))
@@ -305,3 +307,37 @@ def test_full_rule_beam_one_is_greedy_and_translate_ids_picks_the_rule():
         assert [[t for t, _ in h] for h in got] == [[t for t, _ in h] for h in want]
     with pytest.raises(TinyMTError, match="beam_rule='wide'"):
         translate_ids(model, ids, beam=3, beam_rule="wide")
+
+
+# --------------------------------------------------------------------------- the KV cache
+def causal_attention(mha, x):
+    """Masked self-attention over the whole of ``x`` (B, T, d): the reference."""
+    T = x.size(1)
+    return mha(x, mask=torch.ones(T, T, dtype=torch.bool).tril())[0]
+
+
+def test_kv_cache_grows_past_its_buffer_with_reorders():
+    """One position at a time through CachedSelfAttention (steps 2-4 the core's), for many
+    steps (the buffer is reallocated twice), with beam-search-like reorders in between:
+    always the same as masked self-attention over the whole prefix."""
+    from tinymt.attention import MultiHeadAttention
+    from tinymt.decoding.cache import CachedSelfAttention
+
+    torch.manual_seed(9)
+    mha = MultiHeadAttention(12, 3).to(DT).eval()
+    B, T = 2, 3 * KVCache.MIN_ROOM + 5
+    x = torch.randn(B, T, 12, dtype=DT)
+    cached = CachedSelfAttention(mha)
+    rows = torch.arange(B)  # which sentence of x each cache row holds
+    grown = set()
+    for t in range(T):
+        out, w = cached(x[rows, t : t + 1], need_weights=t % 2 == 0)
+        full = causal_attention(mha, x[rows, : t + 1])
+        torch.testing.assert_close(out[:, 0], full[:, t], atol=1e-12, rtol=0)
+        assert cached.kv.length == t + 1 and (w is None or w.shape == (len(rows), 3, 1, t + 1))
+        grown.add(cached.kv.k.size(2))
+        if t % 5 == 4:  # duplicate, drop and permute rows
+            index = torch.tensor([1, 0, 0]) if len(rows) == 2 else torch.tensor([2, 1])
+            cached.kv.reorder(index)
+            rows = rows[index]
+    assert len(grown) >= 3  # started small and was reallocated at least twice

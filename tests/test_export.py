@@ -31,6 +31,7 @@ from tinymt.ct2.export import meta_digest
 from tinymt.data import normalize
 from tinymt.decoding import max_output_length, translate_ids
 from tinymt.errors import TinyMTError
+from tinymt.heads.gates import prune_weights
 from tinymt.model import Transformer
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.tokenizer import Tokenizer
@@ -107,7 +108,7 @@ def test_forced_targets_score_as_in_our_model(run, exports, src_ids):
                                         [run.tgt_tokenizer.pieces(h) for h in hyps])
     b = collate(src_ids, hyps)
     with torch.inference_mode():
-        logits, _ = run.model(b.src, b.tgt_in)
+        logits = run.model.logits(run.model(b.src, b.tgt_in)[0])
     ours = logits.log_softmax(-1).gather(-1, b.tgt_out[..., None])[..., 0]  # (B, T)
     worst = 0.0
     for k, r in enumerate(results):
@@ -190,9 +191,9 @@ def test_every_architecture_option_converts_exactly(name, run, toy_tokenizers, t
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.3)
-        if pruned:
-            model.set_head_masks({"encoder_self": torch.tensor([[1.0, 0, 1, 1], [1, 1, 1, 0]]),
-                                  "cross": torch.tensor([[0.0, 1, 1, 1], [1, 1, 0.5, 1]])})
+        if pruned:  # heads switched off: their W_O columns are zero
+            model.load_state_dict(prune_weights(model.state_dict(), [
+                ("encoder_self", 0, 1), ("encoder_self", 1, 3), ("cross", 0, 0)], 4))
     state = {"model_config": dataclasses.asdict(cfg), "step": 0}
     loaded = LoadedRun(model, src_tok, tgt_tok, {"data": {}}, tmp_path, tmp_path / "x.pt", state)
     ex = load_export(export_run(loaded, tmp_path / "export"), "cpu", threads=1)
@@ -204,7 +205,7 @@ def test_every_architecture_option_converts_exactly(name, run, toy_tokenizers, t
                                         [tgt_tok.pieces(t) for t in tgts])
     b = collate(srcs, tgts)
     with torch.inference_mode():
-        logits, _ = model(b.src, b.tgt_in)
+        logits = model.logits(model(b.src, b.tgt_in)[0])
     ours = logits.log_softmax(-1).gather(-1, b.tgt_out[..., None])[..., 0]
     for k, r in enumerate(results):
         assert ours[k, : len(tgts[k]) + 1].tolist() == pytest.approx(r.log_probs, abs=LOGP_TOL)

@@ -1,4 +1,4 @@
-"""The one write path (tinymt.files) and the run lock (tinymt.runlock), directly."""
+"""The one write path (tinymt.files) and the run lock (tinymt.rundir), directly."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tinymt.files import (
     write_folder,
     write_text,
 )
-from tinymt.runlock import RunLock, lock_run
+from tinymt.rundir import RunLock, lock_run
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_a_folder_that_is_no_run_is_not_made_one(tmp_path):
 
 def test_a_second_writer_is_told_who_writes(run):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        from tinymt.runlock import RunLock
+        from tinymt.rundir import RunLock
         import time
         lock = RunLock.take({str(run)!r}); print("held", flush=True); time.sleep(60)""")],
         stdout=subprocess.PIPE, text=True)

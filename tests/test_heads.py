@@ -30,27 +30,22 @@ from tinymt.config import ModelConfig
 from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.heads import (
-    AlignmentCounts,
-    aer,
     alignment_summary,
     all_heads,
     analyze,
-    attention_links,
     attention_pass,
     head_importance,
     head_labels,
     load_sentences,
     normalize_importance,
-    one_hot,
-    piece_word_weights,
-    pieces_to_words,
-    prunable,
-    prune_counts,
-    prune_order,
 )
+from tinymt.heads.gates import gated_heads, gates_without, head_shapes, prune_weights, pruned_heads
+from tinymt.heads.pruning import prunable, prune_counts, prune_order
+from tinymt.heads.stats import AlignmentCounts, aer, attention_links
 from tinymt.model import KINDS, Transformer
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.translate import translate
+from tinymt.words import one_hot, piece_word_weights, pieces_to_words
 
 
 @pytest.fixture(autouse=True)
@@ -75,12 +70,13 @@ def test_importance_equals_per_sentence_gradients(loaded):
     model = run.model
     src, tgt = sents.src_ids[:5], sents.tgt_ids[:5]
     fast = head_importance(model, src, tgt, batch_tokens=10_000)
-    total = {k: torch.zeros(model.head_mask(k).shape, dtype=torch.float64) for k in KINDS}
+    total = {k: torch.zeros(shape, dtype=torch.float64) for k, shape in head_shapes(model).items()}
     n_tok = 0
     for s, t in zip(src, tgt):
-        gates = {k: torch.ones(model.head_mask(k).shape, requires_grad=True) for k in KINDS}
+        gates = {k: torch.ones(shape, requires_grad=True) for k, shape in head_shapes(model).items()}
         b = collate([s], [t])
-        logits, _ = model(b.src, b.tgt_in, head_gates=gates)
+        with gated_heads(model, gates):
+            logits = model.logits(model(b.src, b.tgt_in)[0])
         torch.nn.functional.cross_entropy(logits[0], b.tgt_out[0], reduction="sum").backward()
         for k in KINDS:
             total[k] += gates[k].grad.abs().double()
@@ -91,15 +87,15 @@ def test_importance_equals_per_sentence_gradients(loaded):
 
 
 def test_importance_of_a_head_masked_in_training_is_zero(loaded):
-    """A fresh model trained a few dozen steps with two heads' mask buffers at zero: those
-    heads never learn and their importance is exactly 0; every other head's is > 0."""
+    """A fresh model trained a few dozen steps with two heads gated off: those heads' W_O
+    columns never learn; pruned (their W_O columns zeroed, as a pruned checkpoint stores
+    them), their importance is exactly 0; every other head's is > 0."""
     run, sents = loaded
     torch.manual_seed(0)
     cfg = OmegaConf.create(OmegaConf.to_container(run.model.config))
     model = Transformer(cfg, run.model.src_vocab_size, run.model.tgt_vocab_size,
                         run.model.shared_vocab)
-    model.head_mask_encoder_self[1, 0] = 0.0
-    model.head_mask_cross[0, 1] = 0.0
+    off = gates_without(model, [("encoder_self", 1, 0), ("cross", 0, 1)])
     d_head = cfg.d_model // cfg.n_heads
     w_o = model.encoder_layers[1].self_attn.out_proj.weight
     before = w_o[:, :d_head].detach().clone()
@@ -110,7 +106,8 @@ def test_importance_of_a_head_masked_in_training_is_zero(loaded):
     for step in range(30):
         idx = [(step * 8 + i) % len(src) for i in range(8)]
         b = collate([src[i] for i in idx], [tgt[i] for i in idx])
-        logits, _ = model(b.src, b.tgt_in)
+        with gated_heads(model, off):
+            logits = model.logits(model(b.src, b.tgt_in)[0])
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), b.tgt_out,
                                                  ignore_index=0)
         opt.zero_grad()
@@ -119,6 +116,9 @@ def test_importance_of_a_head_masked_in_training_is_zero(loaded):
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 1.0  # it did learn
     assert torch.equal(w_o[:, :d_head], before)  # the masked head's W_O never moved
+    masked = [("encoder_self", 1, 0), ("cross", 0, 1)]
+    model.load_state_dict(prune_weights(model.state_dict(), masked, cfg.n_heads))
+    assert sorted(pruned_heads(model)) == sorted(masked)
     imp = head_importance(model, src, tgt)
     assert imp["encoder_self"][1, 0] == 0.0 and imp["cross"][0, 1] == 0.0
     others = [imp[k][layer, h] for k, layer, h in all_heads(model)
@@ -186,7 +186,8 @@ def test_gating_all_heads_of_a_layer_removes_its_attention(kind, layer, bias):
     tgt = torch.tensor([[2, 12, 13, 14], [2, 15, 16, 0]])
     gates = {k: torch.ones(2, 2, dtype=torch.float64) for k in KINDS}
     gates[kind][layer] = 0.0
-    gated, _ = model(src, tgt, head_gates=gates)
+    with gated_heads(model, gates):
+        gated, _ = model(src, tgt)
     plain, _ = model(src, tgt)
     owner = model.encoder_layers[layer] if kind == "encoder_self" else model.decoder_layers[layer]
     module = owner.cross_attn if kind == "cross" else owner.self_attn
@@ -202,9 +203,11 @@ def test_gating_all_heads_of_a_layer_removes_its_attention(kind, layer, bias):
         handle.remove()
     torch.testing.assert_close(gated, reference, atol=1e-12, rtol=0)
     assert not torch.allclose(gated, plain)
-    # the persistent masks do the same
-    model.set_head_masks({kind: gates[kind]})
+    # zeroing the heads' W_O columns does the same
+    heads = [(kind, layer, h) for h in range(2)]
+    model.load_state_dict(prune_weights(model.state_dict(), heads, 2))
     torch.testing.assert_close(model(src, tgt)[0], reference, atol=1e-12, rtol=0)
+    assert sorted(pruned_heads(model)) == heads
 
 
 # ----------------------------------------------------------------------------- alignment
@@ -421,38 +424,37 @@ def test_pruned_checkpoint_differs_in_the_masked_heads_only(head_analysis):
         min(v for h, v in importance.items() if h not in masked)
     state, plain_state = pruned_ckpt["model"], plain_ckpt["model"]
     assert state.keys() == plain_state.keys()
-    for name, tensor in plain_state.items():
-        kind = name.removeprefix("head_mask_")
-        if kind not in KINDS:
-            assert torch.equal(state[name], tensor), name
-            continue
-        assert torch.equal(tensor, torch.ones_like(tensor))
-        assert state[name].shape == tensor.shape
-        for (layer, h), v in np.ndenumerate(state[name].numpy()):
-            assert v == (0.0 if (kind, layer, h) in masked else 1.0), (kind, layer, h)
+    changed = {name for name, tensor in plain_state.items() if not torch.equal(state[name], tensor)}
+    assert changed == {name for name in plain_state if name.endswith(".out_proj.weight")
+                       and any(name.startswith(_owner(k, layer)) for k, layer, _ in masked)}
     assert pruned_ckpt["model_config"] == plain_ckpt["model_config"]
     assert "optimizer" in plain_ckpt and "optimizer" not in pruned_ckpt
 
     pruned = load_run(str(run_dir), p["path"], "cpu")
     plain = load_run(str(run_dir), "best", "cpu")
-    gates = {k: torch.ones(plain.model.head_mask(k).shape) for k in KINDS}
-    for kind, layer, h in masked:
-        gates[kind][layer, h] = 0.0
+    gates = gates_without(plain.model, masked)
+    assert sorted(pruned_heads(pruned.model)) == sorted(masked)
     sents, _, _ = load_sentences(plain, "valid", 30, QUIET)
     b = collate(sents.src_ids[:8], sents.tgt_ids[:8])
     masked_logits, _ = pruned.model(b.src, b.tgt_in)
-    gated_logits, _ = plain.model(b.src, b.tgt_in, head_gates=gates)
+    with gated_heads(plain.model, gates):
+        gated_logits, _ = plain.model(b.src, b.tgt_in)
     torch.testing.assert_close(masked_logits, gated_logits, atol=1e-5, rtol=0)
     assert not torch.allclose(masked_logits, plain.model(b.src, b.tgt_in)[0], atol=1e-3)
     # translations: the pruned checkpoint = the unpruned model with the same gates
     outs = translate_ids(pruned.model, sents.src_ids)
     for i, o in enumerate(outs):
-        ref = greedy_decode(plain.model, collate([sents.src_ids[i]], [[]]).src,
-                            head_gates=gates)[0]
+        with gated_heads(plain.model, gates):
+            ref = greedy_decode(plain.model, collate([sents.src_ids[i]], [[]]).src)[0]
         assert o[0][0] == ref
     # pruning BLEU: the "all" curve at 4 masked heads is the pruned model's BLEU
     assert dict((n, b) for n, _, b in r["pruning"]["curves"]["all"])[4] == \
         pytest.approx(p["bleu"])
+
+
+def _owner(kind, layer):
+    side = "encoder" if kind == "encoder_self" else "decoder"
+    return f"{side}_layers.{layer}.{'cross_attn' if kind == 'cross' else 'self_attn'}."
 
 
 SENTENCES = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "这个男孩认识西安。"]

@@ -1,6 +1,6 @@
 """The one loader of each kind of file, fuzzed: checkpoints (``load_checkpoint``), a data
 cache entry (``load_complete``), a run's ``config.yaml`` (``load_config_file``), JSON files
-(``load_json_file``: ``metrics.json``, the cache's ``COMPLETE`` and ``stats.json``) and an
+(``files.load_json``: ``metrics.json``, the cache's ``COMPLETE`` and ``stats.json``) and an
 export's ``tinymt_export.json`` (``read_meta``).
 
 Every case is damage a file can suffer or a forgery it can carry: truncations at several
@@ -35,21 +35,20 @@ from omegaconf import OmegaConf
 
 from conftest import REPO_ROOT, compose_train, make_pairs, run_script_in_process, write_text_corpus
 from tinymt.checkpoint import FORMAT, MAX_CHECKPOINT_BYTES, load_checkpoint
-from tinymt.config import DataConfig, ModelConfig
+from tinymt.config import MAX_CONFIG_BYTES, DataConfig, ModelConfig, load_config_file
 from tinymt.ct2.engine import read_meta
 from tinymt.ct2.export import FORMAT as EXPORT_FORMAT
 from tinymt.ct2.export import FORMAT_VERSION, META, meta_digest
 from tinymt.data import prepare
 from tinymt.data.cache import COMPLETE, load_complete, mark_complete
 from tinymt.errors import TinyMTError
-from tinymt.files import RUN_MARKER
-from tinymt.loaders import MAX_CONFIG_BYTES, load_config_file, load_json_file
+from tinymt.files import RUN_MARKER, load_json
 from tinymt.model import Transformer
 from tinymt.trainer.state import restore, resume_config, rng_state
 
 GIB = 1 << 30
 read_config = lambda p: load_config_file(p, "the run's config")  # noqa: E731
-read_metrics = lambda p: load_json_file(p, "the run's metrics")  # noqa: E731
+read_metrics = lambda p: load_json(p, "the run's metrics")  # noqa: E731
 MEMORY_BOUND_MIB = 64  # what the size bombs may add to the peak memory of the process
 QUIET = lambda *_: None  # noqa: E731
 
@@ -670,7 +669,8 @@ from tinymt.checkpoint import load_checkpoint
 from tinymt.ct2.engine import read_meta
 from tinymt.data.cache import load_complete
 from tinymt.errors import TinyMTError
-from tinymt.loaders import load_config_file, load_json_file
+from tinymt.config import load_config_file
+from tinymt.files import load_json
 
 def cache(p):
     log = []
@@ -679,7 +679,7 @@ def cache(p):
     raise TinyMTError(log[0])
 
 LOAD = {"checkpoint": load_checkpoint, "config": lambda p: load_config_file(p, "config"),
-        "json": lambda p: load_json_file(p, "json"), "export": lambda p: read_meta(Path(p)),
+        "json": lambda p: load_json(p, "json"), "export": lambda p: read_meta(Path(p)),
         "cache": cache}
 
 def kib(key):  # VmRSS: now; VmHWM: the peak since the last reset

@@ -1,5 +1,5 @@
-"""The token loss (tinymt.loss): the fused, chunked form against the loss written plainly
-from its definition, and the model's ``targets=`` path against logits + token_nll."""
+"""The token loss (tinymt.loss) against the loss written plainly from its definition, and
+its fused, chunked form (tinymt.speed.linear_cross_entropy) against both."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinymt import loss as loss_mod
+from tinymt import speed as loss_mod
 from tinymt.config import ModelConfig
-from tinymt.loss import linear_cross_entropy, token_nll
+from tinymt.loss import sequence_loss, token_nll
 from tinymt.model import Transformer
+from tinymt.speed import linear_cross_entropy
 
 PAD = 0
 
@@ -93,9 +94,10 @@ def test_all_padding_is_zero_loss_and_zero_gradient():
     assert loss.item() == 0 and h.grad.abs().max() == 0 and w.grad.abs().max() == 0
 
 
-def test_model_targets_path_equals_logits_and_token_nll():
-    """``model(src, tgt_in, targets=tgt_out)``: the same loss and the same gradient for every
-    parameter as the logits + token_nll step (float64, no dropout, tied embeddings)."""
+def test_the_training_step_fused_loss_equals_the_core_loss():
+    """The trainer's fused loss on the model's hidden states: the same loss and the same
+    gradient for every parameter as the core's ``sequence_loss`` (float64, no dropout, tied
+    embeddings)."""
     cfg = ModelConfig(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
                       dropout=0.0, max_positions=32)
     torch.manual_seed(0)
@@ -109,11 +111,9 @@ def test_model_targets_path_equals_logits_and_token_nll():
     grads = []
     for fused in (True, False):
         model.zero_grad()
-        if fused:
-            loss, _ = model(src, tgt_in, targets=tgt_out, label_smoothing=0.1)
-        else:
-            logits, _ = model(src, tgt_in)
-            loss = token_nll(logits, tgt_out, PAD, 0.1)
+        hidden, _ = model(src, tgt_in)
+        loss = (linear_cross_entropy if fused else sequence_loss)(
+            hidden, model.output_proj.weight, tgt_out, PAD, 0.1)
         loss.backward()
         grads.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     torch.testing.assert_close(grads[0][0], grads[1][0])

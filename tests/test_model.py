@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from tinymt.config import ModelConfig
+from tinymt.decoding.cache import DecoderCache, decode_step
 from tinymt.errors import TinyMTError
 from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions
 from tinymt.model import Transformer, count_parameters
@@ -25,6 +26,17 @@ def tiny_model(seed=0, dtype=DT, vocab=(23, 23), shared=True, **kw):
 
 def pad_mask(lengths, T):
     return torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T) True = pad
+
+
+def run(model, src, tgt, need_weights=False):
+    """Logits (B, T, V) of teacher forcing, and the attention weights."""
+    hidden, attn = model(src, tgt, need_weights=need_weights)
+    return model.logits(hidden), attn
+
+
+def cache_for(model, src):
+    memory, _ = model.encode(src)
+    return DecoderCache(model, memory, model.padding_mask(src))
 
 
 def tokens(lengths, T, vocab=23, bos=False):
@@ -75,7 +87,7 @@ def test_encoder_layer_matches_torch(norm_first, activation):
     kpm = pad_mask([6, 4, 1], 6)
     expected = ref(x, src_key_padding_mask=kpm)  # grad enabled: torch's slow, exact path
     for need in (False, True):
-        out, w = ours(x, kpm, need_weights=need)
+        out, w = ours(x, ~kpm[:, None, None, :], need_weights=need)
         torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
         assert (w is not None) == need
 
@@ -100,7 +112,8 @@ def test_decoder_layer_matches_torch(norm_first, activation):
         tgt_key_padding_mask=tpm, memory_key_padding_mask=mpm,
     )
     for need in (False, True):
-        out, sw, cw = ours(y, mem, mpm, tpm, need_weights=need)
+        tgt_mask = ~tpm[:, None, None, :] & torch.ones(T, T, dtype=torch.bool).tril()
+        out, sw, cw = ours(y, mem, ~mpm[:, None, None, :], tgt_mask, need_weights=need)
         torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
         if need:
             assert sw.shape == (3, H, T, T) and cw.shape == (3, H, T, S)
@@ -116,8 +129,8 @@ def test_decoder_is_causal(norm_first, need_weights):
     t = 3
     changed = tgt.clone()
     changed[:, t] = (changed[:, t] + 1 - 4) % 19 + 4  # another non-special token
-    a, _ = model(src, tgt, need_weights=need_weights)
-    b, _ = model(src, changed, need_weights=need_weights)
+    a, _ = run(model, src, tgt, need_weights=need_weights)
+    b, _ = run(model, src, changed, need_weights=need_weights)
     torch.testing.assert_close(a[:, :t], b[:, :t], atol=1e-12, rtol=0)
     assert not torch.allclose(a[:, t:], b[:, t:])
 
@@ -130,7 +143,7 @@ def test_decoder_is_causal(norm_first, need_weights):
 
     handle = model.tgt_embed.register_forward_hook(keep)
     try:
-        logits, _ = model(src, tgt, need_weights=need_weights)
+        logits, _ = run(model, src, tgt, need_weights=need_weights)
     finally:
         handle.remove()
     logits[:, :t].pow(2).sum().backward()
@@ -153,8 +166,8 @@ def test_padding_invariance():
         mem_batch, enc_batch = model.encode(src, need_weights=need)
         torch.testing.assert_close(mem_batch[0, :4], mem_alone[0], atol=1e-10, rtol=0)
 
-        logits_alone, attn_alone = model(src_a, tgt_a, need_weights=need)
-        logits_batch, attn_batch = model(src, tgt, need_weights=need)
+        logits_alone, attn_alone = run(model, src_a, tgt_a, need_weights=need)
+        logits_batch, attn_batch = run(model, src, tgt, need_weights=need)
         torch.testing.assert_close(logits_batch[0, :3], logits_alone[0], atol=1e-10, rtol=0)
         if need:
             for layer in range(2):
@@ -174,14 +187,12 @@ def test_padding_invariance():
 def test_cached_decoding_equals_full_forward(options):
     model = tiny_model(seed=3, dtype=torch.float32, **options)
     src = tokens([7, 3, 5], 7)
-    src_mask = src.eq(0)
     tgt = tokens([8, 8, 8], 8, bos=True)
-    full, attn = model(src, tgt, need_weights=True)
-    memory, _ = model.encode(src, src_mask)
-    cache = model.init_cache(memory, src_mask)
+    full, attn = run(model, src, tgt, need_weights=True)
+    cache = cache_for(model, src)
     for t in range(tgt.size(1)):
         need = t in (0, 5)
-        step_logits, step_attn = model.decode_step(tgt[:, t : t + 1], cache, need_weights=need)
+        step_logits, step_attn = decode_step(model, tgt[:, t : t + 1], cache, need_weights=need)
         assert step_logits.shape == (3, 23)
         torch.testing.assert_close(step_logits, full[:, t], atol=1e-5, rtol=0)
         if need:
@@ -201,14 +212,13 @@ def test_cache_reorder_follows_rows():
     model = tiny_model(seed=4, dtype=torch.float32)
     src = tokens([6, 2], 6)
     tgt = tokens([5, 5], 5, bos=True)
-    memory, _ = model.encode(src)
-    cache = model.init_cache(memory, src.eq(0))
+    cache = cache_for(model, src)
     for t in range(4):
-        model.decode_step(tgt[:, t : t + 1], cache)
+        decode_step(model, tgt[:, t : t + 1], cache)
     index = torch.tensor([1, 1, 0])
     cache.reorder(index)
-    last, _ = model.decode_step(tgt[index, 4:5], cache)
-    full, _ = model(src[index], tgt[index])
+    last, _ = decode_step(model, tgt[index, 4:5], cache)
+    full, _ = run(model, src[index], tgt[index])
     torch.testing.assert_close(last, full[:, 4], atol=1e-5, rtol=0)
 
 
@@ -220,9 +230,8 @@ def test_beam_layout_shares_encoder_rows(norm_first):
     model = tiny_model(seed=5, norm_first=norm_first)
     src = tokens([6, 2, 4], 6)
     beam = 3
-    memory, _ = model.encode(src, src.eq(0))
-    cache = model.init_cache(memory, src.eq(0))
-    assert cache.cross_attn[0].k.size(0) == 3  # one row per sentence, for all beams
+    cache = cache_for(model, src)
+    assert cache.layers[0][1].k.size(0) == 3  # one row per sentence, for all beams
     # (rows kept, their new slots, sentences kept) before each step; None: as they are
     plan = [
         (None, [0, 3, 6], None),  # step 0: one hypothesis per sentence, in beam 0
@@ -243,8 +252,8 @@ def test_beam_layout_shares_encoder_rows(norm_first):
         slots = torch.tensor(slots)
         cache.set_beams(None if rows is None else torch.tensor(rows), slots, beam, keep)
         row_src = src[sentence[slots // beam]]  # (R, S) each row's own sentence
-        logits, attn = model.decode_step(history[:, -1:], cache, need_weights=True)
-        full, full_attn = model(row_src, history, need_weights=True)
+        logits, attn = decode_step(model, history[:, -1:], cache, need_weights=True)
+        full, full_attn = run(model, row_src, history, need_weights=True)
         torch.testing.assert_close(logits, full[:, -1], atol=1e-10, rtol=0)
         for layer in range(2):
             torch.testing.assert_close(
@@ -257,13 +266,13 @@ def test_beam_layout_shares_encoder_rows(norm_first):
 def test_attention_dict_layout():
     model = tiny_model(seed=5, n_encoder_layers=3, n_decoder_layers=2)
     src, tgt = tokens([5, 3], 5), tokens([4, 4], 4, bos=True)
-    logits, attn = model(src, tgt, need_weights=True)
+    logits, attn = run(model, src, tgt, need_weights=True)
     assert logits.shape == (2, 4, 23)
     assert set(attn) == {"encoder_self", "decoder_self", "cross"}
     assert [w.shape for w in attn["encoder_self"]] == [(2, H, 5, 5)] * 3
     assert [w.shape for w in attn["decoder_self"]] == [(2, H, 4, 4)] * 2
     assert [w.shape for w in attn["cross"]] == [(2, H, 4, 5)] * 2
-    logits2, none = model(src, tgt)
+    logits2, none = run(model, src, tgt)
     assert none is None
     torch.testing.assert_close(logits2, logits, atol=1e-10, rtol=0)
 
@@ -319,22 +328,6 @@ def test_train_mode_dropout_and_backward():
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_model_head_gates():
-    model = tiny_model(seed=8)
-    src, tgt = tokens([5, 4], 5), tokens([4, 3], 4, bos=True)
-    base, _ = model(src, tgt)
-    ones = {k: torch.ones(2, H, dtype=DT) for k in ("encoder_self", "decoder_self", "cross")}
-    same, _ = model(src, tgt, head_gates=ones)
-    torch.testing.assert_close(same, base, atol=0, rtol=0)
-    gates = {k: v.clone().requires_grad_() for k, v in ones.items()}
-    out, _ = model(src, tgt, head_gates=gates)
-    out.logsumexp(-1).sum().backward()
-    assert all(g.grad.shape == (2, H) and g.grad.abs().sum() > 0 for g in gates.values())
-    zero_cross = {"cross": torch.ones(2, H, dtype=DT)}
-    zero_cross["cross"][1, 0] = 0.0
-    assert not torch.allclose(model(src, tgt, head_gates=zero_cross)[0], base)
-
-
 def test_too_long_sequences_raise():
     model = tiny_model(max_positions=8)
     ok_src, ok_tgt = tokens([8], 8), tokens([8], 8, bos=True)
@@ -343,12 +336,11 @@ def test_too_long_sequences_raise():
         model.encode(tokens([9], 9))
     with pytest.raises(TinyMTError, match="max_positions"):
         model(ok_src, tokens([9], 9, bos=True))
-    memory, _ = model.encode(ok_src)
-    cache = model.init_cache(memory, ok_src.eq(0))
+    cache = cache_for(model, ok_src)
     for t in range(8):
-        model.decode_step(ok_tgt[:, t : t + 1], cache)
+        decode_step(model, ok_tgt[:, t : t + 1], cache)
     with pytest.raises(TinyMTError, match="max_positions"):
-        model.decode_step(ok_tgt[:, :1], cache)
+        decode_step(model, ok_tgt[:, :1], cache)
 
 
 def test_bad_config_values_raise():
@@ -356,55 +348,5 @@ def test_bad_config_values_raise():
         Transformer(tiny_cfg(activation="swish"), 10, 10, True)
     with pytest.raises(TinyMTError, match="positional"):
         Transformer(tiny_cfg(positional="rope"), 10, 10, True)
-
-
-# --------------------------------------------------------------------------- head masks
-def test_persistent_head_masks():
-    """Mask buffers gate heads on every path, travel in the state_dict, and old
-    checkpoints without them load with every head on."""
-    kinds = ("encoder_self", "decoder_self", "cross")
-    model = tiny_model(seed=9)
-    src, tgt = tokens([5, 4], 5), tokens([4, 3], 4, bos=True)
-    base, _ = model(src, tgt)
-    sd = model.state_dict()
-    for k in kinds:
-        assert torch.equal(sd[f"head_mask_{k}"], torch.ones(2, H, dtype=DT))
-    assert model._masks_all_ones()
-
-    masks = {k: torch.ones(2, H, dtype=DT) for k in kinds}
-    masks["encoder_self"][0, 1] = 0.0
-    masks["cross"][1, 0] = 0.0
-    gates = {k: torch.rand(2, H, dtype=DT) + 0.5 for k in kinds}
-    ref = tiny_model(seed=9)  # unmasked twin: the mask must act exactly like gates
-    model.set_head_masks(masks)
-    assert not model._masks_all_ones()  # in-place buffer writes are noticed
-    masked, _ = model(src, tgt)
-    torch.testing.assert_close(masked, ref(src, tgt, head_gates=masks)[0], atol=0, rtol=0)
-    assert not torch.allclose(masked, base)
-    both, _ = model(src, tgt, head_gates=gates)  # mask * gates
-    prod = {k: masks[k] * gates[k] for k in kinds}
-    torch.testing.assert_close(both, ref(src, tgt, head_gates=prod)[0], atol=1e-12, rtol=0)
-
-    # incremental decoding sees the masks too
-    memory, _ = model.encode(src)
-    cache = model.init_cache(memory, src.eq(0))
-    steps = [model.decode_step(tgt[:, t : t + 1], cache)[0] for t in range(4)]
-    real = ~tgt.eq(0)  # decode_step never sees padding: compare real positions only
-    torch.testing.assert_close(torch.stack(steps, 1)[real], masked[real], atol=1e-10, rtol=0)
-
-    # a pruned state_dict rebuilds the pruned model; one without masks = all heads on
-    fresh = tiny_model(seed=1)
-    fresh.load_state_dict(model.state_dict())
-    torch.testing.assert_close(fresh(src, tgt)[0], masked, atol=0, rtol=0)
-    old = {k: v for k, v in ref.state_dict().items() if not k.startswith("head_mask_")}
-    fresh.load_state_dict(old)
-    assert fresh._masks_all_ones()
-    torch.testing.assert_close(fresh(src, tgt)[0], base, atol=0, rtol=0)
-
-    # in training a masked head gets no gradient
-    model.train()
-    model(src, tgt)[0].logsumexp(-1).sum().backward()
-    w_o = model.encoder_layers[0].self_attn.out_proj.weight.grad  # (d, h * d_head)
-    d_head = D // H
-    assert w_o[:, d_head : 2 * d_head].abs().max() == 0
-    assert w_o[:, :d_head].abs().max() > 0
+    with pytest.raises(TinyMTError, match="divisible"):
+        Transformer(tiny_cfg(d_model=10, n_heads=3), 10, 10, True)

@@ -60,13 +60,11 @@ OPTIONS = {
     ("benchmark", "--out"): "W", ("benchmark", "--json"): "W", ("benchmark", "--merge"): "R",
     ("benchmark", "--run"): "R", ("benchmark", "--checkpoint"): "R",
     ("benchmark", "--data-path"): "R", ("benchmark", "--cache-dir"): "F",
-    ("benchmark", "--scale-dir"): "F",
 }
 # the string options that name no file (names, languages, splits, hosts, lists of values)
 NOT_PATHS = {"data.name", "data.src_lang", "data.tgt_lang", "data.train_split",
              "data.valid_split", "data.test_split", "model.name", "optim.name",
-             "trainer.name", "host", "--sizes", "--sections", "--serve-clients",
-             "--viewer-sizes", "--viewer-logs", "--scale-pairs"}
+             "trainer.name", "host", "--sizes", "--sections", "--serve-clients"}
 # the other output of a command with two, for the "same file" target
 OTHER_OUTPUT = {("translate", "output"): "attention", ("translate", "attention"): "output",
                 ("benchmark", "--out"): "--json", ("benchmark", "--json"): "--out"}

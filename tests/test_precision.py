@@ -20,7 +20,7 @@ from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.loss import token_nll
-from tinymt.model import KINDS, Transformer
+from tinymt.model import KINDS, Transformer, causal_mask
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.trainer import train
 from tinymt.translate import translate
@@ -44,11 +44,12 @@ def mha_inputs(seed=0):
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_weights_under_bf16_autocast(causal):
     mha, x, pad = mha_inputs()
+    mask = ~pad[:, None, None, :] & (causal_mask(7) if causal else True)  # True = may attend
     with torch.no_grad():
-        ref_out, ref_w = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)
+        ref_out, ref_w = mha(x, mask=mask, need_weights=True)
         with cpu_bf16():
-            out, w = mha(x, key_padding_mask=pad, causal=causal, need_weights=True)
-            fused, none = mha(x, key_padding_mask=pad, causal=causal)  # the SDPA path
+            out, w = mha(x, mask=mask, need_weights=True)
+            fused, none = mha(x, mask=mask)  # the SDPA path
     assert none is None
     # the projections run in bf16; the weights the figures draw are float32 probabilities
     assert out.dtype == fused.dtype == BF16
@@ -71,8 +72,9 @@ def test_fp32_path_is_untouched_by_the_upcast():
     """The float32 upcast in the explicit path is a no-op in float32 and keeps float64."""
     mha, x, pad = mha_inputs(1)
     with torch.no_grad():
-        _, w32 = mha(x, key_padding_mask=pad, need_weights=True)
-        _, w64 = mha.double()(x.double(), key_padding_mask=pad, need_weights=True)
+        mask = ~pad[:, None, None, :]
+        _, w32 = mha(x, mask=mask, need_weights=True)
+        _, w64 = mha.double()(x.double(), mask=mask, need_weights=True)
     assert w32.dtype == torch.float32 and w64.dtype == torch.float64
     torch.testing.assert_close(w32.double(), w64, atol=1e-6, rtol=0)
 
@@ -88,9 +90,11 @@ def test_model_under_bf16_autocast_loss_and_maps():
     model = tiny_model()
     batch = collate([[5, 6, 7, 8, 9], [10, 11]], [[12, 13, 14], [15, 16, 17, 18, 19, 20]])
     with torch.no_grad():
-        ref, ref_attn = model(batch.src, batch.tgt_in, need_weights=True)
+        hidden, ref_attn = model(batch.src, batch.tgt_in, need_weights=True)
+        ref = model.logits(hidden)
         with cpu_bf16():
-            logits, attn = model(batch.src, batch.tgt_in, need_weights=True)
+            hidden, attn = model(batch.src, batch.tgt_in, need_weights=True)
+            logits = model.logits(hidden)
         ref_loss = token_nll(ref, batch.tgt_out, 0)
         loss = token_nll(logits, batch.tgt_out, 0)
     assert logits.dtype == BF16 and loss.dtype == torch.float32

@@ -16,6 +16,7 @@ README_ZH = REPO_ROOT / "README.zh-CN.md"
 SECTIONS = {
     "Two commands": "两条命令",
     "What `make demo` does, and what you get": "`make demo` 做了什么，你会得到什么",
+    "Read the code": "读代码",
     "Every head, interactive": "每个头，可交互",
     "Tour": "导览",
     "Usage": "用法",

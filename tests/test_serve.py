@@ -38,7 +38,7 @@ from tinymt.corpus import SHOWCASE, sample_pairs
 from tinymt.rundir import load_run
 from tinymt.serve import Service
 from tinymt.serve.api import ApiError
-from tinymt.serve.batcher import Busy, Closed, MicroBatcher, Task, TranslateJob
+from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
 from tinymt.translate import translate
 
 SENTENCES = [p.zh for _, p in sample_pairs(11, 10)] + [p.zh for p in SHOWCASE[:2]]
@@ -69,8 +69,8 @@ def recording_batcher(max_sentences=4, wait_s=0.0, max_queue=100):
 def test_the_batcher_groups_waiting_jobs_and_answers_each_its_own():
     b, calls = recording_batcher(max_sentences=4)
     done: dict[int, object] = {}
-    jobs = [TranslateJob([[i, i + 1]], 1 if i % 3 else 2) for i in range(9)]
-    jobs.append(TranslateJob([[7]] * 6, 1))  # larger than a batch: taken alone
+    jobs = [Job([[i, i + 1]], 1 if i % 3 else 2) for i in range(9)]
+    jobs.append(Job([[7]] * 6, 1))  # larger than a batch: taken alone
     for i, job in enumerate(jobs):
         job.on_done = lambda r, i=i: done.__setitem__(i, r)
         b.submit(job)  # all waiting before the worker starts
@@ -83,20 +83,20 @@ def test_the_batcher_groups_waiting_jobs_and_answers_each_its_own():
     assert all(n <= 4 for n, _ in calls[:-1]) and calls[-1] == (6, 1)
     assert b.stats["largest_batch"] == 6 and b.stats["batches"] == len(calls) < 9
     with pytest.raises(Closed):
-        b.submit(TranslateJob([[1]]))
+        b.submit(Job([[1]]))
 
 
 def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue():
     b, calls = recording_batcher(max_sentences=8, max_queue=5)
-    gone = TranslateJob([[1, 2]])
+    gone = Job([[1, 2]])
     gone.cancelled = True
     b.submit(gone)
-    b.submit(TranslateJob([[3]] * 3))
+    b.submit(Job([[3]] * 3))
     with pytest.raises(Busy):  # 1 + 3 sentences queued: two more do not fit
-        b.submit(TranslateJob([[4]] * 2))
+        b.submit(Job([[4]] * 2))
     b.start()
-    assert b.run_now(Task(lambda: "alone", weight=2), timeout=10) == "alone"
-    assert b.run_now(TranslateJob([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
+    assert b.run_now(Job(fn=lambda: "alone", weight=2), timeout=10) == "alone"
+    assert b.run_now(Job([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
     b.close(timeout=10)
     assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
 
@@ -107,15 +107,15 @@ def test_a_batch_waits_for_arriving_requests_only():
     b, calls = recording_batcher(max_sentences=8, wait_s=5.0)
     b.start()
     start = time.monotonic()
-    assert b.run_now(TranslateJob([[1, 2]]), timeout=10) == [[([2, 1], 0.0)]]
+    assert b.run_now(Job([[1, 2]]), timeout=10) == [[([2, 1], 0.0)]]
     assert time.monotonic() - start < 2.5 and calls == [(1, 1)]  # not held 5 s
     done = threading.Event()
     with b.arrival() as arrival:  # a second request is on its way in
-        first = TranslateJob([[3]], on_done=lambda r: done.set())
+        first = Job([[3]], on_done=lambda r: done.set())
         b.submit(first)
         time.sleep(0.2)
         assert not done.is_set()  # the batch waits for the arriving request
-        b.submit(TranslateJob([[4]]), arrival)
+        b.submit(Job([[4]]), arrival)
     assert done.wait(10) and calls == [(1, 1), (2, 1)]
     b.close(timeout=10)
 
@@ -127,7 +127,7 @@ def test_a_failed_decode_is_each_waiting_request_s_error():
     b = MicroBatcher(decode, 8, 0.0, 100)
     b.start()
     with pytest.raises(RuntimeError, match="boom"):
-        b.run_now(TranslateJob([[1]]), timeout=10)
+        b.run_now(Job([[1]]), timeout=10)
     b.close(timeout=10)
 
 
@@ -140,7 +140,7 @@ def test_a_full_queue_is_429_and_a_late_answer_503(tiny_run):
     """In-process, with the worker not started: the queue fills and nothing is answered."""
     run = load_run(str(tiny_run), "best", "cpu")
     service = Service(run, None, serve_config(f"run={tiny_run}", "max_queue=2"))
-    service.batcher.submit(TranslateJob([[4], [5]]))
+    service.batcher.submit(Job([[4], [5]]))
     with pytest.raises(ApiError) as e:
         asyncio.run(service.translate(["他喜欢猫吗？"], 1))
     assert e.value.status == 429 and "try again" in e.value.message

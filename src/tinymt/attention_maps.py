@@ -36,19 +36,15 @@ def collect_attention(model: Transformer, src_ids: Sequence[int], out_ids: Seque
     return {k: [w[0].float().cpu().numpy() for w in attn[k]] for k in KINDS}
 
 
-def check_kinds(kinds: Sequence[str]) -> None:
-    for kind in kinds:
-        if kind not in KINDS:
-            raise TinyMTError(f"attention kind {kind!r}: choose from {', '.join(KINDS)}")
-
-
 def attention_figures(attn: dict[str, list[np.ndarray]], src_tok: Tokenizer, tgt_tok: Tokenizer,
                       src_ids: Sequence[int], out_ids: Sequence[int],
                       kinds: Sequence[str] = ("cross",), title: str = ""
                       ) -> Iterator[tuple[str, Figure]]:
     """Yield ``("<kind>/layer_<l>", figure)``: rows = the token each query position
     predicts (decoder) or reads (encoder), columns = the tokens it attends to."""
-    check_kinds(kinds)
+    for kind in kinds:
+        if kind not in KINDS:
+            raise TinyMTError(f"attention kind {kind!r}: choose from {', '.join(KINDS)}")
     src_labels = src_tok.pieces(list(src_ids)) + ["</s>"]
     dec_in = ["<s>"] + tgt_tok.pieces(list(out_ids))
     dec_out = tgt_tok.pieces(list(out_ids)) + ["</s>"]

@@ -28,12 +28,10 @@ def _sweep_job() -> str | None:
 
 
 def one_line_errors(fn):
-    """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2,
-    Ctrl-C becomes ``interrupted`` and exit code 130 (checkpoints already written stay);
-    a run that saved its work on a signal (:class:`~tinymt.errors.Stopped`) says where and
-    exits with 128 + the signal's number.
-    In a ``-m`` sweep a failed job is one line naming it, and the sweep goes on (the exit
-    code is 2 at its end: :func:`run_hydra`)."""
+    """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2 (in
+    a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2 at its end), Ctrl-C
+    ``interrupted`` and 130, a :class:`~tinymt.errors.Stopped` run its message and 128 +
+    the signal's number."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -74,9 +72,6 @@ def _one_line(e: BaseException) -> str:
     return "; ".join(out)
 
 
-_HYDRA_FLAG_CONFLICT = "Only one of --run, --multirun, --cfg"
-
-
 def run_hydra(main: Callable[[], Any]) -> Any:
     """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
     ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
@@ -92,13 +87,11 @@ def run_hydra(main: Callable[[], Any]) -> Any:
                   f"{', '.join(_FAILED_JOBS)}", file=sys.stderr)
             sys.exit(2)
         return result
-    except HydraException as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    except ValueError as e:  # Hydra's own flags in conflict: "-m ... --cfg job"
-        if not str(e).startswith(_HYDRA_FLAG_CONFLICT):
+    except (HydraException, ValueError) as e:  # ValueError: Hydra's flags in conflict
+        if not isinstance(e, HydraException) and not str(e).startswith(
+                "Only one of --run, --multirun, --cfg"):  # ("-m ... --cfg job")
             raise
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -1,73 +1,198 @@
-"""Typed config schemas (registered in Hydra's ConfigStore) and the one place values are checked.
+"""Typed config schemas (registered in Hydra's ConfigStore), what each value may be, and
+the one loader of config files.
 
-**Defaults** are those of the commented YAML in ``configs/`` (what users read and what runs),
-repeated here because code and tests build partial configs (``ModelConfig(d_model=16)``) and
-need the shipped values for the rest: simpler than ``MISSING`` fields that every such caller
-would first fill from the YAML. ``tests/test_config.py`` proves both equal, key for key.
+**Defaults** are those of the commented YAML in ``configs/``, repeated here because code
+and tests build partial configs (``ModelConfig(d_model=16)``); ``tests/test_config.py``
+proves both equal, key for key.
 
-**Rules**: each field names the values it allows (``_r(default, rule)``, the rules made by
-:mod:`tinymt.rules`: every number bounded above too, paths checked without opening them);
-``*_RULES`` are those tables, ``*_CROSS`` the rules between keys; a bad value is one
-``TinyMTError`` line. Scripts call right after composition ``as_train_config(cfg)`` (merge onto :class:`TrainConfig`, check)
-or ``check_train|data|translate|serve|export|analyze|average(cfg)``; ``tinymt.cli.run_hydra(main)``
-makes Hydra's own composition errors (unknown key, wrong type, missing option) one line too.
+**Rules**: each field names the values it allows (``_r(default, rule)``; every number
+bounded above by a ``MAX_*``; paths checked without opening them); ``*_RULES`` are those
+tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line.
+Scripts call ``as_train_config(cfg)`` or ``check_<command>(cfg)`` right after composition.
+
+**Config files** (a run's ``config.yaml``): :func:`load_config_file`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from tinymt.errors import TinyMTError
-from tinymt.rules import (
-    BATCH_TOKENS,
-    BEAM,
-    CHECKPOINT,
-    CKPT_FILE,
-    COUNT,
-    DEVICE,
-    DIR,
-    FOLDER,
-    LAYERS,
-    MAX_ACCUMULATE,
-    MAX_BEAM,
-    MAX_BEAM_TOKENS,
-    MAX_BUILTIN_PAIRS,
-    MAX_COUNT,
-    MAX_HEADS,
-    MAX_LEN_PENALTY,
-    MAX_PARAMETERS,
-    MAX_THREADS,
-    MAX_VOCAB,
-    MAX_WIDTH,
-    NEW_FOLDER,
-    PATH,
-    POSITIVE,
-    PROBABILITY,
-    RUN,
-    RUN_FOLDER,
-    SEED,
-    TEXT_FILE,
-    WIDTH,
-    Cross,
-    apply_rules,
-    attention_target,
-    integer,
-    is_number,
-    number,
-    one_of,
-    owned_output,
-    rule_field,
-    rules_of,
-    writable_file,
-)
+from tinymt.errors import TinyMTError, first_line
+from tinymt.files import NAMED, name_problem, output_problem, path_problem, read_bytes
 
-_r = rule_field  # a schema field: its default (= the YAML's, tested) and the values it allows
+Check = Callable[[Any], "bool | str"]  # True = fine; False, or the reason, = not
+Rule = tuple[Check, str]  # (check, what to tell the user)
+# (fine?, message: a format string of c, the config (DATA_CROSS: data), or a function of it)
+Cross = tuple[Callable[[Any], bool], "str | Callable[[Any], str]"]
+MAX_CONFIG_BYTES = 1 << 20  # a run's config.yaml is about 1.5 kB
+MAX_CONFIG_DEPTH = 32  # a run's config nests 3 deep
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the events only: no objects
+
+
+# ----------------------------------------------------------------------------- rule makers
+def is_number(v, types=(int, float)) -> bool:  # ints are finite (and may not fit a float)
+    return isinstance(v, types) and not isinstance(v, bool) and (
+        isinstance(v, int) or math.isfinite(v))
+
+
+def integer(lo: int, hi: int, note: str = "") -> Rule:
+    """An integer in [lo, hi]: every one bounded (see the upper bounds below)."""
+    return (lambda v: is_number(v, int) and lo <= v <= hi,
+            f"must be an integer in [{lo}, {hi}]" + (f" ({note})" if note else ""))
+
+
+def number(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False,
+         note: str = "") -> Rule:
+    """A finite number in the interval (bounded: see the upper bounds below); ``lo_open`` /
+    ``hi_open`` leave that end out."""
+    ok = lambda v: is_number(v) and (lo < v if lo_open else lo <= v) and (  # noqa: E731
+        v < hi if hi_open else v <= hi)
+    text = f" in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return ok, f"must be a finite number{text}" + (f" ({note})" if note else "")
+
+
+# ----------------------------------------------------------------------------- upper bounds
+# Every size a user gives is bounded: an absurd value (decode.beam=100000) is one error line
+# before work starts, not an allocation error or a library's overflow after a whole run.
+# Each bound lies far above what the shipped configs use, within what the libraries accept.
+MAX_COUNT = 10**9  # steps, epochs, sentences, pairs, budgets: more than any run here makes
+MAX_SEED = 2**32 - 1  # numpy's seeds are < 2**32 (torch's < 2**64, Python's unbounded)
+MAX_THREADS = 1024  # torch.set_num_threads: more than the cores of any one machine
+MAX_BEAM = 256  # hypotheses per sentence (beam, nbest, test_beam): 5 is usual
+MAX_BATCH_TOKENS = 2**18  # tokens per batch: 64x the shipped 4096 (trainer.accumulate: more)
+MAX_BEAM_TOKENS = 2**20  # batch tokens x beam: one beam-search batch's hypotheses (4096 x 256)
+MAX_ACCUMULATE = 1024  # micro-batches per optimizer step
+MAX_WIDTH = 2**16  # model.d_model, model.d_ff, model.max_positions, data.max_len (tokens)
+MAX_LAYERS = 256  # encoder or decoder layers
+MAX_HEADS = 1024  # attention heads per layer (d_model must divide by them)
+MAX_VOCAB = 2**20  # sentencepiece pieces per vocabulary
+MAX_PARAMETERS = 10**9  # a model's estimated size: ~16 GB to train in fp32 (AdamW: 4 copies)
+MAX_LEN_PENALTY = 10.0  # |decode.len_penalty|: n ** 10 is finite for any output length n
+MAX_BUILTIN_PAIRS = 2_000_000  # the built-in corpus: 10x its default, ~1.5 min to generate
+
+
+def one_of(*words: str) -> Rule:
+    return (lambda v: v in words), "choose one of " + ", ".join(words)
+
+
+def path_rule(allowed: str, folder: bool | None = None, names: tuple[str, ...] = (),
+              missing: str | None = None, pipe: bool = False) -> Rule:
+    """A path to read, or one of ``names`` (:func:`tinymt.files.path_problem`: when it
+    exists a folder, a file or either, ``pipe``: a FIFO too; never opened); a missing one
+    is refused with ``missing``, else left to the command (it knows what was expected)."""
+    return (lambda v: str(v) in names or name_problem(str(v)) or path_problem(
+        Path(str(v)).expanduser(), folder, missing, pipe) or True), allowed
+
+
+def creatable_folder(value) -> bool | str:
+    """A folder that exists, or whose nearest existing ancestor is a folder we may write
+    in; never blank, nor inside a run."""
+    if why := name_problem(str(value)):
+        return why
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file"
+    why = output_problem(path / "x", any_run=path.exists())
+    return why.replace(f"{path / 'x'}", str(path)) if why else True
+
+
+def attention_file(attention: str | None) -> str | None:
+    """The file ``attention=`` writes first: itself (``.png``, ``.html``), or the first
+    PNG of the folder it names."""
+    if attention is None or Path(attention).suffix.lower() in (".png", ".html"):
+        return attention
+    return str(Path(attention) / "line1.png")
+
+
+def attention_target(value) -> bool | str:
+    if why := name_problem(str(value)):
+        return why
+    path = Path(value).expanduser()
+    if path.suffix.lower() not in (".png", ".html") and path.exists() and not path.is_dir():
+        return f"{path} is an existing file that is not a .png or .html"
+    return output_problem(attention_file(str(value))) or True  # a folder: maps go into it
+
+
+POSITIVE, COUNT = integer(1, MAX_COUNT), integer(0, MAX_COUNT)
+SEED = integer(0, MAX_SEED, note="numpy's seeds are < 2**32")
+BEAM = integer(1, MAX_BEAM, note="hypotheses kept per sentence")
+BATCH_TOKENS = integer(1, MAX_BATCH_TOKENS, note="tokens per batch")
+WIDTH = integer(1, MAX_WIDTH)
+LAYERS = integer(1, MAX_LAYERS)
+PROBABILITY = number(0, 1, hi_open=True, note="a probability")
+DEVICE: Rule = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v) is not None,
+                "choose one of auto, cpu, cuda, cuda:N, mps")
+PATH = path_rule("must name a file or folder")
+RUN = path_rule("must be a run folder (or latest)", True, ("latest",))
+DIR = path_rule("must be a folder", True)
+CHECKPOINT = path_rule("must be best, last, avg, pruned or a checkpoint file", False, NAMED)
+RUN_FOLDER = path_rule("must be the folder of a run to continue", True,
+                       missing="{path} does not exist")
+TEXT_FILE = path_rule("must be a text file to read (a regular file or a pipe)", False,
+                      missing="file not found: {path}", pipe=True)
+FOLDER: Rule = (creatable_folder, "must be a folder (or where one can be made), not a file")
+CKPT_FILE: Rule = (lambda v: output_problem(v, any_run=True) or True,
+                   "must be a checkpoint file to write (not a folder)")
+NEW_FOLDER: Rule = (lambda v: output_problem(v, folder=True) or True,
+                    "must be a new folder (an existing one is never overwritten)")
+
+
+def owned_output(key: str) -> Cross:
+    """``key`` (a checkpoint to write) may lie in a run only if it is the run ``run=``
+    names (``run=latest``: checked once the run is found)."""
+    def why(c):
+        value = c.get(key) if isinstance(c, Mapping) else getattr(c, key)
+        return None if value is None or c.run == "latest" else \
+            output_problem(value, owner=c.run)
+    return (lambda c: why(c) is None), (lambda c: f"{key}={c.get(key)}: {why(c)}")
+
+
+# ----------------------------------------------------------------------------- on schemas
+def _r(default, rule: Rule):
+    """A schema field: its default (= the YAML's, tested) and the values it allows."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"rule": rule})
+    return field(default=default, metadata={"rule": rule})
+
+
+def rules_of(schema, prefix: str = "") -> dict[str, Rule]:
+    """``{dotted key: (check, what to tell the user)}`` of a schema, its groups included."""
+    out: dict[str, Rule] = {}
+    for f in fields(schema):
+        if is_dataclass(f.default_factory):
+            out.update(rules_of(f.default_factory, f"{prefix}{f.name}."))
+        elif "rule" in f.metadata:
+            out[prefix + f.name] = f.metadata["rule"]
+    return out
+
+
+def apply_rules(cfg, rules: Mapping[str, Rule], cross: list[Cross] = (), strip: str = "") -> None:
+    """Every key's own rule (None = unset, skipped), then the rules between keys."""
+    for key, (check, allowed) in rules.items():
+        value = cfg
+        for part in key.removeprefix(strip).split("."):
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        verdict = True if value is None else check(value)
+        if verdict is not True:
+            shown = list(value) if OmegaConf.is_list(value) else value
+            why = f" ({verdict})" if isinstance(verdict, str) else ""
+            raise TinyMTError(f"{key}={shown!r}: {allowed}{why}")
+    for ok, message in cross:
+        if not ok(cfg):
+            raise TinyMTError(message(cfg) if callable(message) else message.format(c=cfg))
+
+
 ATTENTION_KINDS = ("encoder_self", "decoder_self", "cross")  # = tinymt.model.KINDS (tested)
 
 
@@ -215,7 +340,7 @@ class EngineConfig:
 @dataclass
 class TranslateConfig(EngineConfig):
     input: str | None = _r(None, TEXT_FILE)
-    output: str | None = _r(None, (writable_file, "must be a file to write"))
+    output: str | None = _r(None, (lambda v: output_problem(v) or True, "must be a file to write"))
     ref: str | None = _r(None, TEXT_FILE)
     attention: str | None = _r(None, (attention_target, "must be a .png file (one sentence), an .html file (the interactive view of every sentence) or a folder"))
     attention_kinds: list[str] = _r(["cross"], (
@@ -376,7 +501,6 @@ def check_train(cfg) -> None:
 def check_translate(cfg) -> None: apply_rules(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)  # noqa: E704
 def check_serve(cfg) -> None: apply_rules(cfg, SERVE_RULES, SERVE_CROSS)  # noqa: E704
 def check_export(cfg) -> None: apply_rules(cfg, EXPORT_RULES, EXPORT_CROSS)  # noqa: E704
-# a checkpoint written into a run only into the one run= names (its lock is taken then)
 def check_analyze(cfg) -> None: apply_rules(cfg, ANALYZE_RULES, [owned_output("prune_output")])  # noqa: E704
 def check_average(cfg) -> None: apply_rules(cfg, AVERAGE_RULES, [owned_output("output")])  # noqa: E704
 
@@ -388,8 +512,7 @@ def as_train_config(cfg) -> DictConfig:
         merged = OmegaConf.merge(OmegaConf.structured(TrainConfig), cfg)
     except Exception as e:  # noqa: BLE001  (omegaconf's ValidationError / ConfigKeyError)
         key = getattr(e, "full_key", None)
-        first = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise TinyMTError(f"bad config: {key + ': ' if key else ''}{first}") from None
+        raise TinyMTError(f"bad config: {key + ': ' if key else ''}{first_line(e)}") from None
     extra = _unknown_keys(merged, TrainConfig)
     if extra:  # ``+trainer.foo=1``: Hydra may add keys the schema does not have
         raise TinyMTError(f"{extra[0]} is not a tinymt setting (a run holding it could not be "
@@ -410,6 +533,66 @@ def _unknown_keys(cfg, schema, prefix: str = "") -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------- config files
+def load_config_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """The mapping in the YAML file ``path`` as a plain dict, or one line naming the file
+    (as ``what``, e.g. "the run's config"): a regular file of at most
+    :data:`MAX_CONFIG_BYTES`, UTF-8, whose YAML events are checked before anything is built
+    (:func:`check_yaml_shape`), parsed by OmegaConf (no Python tags, no duplicate keys), its
+    interpolations resolved."""
+    data = read_bytes(path, what, MAX_CONFIG_BYTES)
+    name = f"{what} {path}"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TinyMTError(f"{name} is not UTF-8 text (byte {e.start})") from None
+    if not text.strip():
+        raise TinyMTError(f"{name} is empty")
+    check_yaml_shape(text, name)
+    try:
+        cfg = OmegaConf.create(text)
+    except Exception as e:  # noqa: BLE001  (yaml's errors, omegaconf's key/type errors)
+        raise TinyMTError(f"{name} is not valid YAML ({yaml_why(e)})") from None
+    if not isinstance(cfg, DictConfig):  # pragma: no cover - refused on its events
+        raise TinyMTError(f"{name} does not hold a mapping of settings")
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:  # noqa: BLE001  (an interpolation that does not resolve)
+        raise TinyMTError(f"{name}: a value does not resolve ({first_line(e)})") from None
+
+
+def check_yaml_shape(text: str, name: str, max_depth: int = MAX_CONFIG_DEPTH) -> None:
+    """YAML ``text`` that parses, holds a mapping, is nested at most ``max_depth`` deep and
+    has no aliases (``&a [*a, *a]`` repeated would expand past memory): checked on the
+    parser's events, so such a document is refused before it costs stack or memory."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if depth == 0 and isinstance(event, yaml.NodeEvent) and not isinstance(
+                    event, yaml.MappingStartEvent):  # the top node
+                found = "a list" if isinstance(event, yaml.SequenceStartEvent) else "one value"
+                raise TinyMTError(f"{name} does not hold a mapping of settings (found {found})")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    raise TinyMTError(f"{name} is nested deeper than {max_depth} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                raise TinyMTError(f"{name} uses a YAML alias (*{event.anchor}): not a file "
+                                  "tinymt wrote")
+    except yaml.YAMLError as e:
+        raise TinyMTError(f"{name} is not valid YAML ({yaml_why(e)})") from None
+
+
+def yaml_why(e: Exception) -> str:
+    """A YAML error in one line: its problem and where (the first line of others)."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{first_line(problem)} at line {mark.line + 1}, column {mark.column + 1}"
+    return first_line(e)
+
+
 # ----------------------------------------------------------------------------- Hydra
 def _dirname(text: str, limit: int = 100) -> str:
     """A folder name from a sweep's overrides: no slashes, at most ``limit`` characters."""
@@ -420,13 +603,10 @@ def _dirname(text: str, limit: int = 100) -> str:
 
 
 def register_configs() -> None:
-    """Register the schemas (YAMLs name them first in their defaults lists) and three
-    resolvers: ``${or_else:${a},b}`` is ``a`` unless it is null, else ``b``;
-    ``${dirname:text}`` makes a safe, bounded folder name;
-    ``${on_main_rank:a,b}`` is ``a`` on rank 0 (or without torchrun), else ``b``;
-    ``${unless_named:resume,run_dir,clock}``: "." when a folder is named, else the clock."""
-    # under torchrun only rank 0 writes the run dir; the other ranks' Hydra gets a
-    # scratch folder (the trainer hands every rank rank 0's run dir)
+    """Register the schemas (the YAMLs' defaults lists name them) and the resolvers:
+    ``${or_else:${a},b}`` (``a`` unless null), ``${dirname:text}`` (a safe folder name),
+    ``${on_main_rank:a,b}`` (``a`` on rank 0: the other ranks' Hydra gets a scratch
+    folder), ``${unless_named:resume,run_dir,clock}`` ("." when a folder is named)."""
     rank0 = lambda main, other: main if int(os.environ.get("RANK", "0")) == 0 else other  # noqa: E731
     for name, fn in (("or_else", lambda a, b: b if a is None else a), ("dirname", _dirname),
                      ("on_main_rank", rank0),  # Hydra makes only a clock folder itself:
@@ -435,8 +615,8 @@ def register_configs() -> None:
             OmegaConf.register_new_resolver(name, fn)
     for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),
                        ("translate", TranslateConfig), ("serve", ServeConfig),
-                       ("export", ExportConfig),
-                       ("analyze", AnalyzeConfig), ("average", AverageConfig)):
+                       ("export", ExportConfig), ("analyze", AnalyzeConfig),
+                       ("average", AverageConfig)):
         ConfigStore.instance().store(name=f"{name}_schema", node=node)
 
 

@@ -1,9 +1,6 @@
-"""One exception type for everything a user can get wrong.
-
-Scripts catch :class:`TinyMTError` and print its message on one line (no traceback),
-then exit with status 2. Raise it with a message that says what was expected where
-and how to fix it.
-"""
+"""One exception type for everything a user can get wrong: scripts print its message on
+one line (no traceback) and exit with status 2. Its message says what was expected where
+and how to fix it."""
 
 
 class TinyMTError(Exception):

@@ -1,36 +1,21 @@
 """Every file a command writes goes through here, and every file it reads is opened here.
 
-**Writing** has two steps, both here:
+**Writing**: :func:`check_output` (:func:`check_outputs` for several), before any work,
+refuses in one line naming the option a path that is empty or blank, too long, a folder,
+a pipe, socket or device, part of a run's own state (its marker, ``config.yaml``,
+``tokenizer/``, ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``), inside a run
+the command does not own, where nothing can be created, or another output of the same
+command. Then :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder`
+fill ``.tinymt-tmp-<random>`` beside the target under an exclusive ``flock``, fsync it,
+rename it over the target (atomic) and fsync the folder: a failure leaves the old target
+as it was. Temp files whose lock nobody holds (their writer died) go at the next write
+into that folder. Folders on the way are followed; a target that is a link is replaced.
 
-1. :func:`check_output` (:func:`check_outputs` for several), before any work: the path a
-   user named is refused, in one line naming the option, when it is empty or blank (never
-   "the current directory"), a name too long for the file system, a folder, a pipe, socket
-   or device, part of a run's own state (its marker, ``config.yaml``, ``tokenizer/``,
-   ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``), anywhere inside a run folder
-   the command does not own (holds the lock of), in a place where nothing can be created,
-   or the same file as another output of the same command.
-2. :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder`: the bytes
-   go to ``.tinymt-tmp-<random>`` in the target's own folder, held under an exclusive
-   ``flock`` while they are written, are fsynced and renamed over the target (``os.replace``
-   is atomic), then the folder is fsynced. A failure (a full disk, a kill) leaves the old
-   target as it was. Temp files whose lock nobody holds (their writer died) are removed
-   by the next write into that folder: the lock says who is alive, not a pid (which means
-   nothing on another host or in another container).
-
-**Symbolic links**: the folders on the way are followed (their real location is what is
-checked); a target that is itself a link is *replaced* (the link, never the file it points
-to: nothing outside the named path changes).
-
-**Runs**: a folder holding :data:`RUN_MARKER` (or ``checkpoints/last.pt``) is a run. The
-process that trains it (or averages its checkpoints, analyses its heads) holds
-:class:`RunLock`, an exclusive ``flock`` on that marker, and passes the run folder as
-``owner``; every other write into a run is refused.
-
-**Reading**: :func:`read_bytes` opens only a regular file (a pipe would block, a device
-never end), reads at most ``max_bytes`` and names the file in its one-line errors;
-:func:`parse_json` bounds nesting. Each kind of file has one loader built on them
-(checkpoints: :mod:`tinymt.checkpoint`; the data cache: :mod:`tinymt.data.cache`; exports:
-:mod:`tinymt.ct2.export`; attention records: :mod:`tinymt.viewer.summary`).
+**Runs**: a folder holding :data:`RUN_MARKER` (or ``checkpoints/last.pt``) is a run; only
+the process holding its lock (:class:`tinymt.rundir.RunLock`, passed as ``owner``) writes
+into it. **Reading**: :func:`read_bytes` opens only a regular file (a pipe would block, a
+device never end), at most ``max_bytes``; :func:`load_json` loads the JSON files tinymt
+writes (size and nesting bounded).
 """
 
 from __future__ import annotations
@@ -60,10 +45,11 @@ STEP_CHECKPOINT = re.compile(r"ckpt_(\d+)\.pt")
 NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints/<name>.pt
 TEMP_PREFIX = ".tinymt-tmp-"
 NAME_MAX, PATH_MAX = 255, 4096  # bytes: a name, a whole path (Linux)
+MAX_JSON_BYTES = 1 << 20  # every JSON file tinymt writes holds a few kB
 
 
 def is_run_dir(folder: Path) -> bool:
-    """A run lives in ``folder``: its marker, or (a run of an older tinymt) its last.pt."""
+    """A run lives in ``folder``: its marker, or (a run without one) its last.pt."""
     return (folder / RUN_MARKER).exists() or (folder / CHECKPOINTS / "last.pt").is_file()
 
 
@@ -98,9 +84,8 @@ def real_location(path: str | os.PathLike) -> Path:
 # ----------------------------------------------------------------------------- checks
 def check_output(value: Any, what: str, *, folder: bool = False,
                  owner: str | os.PathLike | None = None) -> Path:
-    """The file (``folder=True``: the new folder) a command will write at ``value`` (the
-    user's ``what=value``), checked before any work; a one-line :class:`TinyMTError` if it
-    may not be written. ``owner``: the run folder whose lock this command holds."""
+    """The file (``folder=True``: new folder) the user's ``what=value`` names, checked
+    before any work (``owner``: the run this command holds), or one line saying why not."""
     why = output_problem(value, folder=folder, owner=owner)
     if why:
         raise TinyMTError(f"{what}={_short(str(value))!s}: {why} (nothing was written)")
@@ -128,12 +113,10 @@ def output_problem(value: Any, *, folder: bool = False, owner=None,
     real = real_location(path)
     found = run_state_part(real)
     if found:
-        run_dir, part = found
-        return (f"it is {part} of the run {run_dir}: writing it would lose the run's own "
+        return (f"it is {found[1]} of the run {found[0]}: writing it would lose the run's own "
                 "state (resuming, translating); choose another file")
-    run = run_holding(real.parent)
-    if run is not None and not any_run and (
-            owner is None or Path(os.path.realpath(owner)) != run):
+    run = _foreign_run(real, owner)
+    if run is not None and not any_run:
         return (f"it is inside the run {run}: only the commands that own a run write there "
                 "(training, averaging, head analysis); choose a file outside it")
     base = next(p for p in [real.parent, *real.parent.parents] if os.path.lexists(p))
@@ -158,6 +141,12 @@ def name_problem(text: str) -> str | None:
     return None
 
 
+def _foreign_run(real: Path, owner) -> Path | None:
+    """The run that the file ``real`` would lie in, unless ``owner`` is that run."""
+    run = run_holding(real.parent)
+    return None if owner is not None and Path(os.path.realpath(owner)) == run else run
+
+
 def check_outputs(*outputs: tuple[str, Any]) -> dict[str, Path]:
     """:func:`check_output` of each ``(what, value)`` that is set (files, outside runs), and
     no two naming one file (links and ``..`` resolved)."""
@@ -166,9 +155,8 @@ def check_outputs(*outputs: tuple[str, Any]) -> dict[str, Path]:
         if value is None:
             continue
         path = check_output(value, what)
-        real = real_location(path)
         for other, seen in out.items():
-            if real_location(seen) == real:
+            if real_location(seen) == real_location(path):
                 raise TinyMTError(f"{what}={value} and {other}={dict(outputs)[other]} "
                                   "name the same file: give each output its own (nothing "
                                   "was written)")
@@ -183,13 +171,11 @@ def _short(text: str) -> str:
 # ----------------------------------------------------------------------------- writing
 def write_file(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
                owner: str | os.PathLike | None = None) -> Path:
-    """Publish ``path`` whole: ``write(f)`` fills a locked temp file beside it, which is
-    fsynced and renamed over ``path``; then the folder is fsynced. A failure leaves the old
-    ``path`` as it was and no temp file. Inside a run only with ``owner`` = that run."""
+    """Publish ``path`` whole: ``write(f)`` fills a locked temp file beside it, fsynced and
+    renamed over ``path`` (a failure leaves the old one). Inside a run only for its
+    ``owner``."""
     path = Path(path)
-    real = real_location(path)
-    if run_holding(real.parent) is not None:
-        refuse_owned(real, owner)
+    real = _target(path, owner)
     if real.is_dir():
         raise TinyMTError(f"cannot write {path}: it is a folder")
     previous = ("the previous version is intact" if os.path.lexists(real)
@@ -220,14 +206,10 @@ def write_folder(build: Callable[[Path], None], target: str | os.PathLike, *,
                  replace: Callable[[Path], bool] | None = None,
                  owner: str | os.PathLike | None = None) -> bool:
     """Publish a folder whole: ``build(tmp)`` fills a locked temp folder beside ``target``,
-    every file is fsynced, the folder renamed to ``target``. An existing ``target`` is left
-    as it is (False) unless ``replace(target)`` says it is to go (damaged): then it is
-    moved aside, the new one renamed in, and the old one deleted. A failure removes the
-    temp folder: nothing half-written is ever at ``target``."""
+    fsynced and renamed to ``target``. An existing ``target`` is kept (False) unless
+    ``replace(target)`` says it is damaged: then it is swapped out and deleted."""
     target = Path(target)
-    real = real_location(target)
-    if run_holding(real.parent) is not None:
-        refuse_owned(real, owner)
+    real = _target(target, owner)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(real.parent)
@@ -257,13 +239,15 @@ def write_folder(build: Callable[[Path], None], target: str | os.PathLike, *,
     return True
 
 
-def refuse_owned(real: Path, owner) -> None:
-    """A write into a run folder by anyone but the process that holds it is a bug of ours
-    (user-named outputs were refused by :func:`check_output` before the work)."""
-    run = run_holding(real.parent)
-    if owner is None or Path(os.path.realpath(owner)) != run:
+def _target(path: Path, owner) -> Path:
+    """Where ``path`` really is; inside a run only for its ``owner`` (else a bug of ours:
+    user-named outputs were refused by :func:`check_output` before the work)."""
+    real = real_location(path)
+    run = _foreign_run(real, owner)
+    if run is not None:
         raise TinyMTError(f"{real} is inside the run {run}, which this command does not own: "
                           "nothing was written")
+    return real
 
 
 @contextlib.contextmanager
@@ -272,30 +256,26 @@ def _locked_temp(parent: Path, folder: bool = False) -> Iterator[tuple[Path, Bin
     ``flock`` until the block ends, then removed if it is still there."""
     for _ in range(100):
         tmp = Path(parent) / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
-        f = None
         if folder:
             tmp.mkdir()
-            fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
-        else:
-            f = open(tmp, "xb")
-            fd = f.fileno()
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY if folder else
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         fcntl.flock(fd, fcntl.LOCK_EX)
         with contextlib.suppress(OSError):  # a cleaner took it before our lock: again
             if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
                 break
-        os.close(fd) if folder else f.close()
+        os.close(fd)
     else:  # pragma: no cover - a hundred cleaners racing us
         raise OSError(errno.EAGAIN, "no temp file could be kept")
+    f = None if folder else os.fdopen(fd, "wb")
     try:
         yield tmp, f
     finally:
         if folder:
             shutil.rmtree(tmp, ignore_errors=True)
-            os.close(fd)
         else:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            f.close()
+            tmp.unlink(missing_ok=True)
+        f.close() if f else os.close(fd)
 
 
 def clean_stale_temps(folder: str | os.PathLike) -> list[Path]:
@@ -308,16 +288,14 @@ def clean_stale_temps(folder: str | os.PathLike) -> list[Path]:
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # held: its writer lives
-        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # refused: its writer lives
             if p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
             removed.append(p)
+        except OSError:
+            continue
         finally:
             os.close(fd)
     return removed
@@ -355,21 +333,33 @@ def error_reason(e: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------------- reading
-def regular_file(path: str | os.PathLike, what: str) -> Path:
-    """``path`` if it is a regular file (links followed), else a one-line error naming
-    ``what``. Nothing is opened: a pipe would block, a device never end."""
-    path = Path(path)
+def path_problem(path: Path, folder: bool | None = None, missing: str | None = None,
+                 pipe: bool = False) -> str | None:
+    """Why ``path`` is not a folder (``folder=True``), a regular file (False) or either
+    (None; ``pipe``: a FIFO too), or None; never opened. ``missing``: the message
+    (``{path}`` in it) when it is not there (None: that is fine)."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise TinyMTError(f"{what} {path} does not exist") from None
+        return missing and missing.format(path=path)
     except OSError as e:
-        raise TinyMTError(f"cannot read {what} {_short(str(path))} ({e.strerror})") from None
+        return f"{_short(str(path))} cannot be read ({e.strerror})"
     if stat.S_ISDIR(mode):
-        raise TinyMTError(f"{what} {path} is a folder, not a file")
-    if not stat.S_ISREG(mode):
-        raise TinyMTError(f"{what} {path} is not a regular file (a pipe, socket or device)")
-    return path
+        return f"{path} is a folder, not a file" if folder is False else None
+    if folder:
+        return f"{path} is not a folder"
+    if stat.S_ISREG(mode) or pipe and stat.S_ISFIFO(mode):
+        return None
+    return f"{path} is not a regular file " + (
+        "or a pipe (a device or socket)" if pipe else "(a pipe, socket or device)")
+
+
+def regular_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` if it is a regular file (links followed), else one line naming ``what``."""
+    why = path_problem(Path(path), folder=False, missing="{path} does not exist")
+    if why:
+        raise TinyMTError(f"{what} {why}")
+    return Path(path)
 
 
 def read_bytes(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
@@ -389,15 +379,30 @@ def read_bytes(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
     return data
 
 
-def parse_json(text: str | bytes, what: str, max_depth: int = 32) -> Any:
-    """JSON nested at most ``max_depth`` deep (a deep one is refused before parsing),
-    finite numbers only; a one-line error naming ``what`` otherwise."""
+def load_json(path: str | os.PathLike, what: str, max_bytes: int = MAX_JSON_BYTES,
+              top: type = dict) -> Any:
+    """The JSON value (a ``top``: dict, an object) of the file ``path``; one line naming
+    it (as ``what``) when it is not a regular file of at most ``max_bytes``, not UTF-8,
+    not JSON, nested too deep or of another kind."""
+    name = f"{what} {path}"
+    value = parse_json(read_bytes(path, what, max_bytes), name)
+    if not isinstance(value, top):
+        kind = {dict: "an object", list: "a list"}.get(top, top.__name__)
+        raise TinyMTError(f"{name} does not hold {kind} (found {type(value).__name__})")
+    return value
+
+
+def parse_json(text: str | bytes, what: str, max_depth: int = 32,
+               error: type[Exception] = TinyMTError) -> Any:
+    """JSON already read (:func:`load_json` reads a file; the viewer's records hold theirs),
+    nested at most ``max_depth`` deep (a deep one is refused before parsing), finite numbers
+    only; else one line naming ``what``, raised as ``error``."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise TinyMTError(f"{what} is not valid UTF-8") from None
-    depth = deepest = 0
+            raise error(f"{what} is not valid UTF-8") from None
+    depth = 0
     in_string = escaped = False
     for ch in text:  # brackets outside strings
         if in_string:
@@ -406,9 +411,8 @@ def parse_json(text: str | bytes, what: str, max_depth: int = 32) -> Any:
             in_string = True
         elif ch in "[{":
             depth += 1
-            deepest = max(deepest, depth)
-            if deepest > max_depth:
-                raise TinyMTError(f"{what} is nested deeper than {max_depth} levels")
+            if depth > max_depth:
+                raise error(f"{what} is nested deeper than {max_depth} levels")
         elif ch in "]}":
             depth -= 1
 
@@ -417,4 +421,4 @@ def parse_json(text: str | bytes, what: str, max_depth: int = 32) -> Any:
     try:
         return json.loads(text, parse_constant=finite)
     except (ValueError, RecursionError) as e:
-        raise TinyMTError(f"{what} is not valid JSON ({first_line(e)})") from None
+        raise error(f"{what} is not valid JSON ({first_line(e)})") from None

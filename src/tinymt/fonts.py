@@ -1,23 +1,16 @@
 """The one font code: Noto Sans CJK with **Simplified Chinese** glyph forms, for every view.
 
-The font we ship (``noto-cjk-sans-jp-regular``, :func:`font_path`) is the
-*language-specific* pan-CJK OpenType font: it holds the glyphs of every CJK locale, its
-cmap maps each character to the Japanese form, and its ``GSUB`` ``locl`` feature, per
-language system (``ZHS`` = Simplified Chinese, ``ZHT``, ``KOR``, ...), swaps in the other
-locales' forms (直 骨 今 角 写 ... differ). Browsers apply ``locl`` only when the text's
-``lang`` says Chinese, and matplotlib applies no ``GSUB`` at all, so we build the SC face
-ourselves with fontTools: the cmap with the ZHS ``locl`` substitutions applied
-(:func:`sc_cmap`), so every renderer draws the SC form whatever the text's language.
+The font we ship (``noto-cjk-sans-jp-regular``, :func:`font_path`) holds the glyphs of
+every CJK locale; its cmap maps each character to the Japanese form, and its ``GSUB``
+``locl`` feature, per language system (``ZHS`` = Simplified Chinese, ...), swaps in the
+others (直 骨 今 角 写 ... differ). Browsers apply ``locl`` only when the text's ``lang``
+says Chinese, matplotlib not at all, so we build the SC face with fontTools: the cmap with
+the ZHS ``locl`` substitutions applied (:func:`sc_cmap`).
 
-* :func:`sc_subset` -- the font cut to a text's characters, cmap remapped, family
-  ``Noto Sans CJK SC``: the HTML file inlines it, the Attention tab and the server page
-  serve it as ``font.otf?text=...`` (:func:`font_for_query`, the last answers kept);
-* :func:`sc_font_file` -- the whole font as Noto Sans CJK SC, built once into the per-user
-  cache folder: matplotlib draws the PNG grids with it (it needs a font *file*), the
-  server page gets it for ``font.otf`` without ``text=``.
-
-A shared leaf (docs/architecture.md): the viewer, the server and :mod:`tinymt.plotting`
-import it, and it imports no torch (the TensorBoard plugin imports it).
+:func:`sc_subset` cuts it to a text's characters (the HTML file inlines it, the Attention
+tab and the server page serve ``font.otf?text=...``); :func:`sc_font_file` is the whole
+font, built once into the user's cache folder (matplotlib needs a font *file*). A shared
+leaf: it imports no torch (the TensorBoard plugin imports it).
 """
 
 from __future__ import annotations
@@ -70,10 +63,9 @@ def sc_cmap() -> dict[int, str]:
 
 
 def _language_lookups(table, language: str, feature: str) -> list[int]:
-    """The lookups of ``feature`` in the ``language`` system of every script (a script
-    without that language: its default system), in lookup-list order (how shapers apply
-    them). One list for all scripts: in Noto CJK every script's ZHS ``locl`` is the same
-    lookups, and a cmap cannot say which script a character is shaped as anyway."""
+    """The lookups of ``feature`` in the ``language`` system (else the default one) of
+    every script, in lookup-list order (as shapers apply them); one list for all scripts
+    (in Noto CJK each script's ZHS ``locl`` is the same lookups)."""
     records = table.FeatureList.FeatureRecord
     found: set[int] = set()
     for script in table.ScriptList.ScriptRecord:
@@ -102,11 +94,8 @@ def _single_substitutions(table, lookups: Iterable[int]) -> dict[str, str]:
             if kind == 1:
                 for src, dst in sub.mapping.items():
                     mapping.setdefault(src, dst)  # the first subtable covering a glyph wins
-        for glyph, now in list(result.items()):  # what earlier lookups made of a glyph
-            if now in mapping:
-                result[glyph] = mapping[now]
-        for glyph, dst in mapping.items():
-            result.setdefault(glyph, dst)  # glyphs no earlier lookup touched
+        # what earlier lookups made of a glyph goes on through this one; other glyphs: new
+        result = {**mapping, **{glyph: mapping.get(now, now) for glyph, now in result.items()}}
     return result
 
 
@@ -118,10 +107,8 @@ def sc_subset(text: str) -> bytes:
     cmap = sc_cmap()
     codes = {ord(c) for c in text + ALWAYS}
     options = subset.Options()
-    # fontTools' default features (what browsers apply, and the CJK spacing ones), but
-    # not locl: the cmap already is SC, and another language's locl (a page or span
-    # marked zh-Hant, ko) would turn SC forms into its own; nor the Japanese alternates
-    # (jp78, jp90, ...) and aalt, which would keep Japanese glyphs in (3x the bytes)
+    # fontTools' default features but locl (the cmap is SC already; a span marked zh-Hant
+    # or ko would turn SC forms into its own); jp78, jp90, aalt would keep Japanese glyphs
     options.layout_features = [f for f in options.layout_features if f != "locl"]
     return _subset({cp: cmap[cp] for cp in codes if cp in cmap}, options)
 
@@ -152,10 +139,7 @@ def _subset(cmap: dict[int, str], options: subset.Options) -> bytes:
     subsetter = subset.Subsetter(options)
     subsetter.populate(unicodes=cmap)
     subsetter.subset(font)
-    _rename(font, SC_FAMILY)
-    out = io.BytesIO()
-    font.save(out)
-    return out.getvalue()
+    return _sc_bytes(font)
 
 
 def _cmap_table(cmap: dict[int, str]):
@@ -173,10 +157,10 @@ def _cmap_table(cmap: dict[int, str]):
     return table
 
 
-def _rename(font: TTFont, family: str) -> None:
-    """Family ``family`` in the name table (IDs 1, 4, 16; 6 the PostScript name, no
-    spaces) and in the CFF table's names (which the PostScript name must equal). The
-    copyright (0), trademark (7) and license (13, 14) records stay as they are."""
+def _sc_bytes(font: TTFont, family: str = SC_FAMILY) -> bytes:
+    """``font`` saved as OpenType, its family renamed to ``family`` in the name table (IDs
+    1, 4, 16; 6 the PostScript name, no spaces) and in the CFF table's names (which the
+    PostScript name must equal); the copyright, trademark and license records kept."""
     style = font["name"].getDebugName(17) or font["name"].getDebugName(2) or "Regular"
     full = family if style == "Regular" else f"{family} {style}"
     ps_name = f"{family.replace(' ', '')}-{style.replace(' ', '')}"
@@ -189,74 +173,52 @@ def _rename(font: TTFont, family: str) -> None:
         cff.fontNames = [ps_name]
         top = cff.topDictIndex[0]
         top.FamilyName, top.FullName = family, full
+    out = io.BytesIO()
+    font.save(out)
+    return out.getvalue()
 
 
 # ----------------------------------------------------------------------------- a whole file
 @functools.cache
 def sc_font_file() -> Path | None:
-    """The whole source font as Noto Sans CJK SC (every glyph, the SC cmap), as a file:
-    what matplotlib draws figures with (it needs a file, and applies no ``locl``) and
-    what the server page gets for ``font.otf`` without ``text=``.
-
-    Built once (2 s: only the cmap, GSUB, name and CFF tables are rewritten; 16 MB) into
-    ``$XDG_CACHE_HOME/tinymt/fonts/`` (``~/.cache/tinymt/fonts/``), named by the source
-    font's size and mtime and :data:`FILE_VERSION`, through :func:`tinymt.files.write_bytes`
-    (atomic: a concurrent process never reads half a file), and reused by every later
-    process; where that folder cannot be written, in a temporary folder of this process.
-    None (a warning logged) when it cannot be had at all: the caller then uses the source
-    font (Japanese forms), nothing fails for a font."""
+    """The whole source font as Noto Sans CJK SC, as a file (matplotlib's figures, the
+    server's ``font.otf`` without ``text=``): built once (2 s, 16 MB) into
+    ``$XDG_CACHE_HOME/tinymt/fonts/`` (else ``~/.cache/tinymt/fonts/``; where that cannot
+    be written, a temporary folder of this process), named by the source's size, mtime
+    and :data:`FILE_VERSION`, and reused. None (a warning logged) when it cannot be had:
+    the caller uses the source font (Japanese forms); nothing fails for a font."""
     try:
         st = font_path().stat()
-    except OSError as e:
-        logger.warning("Chinese is drawn with Japanese glyph forms: %s", e)
-        return None
-    key = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{FILE_VERSION}".encode())
-    name = f"NotoSansCJKsc-Regular-{key.hexdigest()[:16]}.otf"
-    folder = _cache_dir()
-    cached = folder / name if folder is not None else None
-    try:
-        if cached is not None and cached.is_file():
-            return cached
-    except OSError:  # a folder on the way we may not read: a temporary folder
-        cached = None
-    try:
+        key = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{FILE_VERSION}".encode())
+        name = f"NotoSansCJKsc-Regular-{key.hexdigest()[:16]}.otf"
+        try:
+            base = os.environ.get("XDG_CACHE_HOME", "")
+            base = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+            cached = base / "tinymt" / "fonts" / name
+            if cached.is_file():
+                return cached
+        except (OSError, RuntimeError, KeyError):  # no home, a folder we may not read
+            cached = None
         data = build_sc_font()
     except Exception as e:  # noqa: BLE001  (a font never stops a training run)
         logger.warning("Chinese is drawn with Japanese glyph forms: no SC font (%s: %s)",
                        type(e).__name__, e)
         return None
-    if cached is not None:
+    for folder in ([cached.parent] if cached else []) + [None]:
         try:
-            return write_bytes(data, cached)
+            if folder is None:
+                folder = Path(tempfile.mkdtemp(prefix="tinymt-fonts-"))
+                atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            return write_bytes(data, folder / name)
         except Exception as e:  # noqa: BLE001
-            logger.info("cannot cache the SC font in %s (%s): a temporary folder instead",
-                        cached.parent, e)
-    try:
-        folder = Path(tempfile.mkdtemp(prefix="tinymt-fonts-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        return write_bytes(data, folder / name)
-    except Exception as e:  # noqa: BLE001
-        logger.warning("Chinese is drawn with Japanese glyph forms: cannot write the SC "
-                       "font (%s)", e)
-        return None
-
-
-def _cache_dir() -> Path | None:
-    """``$XDG_CACHE_HOME/tinymt/fonts`` (an absolute one: the XDG rule), else
-    ``~/.cache/tinymt/fonts``; None without a home."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        try:
-            base = str(Path.home() / ".cache")
-        except (RuntimeError, KeyError):
-            return None
-    return Path(base) / "tinymt" / "fonts"
+            logger.info("cannot write the SC font into %s (%s)", folder, e)
+    logger.warning("Chinese is drawn with Japanese glyph forms: cannot write the SC font")
+    return None
 
 
 def build_sc_font() -> bytes:
-    """The bytes of :func:`sc_font_file`: the source with the SC cmap (its variation
-    sequences, which select Japanese forms, left out), no ``locl`` (as in
-    :func:`sc_subset`) and the SC family name; every other table is copied as it is."""
+    """The bytes of :func:`sc_font_file`: the source with the SC cmap (no variation
+    sequences: they select Japanese forms), no ``locl`` and the SC family name."""
     font = TTFont(str(font_path()), lazy=True, recalcBBoxes=False, recalcTimestamp=False)
     font["cmap"] = _cmap_table(sc_cmap())
     gsub = font["GSUB"].table
@@ -268,7 +230,4 @@ def build_sc_font() -> bytes:
                 langsys.FeatureIndex = [i for i in langsys.FeatureIndex
                                         if records[i].FeatureTag != "locl"]
                 langsys.FeatureCount = len(langsys.FeatureIndex)
-    _rename(font, SC_FAMILY)
-    out = io.BytesIO()
-    font.save(out)
-    return out.getvalue()
+    return _sc_bytes(font)

@@ -1,7 +1,8 @@
-"""The pieces the Transformer is stacked from, in paper order: dropout, position encodings,
-the position-wise feed-forward network, and the encoder and decoder layers (each a
-:class:`tinymt.attention.MultiHeadAttention` or two plus the feed-forward, with residual
-connections and LayerNorm before (pre-LN) or after (post-LN, the paper's) each sub-layer).
+"""The pieces the Transformer is stacked from, in paper order: position encodings (3.5),
+the position-wise feed-forward network (3.3), and the encoder and decoder layers (3.1): each
+a :class:`tinymt.attention.MultiHeadAttention` or two plus the feed-forward, every sub-layer
+in a residual connection with LayerNorm before it (pre-LN, the default) or after it
+(post-LN, the paper's).
 """
 
 from __future__ import annotations
@@ -12,51 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinymt.attention import KVCache, MultiHeadAttention
-
-
-# --------------------------------------------------------------------------- dropout
-class Dropout(nn.Module):
-    """Dropout (Srivastava et al., 2014): in training, zero each element with probability
-    ``p`` and scale the rest by ``1 / (1 - p)``; in eval, the identity.
-
-    On a CPU the mask comes from 16 random bits per element (``int64`` draws viewed as
-    four ``int16``): an element is kept when its bits are at least ``round(p * 2^16)``, so
-    ``p`` is rounded to a multiple of 2^-16 and the scale uses the rounded value (the
-    expectation stays exact). About 3x cheaper than ``torch.bernoulli_``, which draws
-    per element: dropout was 13 % of a CPU training step of ``small`` (docs/benchmarks.md).
-    Elsewhere it is ``F.dropout``.
-
-    >>> import torch
-    >>> _ = torch.manual_seed(0)
-    >>> drop = Dropout(0.25)
-    >>> y = drop(torch.ones(10_000))
-    >>> sorted(set(y.tolist()))
-    [0.0, 1.3333333730697632]
-    >>> round(float(y.eq(0).float().mean()), 2)
-    0.25
-    >>> bool(drop.eval()(y).equal(y))
-    True
-    """
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if x.device.type != "cpu" or self.p >= 1.0:
-            return F.dropout(x, self.p, True)
-        cut = round(self.p * 65536)  # drop when the 16 bits, read unsigned, are below this
-        n = x.numel()
-        bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-        keep = bits.view(torch.int16)[:n].view(x.shape) >= cut - 32768  # signed view
-        scale = 65536 / (65536 - cut)
-        return x * torch.where(keep, scale, 0.0).to(x.dtype)
+from tinymt.attention import MultiHeadAttention
 
 
 # --------------------------------------------------------------------------- positions
@@ -98,7 +55,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.activation = activation
 
     def forward(self, x: Tensor) -> Tensor:
@@ -108,7 +65,7 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention + FFN, each in a residual block (pre-LN or post-LN)."""
+    """Self-attention, then the feed-forward network, each in a residual block."""
 
     def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
         super().__init__()
@@ -117,30 +74,26 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
 
-    def forward(
-        self,
-        x: Tensor,
-        pad_mask: Tensor | None,
-        need_weights: bool = False,
-        gate: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
-        kw = {"key_padding_mask": pad_mask, "need_weights": need_weights, "head_gate": gate}
-        if self.norm_first:
-            h, w = self.self_attn(self.norm1(x), **kw)
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False
+                ) -> tuple[Tensor, Tensor | None]:
+        """``x`` ``(B, S, d)``; ``mask`` ``(B, 1, 1, S)``: True on real source tokens."""
+        if self.norm_first:  # x + sublayer(norm(x))
+            h, w = self.self_attn(self.norm1(x), mask=mask, need_weights=need_weights)
             x = x + self.dropout1(h)
             x = x + self.dropout2(self.ff(self.norm2(x)))
-        else:
-            h, w = self.self_attn(x, **kw)
+        else:  # norm(x + sublayer(x))
+            h, w = self.self_attn(x, mask=mask, need_weights=need_weights)
             x = self.norm1(x + self.dropout1(h))
             x = self.norm2(x + self.dropout2(self.ff(x)))
         return x, w  # (B, S, d), (B, h, S, S) or None
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention + cross-attention + FFN, each in a residual block."""
+    """Masked self-attention, cross-attention to the encoder's output, then the feed-forward
+    network, each in a residual block."""
 
     def __init__(self, d_model, n_heads, d_ff, dropout, attention_dropout, activation, norm_first):
         super().__init__()
@@ -151,65 +104,30 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Tensor | None,
-        memory_pad_mask: Tensor | None,
-        tgt_pad_mask: Tensor | None = None,
-        need_weights: bool = False,
-        self_gate: Tensor | None = None,
-        cross_gate: Tensor | None = None,
-        self_cache: KVCache | None = None,
-        cross_cache: KVCache | None = None,
-        beam_slots: tuple[Tensor, int] | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """``beam_slots=(slots, beam)``: rows of ``x`` are beam slots over sentence rows of
-        ``memory``/``cross_cache`` (see :class:`tinymt.attention.DecoderCache`)."""
-        def self_block(y):
-            return self.self_attn(
-                y, key_padding_mask=tgt_pad_mask, causal=True, need_weights=need_weights,
-                cache=self_cache, head_gate=self_gate,
-            )
+    def forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                tgt_mask: Tensor | None, need_weights: bool = False, cache=None
+                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``x`` ``(B, T, d)`` the target so far; ``memory`` ``(B, S, d)`` the encoder's output;
+        ``src_mask`` ``(B, 1, 1, S)``; ``tgt_mask`` ``(B, 1, T, T)``: padding and the triangle.
 
-        def cross_block(y):
-            if beam_slots is None:
-                return self.cross_attn(
-                    y, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
-                    cache=cross_cache, head_gate=cross_gate,
-                )
-            # The beams of one sentence become the query positions of that sentence's
-            # row, so each sentence's encoder keys/values are used once, not copied.
-            slots, beam = beam_slots
-            R, T, d = y.shape  # T == 1: one new token per hypothesis
-            N = cross_cache.k.size(0)  # sentences
-            grid = y.new_zeros(N * beam, T * d)  # empty slots stay zero (outputs unused)
-            grid[slots] = y.reshape(R, T * d)
-            grid = grid.view(N, beam * T, d)  # (N, beam * T, d)
-            out, w = self.cross_attn(
-                grid, memory, key_padding_mask=memory_pad_mask, need_weights=need_weights,
-                cache=cross_cache, head_gate=cross_gate,
-            )  # (N, beam * T, d), (N, h, beam * T, S)
-            out = out.reshape(N * beam, T, d)[slots]  # (R, T, d)
-            if w is not None:
-                h, S = w.size(1), w.size(3)
-                w = w.view(N, h, beam, T, S).transpose(1, 2).reshape(N * beam, h, T, S)[slots]
-            return out, w  # (R, T, d), (R, h, T, S) or None
-
-        if self.norm_first:
-            h, self_w = self_block(self.norm1(x))
+        ``cache``: decoding one token at a time, the layer's KV caches
+        (:mod:`tinymt.decoding.cache`) stand in for its two attention modules."""
+        self_attn, cross_attn = (self.self_attn, self.cross_attn) if cache is None else cache
+        kw = {"need_weights": need_weights}
+        if self.norm_first:  # x + sublayer(norm(x))
+            h, self_w = self_attn(self.norm1(x), mask=tgt_mask, **kw)
             x = x + self.dropout1(h)
-            h, cross_w = cross_block(self.norm2(x))
+            h, cross_w = cross_attn(self.norm2(x), memory, mask=src_mask, **kw)
             x = x + self.dropout2(h)
             x = x + self.dropout3(self.ff(self.norm3(x)))
-        else:
-            h, self_w = self_block(x)
+        else:  # norm(x + sublayer(x))
+            h, self_w = self_attn(x, mask=tgt_mask, **kw)
             x = self.norm1(x + self.dropout1(h))
-            h, cross_w = cross_block(x)
+            h, cross_w = cross_attn(x, memory, mask=src_mask, **kw)
             x = self.norm2(x + self.dropout2(h))
             x = self.norm3(x + self.dropout3(self.ff(x)))
-        return x, self_w, cross_w  # (B, T, d), (B, h, T, T_k) or None, (B, h, T, S) or None
+        return x, self_w, cross_w  # (B, T, d), (B, h, T, T) or None, (B, h, T, S) or None

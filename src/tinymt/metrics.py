@@ -11,24 +11,18 @@ import sacrebleu
 import torch
 
 
-def bleu_tokenizer(lang: str) -> str:
-    """sacreBLEU's tokenizer for a target language: ``zh`` for Chinese, else ``13a``."""
-    return "zh" if lang.startswith("zh") else "13a"
-
-
 def score(hyps: list[str], refs: list[str], tgt_lang: str) -> tuple[float, float, str]:
-    """Corpus sacreBLEU and chrF of ``hyps`` against ``refs``, and the BLEU signature."""
-    bleu = sacrebleu.metrics.BLEU(tokenize=bleu_tokenizer(tgt_lang))
+    """Corpus sacreBLEU (tokenized ``zh`` for Chinese, else ``13a``) and chrF of ``hyps``
+    against ``refs``, and the BLEU signature."""
+    bleu = sacrebleu.metrics.BLEU(tokenize="zh" if tgt_lang.startswith("zh") else "13a")
     b = bleu.corpus_score(hyps, [refs])
     c = sacrebleu.metrics.CHRF().corpus_score(hyps, [refs])
     return b.score, c.score, str(bleu.get_signature())
 
 
 def attention_entropy(weights):
-    """Entropy (nats) of each attention row: ``(..., T_key) -> (...)``.
-
-    Takes a numpy array or a tensor and returns the same kind; zero weights add nothing.
-    """
+    """Entropy (nats) of each attention row: ``(..., T_key) -> (...)``, of a numpy array
+    or a tensor (the same kind back); zero weights add nothing."""
     if isinstance(weights, torch.Tensor):
         return -(weights * weights.clamp_min(1e-12).log()).sum(-1)
     return -(weights * np.log(np.clip(weights, 1e-12, 1.0))).sum(-1)

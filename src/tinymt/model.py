@@ -1,25 +1,17 @@
 """The encoder-decoder Transformer (Vaswani et al., 2017), in paper order.
 
-embeddings (scaled by sqrt(d_model)) + positions -> N encoder layers -> memory
-embeddings + positions -> N decoder layers (masked self-attn, cross-attn, FFN) -> logits
+source tokens -> embeddings (scaled by sqrt(d_model)) + positions -> N encoder layers -> memory
+target tokens -> embeddings + positions -> N decoder layers (masked self-attention,
+cross-attention to the memory, feed-forward) -> hidden states -> logits over the vocabulary
 
-Pre-LN (``norm_first=True``, the default: LayerNorm before each sub-layer, a final
-LayerNorm after the last encoder and decoder layer) or the paper's post-LN. Every
-attention layer can return its per-head weights; they come back as
-``{"encoder_self": [...], "decoder_self": [...], "cross": [...]}``, one
+Pre-LN (``norm_first=True``, the default: LayerNorm before each sub-layer and after the last
+layer of each stack) or the paper's post-LN. Every attention layer can return its per-head
+weights: ``{"encoder_self": [...], "decoder_self": [...], "cross": [...]}``, one
 ``(B, h, T_query, T_key)`` tensor per layer.
 
-For incremental decoding: ``init_cache(memory, src_pad_mask)`` computes the
-cross-attention keys/values once, and ``decode_step(tokens, cache)`` feeds one new
-target token per sentence, reusing and growing the cache.
-
-Head masks: persistent buffers ``head_mask_encoder_self`` ``(n_encoder_layers, h)``,
-``head_mask_decoder_self`` and ``head_mask_cross`` ``(n_decoder_layers, h)``, all ones
-by default. Every path (training, teacher forcing, incremental decoding) gates head
-``(l, i)`` of a kind by ``head_mask[l, i] * head_gates[kind][l, i]``, so a pruned model
-is just a state_dict with zeros in these buffers (``scripts/analyze_heads.py prune=...``)
-and loads like any other checkpoint. While every mask is all ones and no gates are
-given, no gating happens at all (the fast path is unchanged).
+The two masks are built here, once: :meth:`Transformer.padding_mask` (a query may look at
+every real token, never at padding) and :func:`causal_mask` (the decoder's triangle: target
+position ``i`` sees positions ``0..i`` only).
 """
 
 from __future__ import annotations
@@ -29,14 +21,22 @@ import math
 import torch
 from torch import Tensor, nn
 
-from tinymt.attention import DecoderCache, KVCache
 from tinymt.errors import TinyMTError
-from tinymt.layers import DecoderLayer, Dropout, EncoderLayer, LearnedPositions, SinusoidalPositions
-from tinymt.loss import linear_cross_entropy
+from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions, SinusoidalPositions
 
 Attn = dict[str, list[Tensor]] | None  # attention weights by kind, one tensor per layer
-HeadGates = dict[str, Tensor] | None  # kind -> (n_layers, n_heads) (or (n_layers, B, n_heads))
 KINDS = ("encoder_self", "decoder_self", "cross")
+
+
+def causal_mask(T: int, device=None) -> Tensor:
+    """``(T, T)`` bool, True on and below the diagonal: position i may look at 0..i.
+
+    >>> causal_mask(3).int()
+    tensor([[1, 0, 0],
+            [1, 1, 0],
+            [1, 1, 1]], dtype=torch.int32)
+    """
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
 # --------------------------------------------------------------------------- the model
@@ -50,234 +50,74 @@ class Transformer(nn.Module):
             the source embedding, target embedding and output projection share one matrix.
             Without a shared vocabulary ``tie_embeddings`` ties the target embedding to the
             output projection only.
-        pad_id: padding token id (masks are computed from it when not given).
+        pad_id: the padding token id.
     """
 
-    def __init__(
-        self,
-        cfg,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        shared_vocab: bool,
-        pad_id: int = 0,
-    ):
+    def __init__(self, cfg, src_vocab_size: int, tgt_vocab_size: int, shared_vocab: bool,
+                 pad_id: int = 0):
         super().__init__()
         add_embeddings(self, cfg, src_vocab_size, tgt_vocab_size, shared_vocab, pad_id)
         d = cfg.d_model
-
-        # layers
-        layer_args = (
-            d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.activation,
-            cfg.norm_first,
-        )
+        layer_args = (d, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
+                      cfg.activation, cfg.norm_first)
         self.encoder_layers = nn.ModuleList(
-            [EncoderLayer(*layer_args) for _ in range(cfg.n_encoder_layers)]
-        )
+            [EncoderLayer(*layer_args) for _ in range(cfg.n_encoder_layers)])
         self.decoder_layers = nn.ModuleList(
-            [DecoderLayer(*layer_args) for _ in range(cfg.n_decoder_layers)]
-        )
+            [DecoderLayer(*layer_args) for _ in range(cfg.n_decoder_layers)])
         # pre-LN leaves the residual stream un-normalised: normalise the final outputs
         self.encoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
-        self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)
-
-        # persistent head masks (1 = head on, 0 = pruned); saved in the state_dict
-        n_layers = {"encoder_self": cfg.n_encoder_layers, "decoder_self": cfg.n_decoder_layers,
-                    "cross": cfg.n_decoder_layers}
-        for kind in KINDS:
-            self.register_buffer(f"head_mask_{kind}", torch.ones(n_layers[kind], cfg.n_heads))
-        self._masks_checked: tuple | None = None  # buffer versions when last found all ones
-
+        self.output_proj = nn.Linear(d, tgt_vocab_size, bias=False)  # hidden -> logits
         init_weights(self)
 
-    # ----------------------------------------------------------------- helpers
-    def head_mask(self, kind: str) -> Tensor:
-        """The persistent mask of ``kind``: ``(n_layers, h)``, 1 = head on, 0 = masked."""
-        return getattr(self, f"head_mask_{kind}")
-
-    @torch.no_grad()
-    def set_head_masks(self, masks: dict[str, Tensor]) -> None:
-        """Copy ``{kind: (n_layers, h)}`` into the mask buffers (kinds not given stay)."""
-        for kind, m in masks.items():
-            if kind not in KINDS:
-                raise TinyMTError(f"head mask kind {kind!r}: choose from {', '.join(KINDS)}")
-            self.head_mask(kind).copy_(torch.as_tensor(m))
-
-    def _masks_all_ones(self) -> bool:
-        """Are all mask buffers all ones? Checked on the device only after a buffer was
-        written (tensor version counters), so the per-step cost is a few integer compares."""
-        if torch.compiler.is_compiling():
-            return False  # no data-dependent branch under compile; x * 1.0 is exact anyway
-        masks = [self.head_mask(k) for k in KINDS]
-        key = tuple((m.data_ptr(), m._version) for m in masks)
-        if self._masks_checked == key:
-            return True
-        if all(bool(m.eq(1).all()) for m in masks):
-            self._masks_checked = key
-            return True
-        return False
-
-    def _kind_gates(self, head_gates: HeadGates, kind: str, use_masks: bool) -> Tensor | None:
-        """Effective gates of ``kind`` for all layers: ``mask * head_gates[kind]``, the mask
-        alone, the gates alone (all masks ones), or None (nothing to gate)."""
-        gates = None if head_gates is None else head_gates.get(kind)
-        if not use_masks:
-            return gates  # (n_layers, [B,] h) or None
-        mask = self.head_mask(kind)  # (n_layers, h)
-        if gates is None:
-            return mask
-        if gates.dim() == 3:  # per-sentence gates (n_layers, B, h)
-            mask = mask[:, None, :]
-        return mask * gates
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # checkpoints from before head masks existed: every head on
-        for kind in KINDS:
-            key = f"{prefix}head_mask_{kind}"
-            if key not in state_dict:
-                state_dict[key] = torch.ones_like(self.head_mask(kind))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def padding_mask(self, tokens: Tensor) -> Tensor:
+        """``(B, T)`` tokens -> ``(B, 1, 1, T)`` bool: True on real tokens, False on padding."""
+        return tokens.ne(self.pad_id)[:, None, None, :]
 
     # ----------------------------------------------------------------- encoder
-    def encode(
-        self,
-        src: Tensor,
-        src_pad_mask: Tensor | None = None,
-        need_weights: bool = False,
-        head_gates: HeadGates = None,
-    ) -> tuple[Tensor, Attn]:
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False
+               ) -> tuple[Tensor, Attn]:
         """Source tokens ``(B, S)`` -> memory ``(B, S, d)`` and ``{"encoder_self": [...]}``."""
-        if src_pad_mask is None:
-            src_pad_mask = src.eq(self.pad_id)  # (B, S)
+        if src_mask is None:
+            src_mask = self.padding_mask(src)  # (B, 1, 1, S)
         x = embed(self, src, self.src_embed, self.src_pos, "a source sentence")  # (B, S, d)
-        gates = self._kind_gates(head_gates, "encoder_self", not self._masks_all_ones())
         weights = []
-        for i, layer in enumerate(self.encoder_layers):
-            x, w = layer(x, src_pad_mask, need_weights, None if gates is None else gates[i])
+        for layer in self.encoder_layers:
+            x, w = layer(x, src_mask, need_weights)  # (B, S, d)
             weights.append(w)
         memory = self.encoder_norm(x)  # (B, S, d)
         return memory, ({"encoder_self": weights} if need_weights else None)
 
     # ----------------------------------------------------------------- decoder
-    def decode(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src_pad_mask: Tensor | None,
-        tgt_pad_mask: Tensor | None = None,
-        need_weights: bool = False,
-        head_gates: HeadGates = None,
-        last_only: bool = False,
-        targets: Tensor | None = None,
-        label_smoothing: float = 0.0,
-    ) -> tuple[Tensor, Attn]:
-        """Teacher-forced decoder: ``tgt_in`` ``(B, T)`` -> logits ``(B, T, V_tgt)``.
-
-        Returns ``(logits, {"decoder_self": [...], "cross": [...]})`` (None without
-        ``need_weights``). ``tgt_pad_mask`` defaults to ``tgt_in == pad_id``.
-        ``last_only``: logits of the last position only, ``(B, V_tgt)`` (decoding
-        without a cache needs no more); then ``tgt_pad_mask`` defaults to none at all:
-        padding only trails, so under the causal mask it cannot reach a last position that
-        is not padding itself, and attention keeps its causal fast path.
-        ``targets`` ``(B, T)``: return the summed token loss (a scalar,
-        :func:`tinymt.loss.linear_cross_entropy`) in place of the logits; on a CPU no
-        ``(B, T, V_tgt)`` logits are made and padding positions cost nothing.
-        """
-        if tgt_pad_mask is None and not last_only:
-            tgt_pad_mask = tgt_in.eq(self.pad_id)  # (B, T)
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor,
+               need_weights: bool = False) -> tuple[Tensor, Attn]:
+        """Teacher forcing: target tokens ``(B, T)`` (BOS first) -> hidden states
+        ``(B, T, d)``, position ``t`` ready to predict token ``t + 1``, and
+        ``{"decoder_self": [...], "cross": [...]}``."""
+        T = tgt_in.size(1)
+        tgt_mask = self.padding_mask(tgt_in) & causal_mask(T, tgt_in.device)  # (B, 1, T, T)
         x = embed(self, tgt_in, self.tgt_embed, self.tgt_pos, "a target sentence")  # (B, T, d)
-        use_masks = not self._masks_all_ones()
-        self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
-        cross_g = self._kind_gates(head_gates, "cross", use_masks)
         self_ws, cross_ws = [], []
-        for i, layer in enumerate(self.decoder_layers):
-            x, self_w, cross_w = layer(
-                x, memory, src_pad_mask, tgt_pad_mask, need_weights,
-                self_gate=None if self_g is None else self_g[i],
-                cross_gate=None if cross_g is None else cross_g[i],
-            )
-            self_ws.append(self_w)
-            cross_ws.append(cross_w)
-        attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
-        if targets is not None:
-            loss = linear_cross_entropy(self.decoder_norm(x), self.output_proj.weight, targets,
-                                        self.pad_id, label_smoothing)
-            return loss, attn
-        if last_only:
-            x = x[:, -1]  # (B, d)
-        logits = self.output_proj(self.decoder_norm(x))  # (B, T, V_tgt) or (B, V_tgt)
-        return logits, attn
-
-    def forward(
-        self,
-        src: Tensor,
-        tgt_in: Tensor,
-        src_pad_mask: Tensor | None = None,
-        tgt_pad_mask: Tensor | None = None,
-        need_weights: bool = False,
-        head_gates: HeadGates = None,
-        targets: Tensor | None = None,
-        label_smoothing: float = 0.0,
-    ) -> tuple[Tensor, Attn]:
-        """``(src (B, S), tgt_in (B, T))`` -> ``(logits (B, T, V_tgt), attn or None)``.
-
-        With ``targets`` ``(B, T)`` (``tgt_out``): ``(summed token loss, attn or None)``, the
-        training step's loss (see :meth:`decode`)."""
-        if src_pad_mask is None:
-            src_pad_mask = src.eq(self.pad_id)  # (B, S)
-        memory, enc_attn = self.encode(src, src_pad_mask, need_weights, head_gates)
-        out, dec_attn = self.decode(
-            tgt_in, memory, src_pad_mask, tgt_pad_mask, need_weights, head_gates,
-            targets=targets, label_smoothing=label_smoothing,
-        )
-        attn = {**enc_attn, **dec_attn} if need_weights else None
-        return out, attn  # logits (B, T, V_tgt), or the loss with targets
-
-    # ----------------------------------------------------------------- incremental
-    def init_cache(self, memory: Tensor, src_pad_mask: Tensor | None) -> DecoderCache:
-        """Empty self-attention caches and the cross-attention keys/values of ``memory``."""
-        self_caches, cross_caches = [], []
         for layer in self.decoder_layers:
-            self_caches.append(KVCache())
-            cross = KVCache(static=True)
-            cross.update(*layer.cross_attn.project_kv(memory))  # 2 x (B, h, S, d_head)
-            cross_caches.append(cross)
-        return DecoderCache(self_caches, cross_caches, src_pad_mask, step=0)
-
-    def decode_step(
-        self,
-        tokens: Tensor,
-        cache: DecoderCache,
-        need_weights: bool = False,
-        head_gates: HeadGates = None,
-    ) -> tuple[Tensor, Attn]:
-        """Feed the next target token(s) ``(B, 1)`` (or ``(B, T)``) and extend ``cache``.
-
-        Returns the logits of the last fed position ``(B, V_tgt)`` and, with
-        ``need_weights``, ``{"decoder_self": [(B, h, T, step+T)], "cross": [(B, h, T, S)]}``.
-        Target tokens fed this way are never padding.
-        """
-        x = embed(self, tokens, self.tgt_embed, self.tgt_pos, "a target prefix",
-                  offset=cache.step)  # (B, T, d)
-        use_masks = not self._masks_all_ones()
-        self_g = self._kind_gates(head_gates, "decoder_self", use_masks)
-        cross_g = self._kind_gates(head_gates, "cross", use_masks)
-        self_ws, cross_ws = [], []
-        for i, layer in enumerate(self.decoder_layers):
-            x, self_w, cross_w = layer(
-                x, None, cache.src_pad_mask, None, need_weights,
-                self_gate=None if self_g is None else self_g[i],
-                cross_gate=None if cross_g is None else cross_g[i],
-                self_cache=cache.self_attn[i],
-                cross_cache=cache.cross_attn[i],
-                beam_slots=None if cache.slots is None else (cache.slots, cache.beam),
-            )
+            x, self_w, cross_w = layer(x, memory, src_mask, tgt_mask, need_weights)
             self_ws.append(self_w)
             cross_ws.append(cross_w)
-        cache.step += tokens.size(1)
-        logits = self.output_proj(self.decoder_norm(x[:, -1]))  # (B, V_tgt)
         attn = {"decoder_self": self_ws, "cross": cross_ws} if need_weights else None
-        return logits, attn
+        return self.decoder_norm(x), attn  # (B, T, d)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Hidden states ``(..., d)`` -> unnormalised scores over the target vocabulary
+        ``(..., V_tgt)``."""
+        return self.output_proj(hidden)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
+                ) -> tuple[Tensor, Attn]:
+        """``(src (B, S), tgt_in (B, T))`` -> ``(hidden (B, T, d), attn or None)``; the
+        logits are ``self.logits(hidden)``, the loss :func:`tinymt.loss.sequence_loss`."""
+        src_mask = self.padding_mask(src)  # (B, 1, 1, S)
+        memory, enc_attn = self.encode(src, src_mask, need_weights)  # (B, S, d)
+        hidden, dec_attn = self.decode(tgt_in, memory, src_mask, need_weights)  # (B, T, d)
+        return hidden, ({**enc_attn, **dec_attn} if need_weights else None)
 
 
 # --------------------------------------------------------------------------- shared parts
@@ -302,7 +142,7 @@ def add_embeddings(model: nn.Module, cfg, src_vocab_size: int, tgt_vocab_size: i
     Positions = SinusoidalPositions if cfg.positional == "sinusoidal" else LearnedPositions
     model.src_pos = Positions(cfg.max_positions, d)
     model.tgt_pos = Positions(cfg.max_positions, d)
-    model.dropout = Dropout(cfg.dropout)
+    model.dropout = nn.Dropout(cfg.dropout)
 
 
 @torch.no_grad()

@@ -1,11 +1,8 @@
 """Per-head attention maps: one figure per (attention kind, layer), one heatmap per head.
 
 The trainer logs these to TensorBoard and ``translate.py attention=...`` saves them to
-PNG; both call :func:`attention_grid`. Labels are sentencepiece pieces, so Chinese
-must render as glyphs, in their Simplified Chinese forms: we register Noto Sans CJK SC
-(:func:`tinymt.fonts.sc_font_file`: the font of the ``noto-cjk-sans-jp-regular``
-wheel, a dependency, with its cmap remapped to the SC forms, built once into the user's
-cache folder; no system install) and use it first.
+PNG; both call :func:`attention_grid`. Labels are sentencepiece pieces, drawn with Noto
+Sans CJK SC (:func:`tinymt.fonts.sc_font_file`) so that Chinese shows its SC forms.
 """
 
 from __future__ import annotations
@@ -33,9 +30,8 @@ logger = logging.getLogger(__name__)
 
 @lru_cache(maxsize=1)
 def cjk_font_name() -> str:
-    """Register the CJK font with matplotlib and return its family name: Noto Sans CJK
-    SC, or where that file cannot be had (a warning logged), the bundled font as it is
-    (Japanese glyph forms): a font never stops a training run."""
+    """Register the CJK font with matplotlib and return its family name: Noto Sans CJK SC,
+    else (a warning logged) the bundled font (Japanese forms): a font never stops a run."""
     sc = sc_font_file()
     for path in ([str(sc)] if sc else []) + [str(font_path())]:
         try:
@@ -46,38 +42,22 @@ def cjk_font_name() -> str:
     return "DejaVu Sans"
 
 
-def _font_family() -> list[str]:
-    return [cjk_font_name(), "DejaVu Sans"]
-
-
 def _display(piece: str) -> str:
     """Sentencepiece marks word starts with U+2581; show it as a visible underscore."""
     return piece.replace("\u2581", "_") if piece else "∅"
 
 
-def attention_grid(
-    weights: np.ndarray,
-    query_labels: Sequence[str],
-    key_labels: Sequence[str],
-    title: str = "",
-) -> Figure:
-    """Draw one heatmap per head.
-
-    Args:
-        weights: ``(heads, T_q, T_k)`` attention probabilities (rows sum to 1).
-        query_labels: ``T_q`` strings for the rows (the tokens doing the looking).
-        key_labels: ``T_k`` strings for the columns (the tokens looked at).
-        title: figure title, e.g. ``"cross / layer 2"``.
-
-    Masked entries (exact zeros above the diagonal of decoder self-attention) are drawn
-    blank, so the causal mask is visible.
-    """
+def attention_grid(weights: np.ndarray, query_labels: Sequence[str],
+                   key_labels: Sequence[str], title: str = "") -> Figure:
+    """One heatmap per head of ``weights`` ``(heads, T_q, T_k)`` (rows sum to 1), rows
+    labelled by the ``T_q`` ``query_labels`` (the tokens looking), columns by the ``T_k``
+    ``key_labels`` (the tokens looked at), titled e.g. ``"cross / layer 2"``. Masked
+    entries (exact zeros: the causal mask) are drawn blank."""
     weights = np.asarray(weights, dtype=np.float32)
     n_heads, t_q, t_k = weights.shape
     if len(query_labels) != t_q or len(key_labels) != t_k:
-        raise ValueError(
-            f"labels ({len(query_labels)}, {len(key_labels)}) do not match weights {weights.shape}"
-        )
+        raise ValueError(f"labels ({len(query_labels)}, {len(key_labels)}) do not match "
+                         f"weights {weights.shape}")
     cols = min(n_heads, 4)
     rows = math.ceil(n_heads / cols)
     fontsize = 8 if max(t_q, t_k) <= 30 else 6
@@ -88,7 +68,7 @@ def attention_grid(
     panel_w, panel_h = max(1.5, cell * t_k), max(1.5, cell * t_q)
     fig_w = left + cols * panel_w + (cols - 1) * gap + 0.2
     fig_h = top + rows * (panel_h + bottom) + 0.1
-    family = _font_family()
+    family = [cjk_font_name(), "DejaVu Sans"]
     fig = plt.figure(figsize=(fig_w, fig_h))
     masked = np.ma.masked_where(weights == 0.0, weights)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
@@ -128,11 +108,9 @@ def save_figure(fig: Figure, path, owner=None) -> bytes:
     return buf.getvalue()
 
 
-def heatmap(
-    values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",
-    fmt: str = "{:.2f}", row_ticks: Sequence[str] | None = None,
-    col_ticks: Sequence[str] | None = None,
-) -> Figure:
+def heatmap(values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",
+            fmt: str = "{:.2f}", row_ticks: Sequence[str] | None = None,
+            col_ticks: Sequence[str] | None = None) -> Figure:
     """A small annotated heatmap (layers x heads by default, e.g. head importance);
     ``row_ticks`` / ``col_ticks`` name the rows / columns instead of 0, 1, ..."""
     values = np.asarray(values, dtype=np.float32)

@@ -1,7 +1,6 @@
-"""The run directory: its layout, finding a run, and loading one to translate with.
-
-One place says where everything of a run lives; the trainer writes it, and translate,
-the head analysis and ``scripts/average_checkpoints.py`` read it::
+"""The run directory: its layout, its one writer (:class:`RunLock`), finding a run, and
+loading one to translate with. The trainer writes it; translating, the head analysis and
+``scripts/average_checkpoints.py`` read it::
 
     <run_dir>/config.yaml                 the resolved training config
     <run_dir>/tokenizer/                  sentencepiece model(s)
@@ -12,11 +11,17 @@ the head analysis and ``scripts/average_checkpoints.py`` read it::
     <run_dir>/checkpoints/pruned.pt       heads masked by scripts/analyze_heads.py prune=...
     <run_dir>/events.out.tfevents.*       TensorBoard
     <run_dir>/metrics.json                final numbers
+
+The process writing into a run (training, a resume, averaging, head analysis) holds
+:class:`RunLock` and passes the run folder as ``owner`` to :mod:`tinymt.files`.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +38,15 @@ from tinymt.files import (
     RUN_MARKER,
     STEP_CHECKPOINT,
     TOKENIZER,
+    error_reason,
     is_run_dir,
+    read_bytes,
 )
 from tinymt.model import Transformer
-from tinymt.runlock import RunLock
 from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
 
 METRICS = "metrics.json"
-# a new run's folder, by the clock: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir
-# spells the same with Hydra's ${now:...})
+# a new run's folder: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir: ${now:...})
 CLOCK_NAME = "%Y-%m-%d/%H-%M-%S"
 
 
@@ -56,12 +61,8 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
 
 
 def checkpoint_path(run_dir: str | Path, name: str) -> Path:
-    """``<run_dir>/checkpoints/<name>.pt`` (``name``: last, best, avg, pruned)."""
+    """``<run_dir>/checkpoints/<name>.pt`` (``name``: last, best, avg, pruned, ckpt_<step>)."""
     return checkpoint_dir(run_dir) / f"{name}.pt"
-
-
-def step_checkpoint(run_dir: str | Path, step: int) -> Path:
-    return checkpoint_dir(run_dir) / f"ckpt_{step}.pt"
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -71,9 +72,85 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+class RunLock:
+    """One writer per run dir: an exclusive ``flock`` on its marker (a regular file, not a
+    link; it holds the writer's pid), released when the command ends or its process dies.
+    ``RunLock.take(run_dir)``: None when another live process holds it."""
+
+    def __init__(self, fd: int, run_dir: Path):
+        self.fd, self.run_dir = fd, run_dir
+        self.made: list[Path] = []  # folders made to hold a new run, deepest first
+
+    @classmethod
+    def take(cls, run_dir: str | os.PathLike) -> RunLock | None:
+        run_dir = Path(run_dir)
+        try:
+            fd = os.open(run_dir / RUN_MARKER,
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror
+            raise TinyMTError(f"cannot use the run dir {run_dir}: its marker {RUN_MARKER} "
+                              f"cannot be opened ({why})") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise TinyMTError(f"cannot use the run dir {run_dir}: its marker {RUN_MARKER} is "
+                              "not a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return cls(fd, run_dir)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError as e:  # ENOLCK / EOPNOTSUPP (NFS, FUSE), ENOSPC, ...
+            os.close(fd)
+            raise TinyMTError(f"cannot lock the run dir {run_dir} ({error_reason(e)}): a run "
+                              "needs a local file system that supports flock") from None
+
+    @staticmethod
+    def holder(run_dir: str | os.PathLike) -> str:
+        """The pid written by the process holding ``run_dir``'s lock (as text)."""
+        try:
+            return read_bytes(Path(run_dir) / RUN_MARKER, "the run marker", 64).decode(
+                "ascii", "replace").strip() or "?"
+        except TinyMTError:
+            return "?"
+
+    def undo(self) -> None:
+        """A new run that failed before writing anything: its marker and the folders made
+        for it go (a folder holding anything else stays), then the lock."""
+        if self.fd is not None and [p.name for p in self.run_dir.iterdir()] == [RUN_MARKER]:
+            (self.run_dir / RUN_MARKER).unlink(missing_ok=True)
+            for folder in self.made:
+                try:
+                    folder.rmdir()  # only when empty
+                except OSError:
+                    break
+        self.release()
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the file releases the flock
+            self.fd = None
+
+
+def lock_run(run_dir: str | os.PathLike, doing: str) -> RunLock:
+    """The lock of an existing run about to be written into (``doing``: "resume", ...),
+    or a one-line error naming the live writer."""
+    if not is_run_dir(Path(run_dir)):  # the lock would make it look like one
+        raise TinyMTError(f"cannot {doing} {run_dir}: it is not a run (no "
+                          f"{RUN_MARKER}, no checkpoints/last.pt)")
+    lock = RunLock.take(run_dir)
+    if lock is None:
+        raise TinyMTError(f"cannot {doing} {run_dir}: another process (pid "
+                          f"{RunLock.holder(run_dir)}) is writing it; one writer per run: wait "
+                          "for it to end, or stop it")
+    return lock
+
+
 def holds_run(run_dir: str | Path) -> bool:
-    """Whether a run already lives in ``run_dir`` (its config or checkpoints; a folder
-    holding only the marker of a run that stopped before writing anything is free)."""
+    """Whether a run lives in ``run_dir``: its config or checkpoints (a marker alone: no)."""
     return any((Path(run_dir) / name).exists() for name in (CONFIG, CHECKPOINTS))
 
 
@@ -91,15 +168,11 @@ def _run_around(path: Path) -> str | None:
 
 
 def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
-    """Make a folder this run's own, atomically, and return it with its :class:`RunLock`.
-
-    The claim is the lock on ``<folder>/.tinymt-run``: of two runs started at once,
-    exactly one gets a folder. ``unique=True`` (a folder named by the clock, as Hydra's
-    ``outputs/<date>/<time>``): when ``path`` already holds a run, the run goes to
-    ``<path>_1``, ``<path>_2``, ... ``unique=False`` (a folder the user named): one that
-    already holds a run is an error; nothing in it is touched. A folder left by a run
-    that stopped before writing anything (only the marker, its process gone) is free.
-    """
+    """Make a folder this run's own, atomically (its :class:`RunLock`: of two runs started
+    at once exactly one gets it), and return it with the lock. ``unique=True`` (a folder
+    named by the clock): one that holds a run sends this run to ``<path>_1``, ``_2``, ...;
+    ``unique=False`` (named by the user): that is an error. A folder holding only the
+    marker of a run that stopped before writing anything is free."""
     path = Path(path)
     why = _run_around(path)
     if why:
@@ -112,12 +185,11 @@ def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
         except OSError as e:
             raise TinyMTError(f"cannot create the run dir {folder}: {e.strerror}") from None
         lock = None if holds_run(folder) else RunLock.take(folder)
-        if lock is not None and holds_run(folder):  # written by a run that ended meanwhile
-            lock.release()
-            lock = None
-        if lock is not None:
+        if lock is not None and not holds_run(folder):  # (else: written by a run that ended)
             lock.made = made
             return folder, lock
+        if lock is not None:
+            lock.release()
         if not unique:
             if not holds_run(folder):
                 raise TinyMTError(f"{folder} is being claimed by another process (pid "

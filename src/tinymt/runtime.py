@@ -1,10 +1,8 @@
 """Where a job runs: device, precision, seeds, and (under torchrun) ranks.
 
-Single-process runs and ``torchrun --nproc_per_node=N`` runs use the same code: under
-torchrun (``N >= 1``: ``TORCHELASTIC_RUN_ID`` in the environment, or any ``WORLD_SIZE >
-1``), :func:`setup` joins the process group (NCCL on CUDA, gloo on CPU) and every helper
-here does the collective version; otherwise each is the identity. So
-``torchrun --nproc_per_node=1`` exercises the real NCCL/DDP path on a one-GPU machine.
+Under torchrun (any ``--nproc_per_node``, or ``WORLD_SIZE > 1``) :func:`setup` joins the
+process group (NCCL on CUDA, gloo on CPU) and every helper here is the collective version;
+otherwise each is the identity (``--nproc_per_node=1`` runs the real NCCL/DDP path).
 """
 
 from __future__ import annotations
@@ -71,21 +69,16 @@ def native_bf16(device: torch.device) -> bool:
     and later, or ROCm); older GPUs only emulate it, slower than fp32."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
-    if torch.version.hip:
-        return True
-    return torch.cuda.get_device_capability(device)[0] >= 8
+    return bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
     """``auto``: bf16 autocast on a GPU with native bf16, fp32 elsewhere; ``bf16`` is
     bf16 autocast on any device (on CPU too: slower, but the same dtype paths as on GPU)."""
-    if name == "auto":
-        return torch.bfloat16 if native_bf16(device) else None
-    if name == "fp32":
-        return None
-    if name == "bf16":
-        return torch.bfloat16
-    raise TinyMTError(f"precision={name!r}: use auto, fp32 or bf16")
+    if name not in ("auto", "fp32", "bf16"):
+        raise TinyMTError(f"precision={name!r}: use auto, fp32 or bf16")
+    bf16 = native_bf16(device) if name == "auto" else name == "bf16"
+    return torch.bfloat16 if bf16 else None
 
 
 def seed_everything(seed: int) -> None:
@@ -107,9 +100,8 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
     """Pick the device and precision; join the process group under torchrun."""
     if num_threads > 0:
         torch.set_num_threads(num_threads)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world_size, rank, local_rank = (int(os.environ.get(k, v)) for k, v in (
+        ("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")))
     dev = pick_device(device, local_rank)
     joined = under_torchrun()
     if joined and not dist.is_initialized():
@@ -133,10 +125,9 @@ def barrier(rt: Runtime) -> None:
 
 def broadcast_object(rt: Runtime, obj):
     """Rank 0's ``obj`` on every rank."""
-    if not rt.distributed:
-        return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    if rt.distributed:
+        dist.broadcast_object_list(box, src=0)
     return box[0]
 
 

@@ -58,37 +58,25 @@ def _as_int_list(ids) -> list[int]:
 class Tokenizer:
     """One sentencepiece model; ids 0-3 are always pad/unk/bos/eos."""
 
-    pad_id = PAD_ID
-    unk_id = UNK_ID
-    bos_id = BOS_ID
-    eos_id = EOS_ID
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
     def __init__(self, processor: spm.SentencePieceProcessor, model_path: Path):
         self.sp = processor
         self.model_path = Path(model_path)
         specials = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise TinyMTError(
-                f"{model_path}: special ids pad/unk/bos/eos are {specials}, expected (0, 1, 2, 3); "
-                "train the tokenizer with tinymt (scripts/prepare_data.py)"
-            )
+            raise TinyMTError(f"{model_path}: special ids pad/unk/bos/eos are {specials}, expected "
+                              "(0, 1, 2, 3); train the tokenizer with tinymt "
+                              "(scripts/prepare_data.py)")
 
-    # -- construction -------------------------------------------------------------------
     @classmethod
-    def train(
-        cls,
-        sentences: Iterable[str],
-        model_path: Path,
-        vocab_size: int,
-        model_type: str = "bpe",
-        character_coverage: float = 1.0,
-    ) -> Tokenizer:
+    def train(cls, sentences: Iterable[str], model_path: Path, vocab_size: int,
+              model_type: str = "bpe", character_coverage: float = 1.0) -> Tokenizer:
         """Train a model on ``sentences`` and write it to ``model_path`` (``*.model``)."""
         model_path = Path(model_path)
         if model_type not in ("bpe", "unigram"):
-            raise TinyMTError(
-                f"data.tokenizer_type={model_type!r} is not supported; use bpe or unigram"
-            )
+            raise TinyMTError(f"data.tokenizer_type={model_type!r} is not supported; use bpe or "
+                              "unigram")
         if model_path.suffix != ".model":
             raise TinyMTError(f"tokenizer model path must end in .model, got {model_path}")
         model_path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,24 +84,13 @@ class Tokenizer:
         written = io.BytesIO()  # in memory: sentencepiece's own writer ignores a full disk
         try:
             spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences),
-                model_writer=written,
-                vocab_size=int(vocab_size),
-                model_type=model_type,
+                sentence_iterator=iter(sentences), model_writer=written,
+                vocab_size=int(vocab_size), model_type=model_type,
                 character_coverage=float(character_coverage),
-                pad_id=PAD_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
-                pad_piece="<pad>",
-                unk_piece="<unk>",
-                bos_piece="<s>",
-                eos_piece="</s>",
-                input_sentence_size=INPUT_SENTENCE_SIZE,
-                shuffle_input_sentence=True,
-                num_threads=_num_threads(),
-                minloglevel=2,
-            )
+                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+                input_sentence_size=INPUT_SENTENCE_SIZE, shuffle_input_sentence=True,
+                num_threads=_num_threads(), minloglevel=2)
         except RuntimeError as e:
             raise TinyMTError(_explain_training_error(str(e), vocab_size, model_type)) from None
         # written by us (a full disk is an error, not a truncated file), without the thread
@@ -147,7 +124,6 @@ class Tokenizer:
         self.sp.LoadFromSerializedProto(state["proto"])
         self.model_path = Path(state["model_path"])
 
-    # -- use ------------------------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
@@ -158,26 +134,18 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Piece ids of each text (sentencepiece's multi-threaded batch encode)."""
-        texts = list(texts)
-        if not texts:
-            return []
-        return self.sp.encode(texts, out_type=int, num_threads=_num_threads())
+        return self.sp.encode(list(texts), out_type=int, num_threads=_num_threads())
 
     def encode_sampled(self, texts: Sequence[str], alpha: float, nbest_size: int,
                        seed: int) -> list[list[int]]:
         """Piece ids of each text under subword regularization, the same for the same
-        ``seed`` in any process: for a BPE model, BPE-dropout as published
-        (:func:`bpe_dropout`: at every merge step each candidate merge is skipped with
-        probability ``alpha``, for that step only); for a unigram one, a draw among the
-        ``nbest_size`` best segmentations with probability proportional to
-        ``P(pieces) ** alpha``.
-
-        Not sentencepiece's ``enable_sampling``: for BPE it drops a merge for the rest of
-        the word (about twice the pieces of the paper's algorithm at the same ``alpha``),
-        and its generator is not reproducible across processes (sentencepiece 0.2.3: the
-        same ``set_random_generator_seed`` gives other pieces in another process), so a
-        resumed run or a second DDP rank would see other data; hence our seeded generator.
-        A sentence with a character the vocabulary lacks keeps its fixed segmentation."""
+        ``seed`` in any process: for a BPE model, :func:`bpe_dropout` with probability
+        ``alpha``; for a unigram one, a draw among the ``nbest_size`` best segmentations
+        with probability proportional to ``P(pieces) ** alpha``. Not sentencepiece's
+        ``enable_sampling``: its BPE drops a merge for the rest of the word, and its
+        generator is not reproducible across processes (a resumed run or a second DDP rank
+        would see other data). A sentence with a character the vocabulary lacks keeps its
+        fixed segmentation."""
         rand = random.Random(seed).random
         tables = self._sampling_tables()
         if tables["unigram"]:
@@ -211,14 +179,9 @@ class Tokenizer:
 
     def decode(self, ids) -> str:
         """Text of ``ids``: stops at the first eos, drops pad and bos."""
-        out = []
-        for i in _as_int_list(ids):
-            if i == EOS_ID:
-                break
-            if i in (PAD_ID, BOS_ID):
-                continue
-            out.append(i)
-        return self.sp.decode(out)
+        ids = _as_int_list(ids)
+        ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
+        return self.sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID)])
 
     def pieces(self, ids) -> list[str]:
         """One label per id (specials included), for attention-map axes."""
@@ -229,19 +192,14 @@ class Tokenizer:
 
 
 def _explain_training_error(message: str, vocab_size: int, model_type: str) -> str:
-    m = _TOO_HIGH.search(message)
-    if m:
-        return (
-            f"data.vocab_size={vocab_size} is too large for this corpus ({model_type} can make at "
-            f"most {m.group(2)} pieces from it): set data.vocab_size to {m.group(2)} or lower"
-        )
-    m = _TOO_SMALL.search(message)
-    if m:
-        return (
-            f"data.vocab_size={vocab_size} is too small: the corpus needs {m.group(2)} pieces for "
-            f"its characters alone; raise data.vocab_size above {m.group(2)} or lower "
-            "data.character_coverage"
-        )
+    if m := _TOO_HIGH.search(message):
+        return (f"data.vocab_size={vocab_size} is too large for this corpus ({model_type} can "
+                f"make at most {m.group(2)} pieces from it): set data.vocab_size to "
+                f"{m.group(2)} or lower")
+    if m := _TOO_SMALL.search(message):
+        return (f"data.vocab_size={vocab_size} is too small: the corpus needs {m.group(2)} "
+                f"pieces for its characters alone; raise data.vocab_size above {m.group(2)} "
+                "or lower data.character_coverage")
     return f"sentencepiece training failed (data.vocab_size={vocab_size}): {message.strip()}"
 
 
@@ -259,28 +217,26 @@ def identity(tok: Tokenizer) -> bytes:
     return proto.SerializeToString(deterministic=True)
 
 
-def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
+def tokenizer_digest(src: Tokenizer, tgt: Tokenizer, of=identity) -> str:
     """sha256 of the source and target tokenizers' :func:`identity`: binds a checkpoint to
     the exact tokenizer it was trained with (the same vocabulary size is not enough), and
-    a rebuild of the same data config gives the same digest."""
-    h = hashlib.sha256(identity(src))
+    a rebuild of the same data config gives the same digest. (``of``: what is hashed of
+    each; checkpoints written before :func:`identity` hold the digest of the model bytes.)"""
+    h = hashlib.sha256(of(src))
     if tgt is not src:
-        h.update(identity(tgt))
+        h.update(of(tgt))
     return h.hexdigest()
 
 
-def _file_digest(src: Tokenizer, tgt: Tokenizer) -> str:
-    """What checkpoints written before :func:`identity` hold: sha256 of the model bytes."""
-    h = hashlib.sha256(src.sp.serialized_model_proto())
-    if tgt is not src:
-        h.update(tgt.sp.serialized_model_proto())
-    return h.hexdigest()
+def _model_bytes(tok: Tokenizer) -> bytes:
+    return tok.sp.serialized_model_proto()
 
 
 def digest_matches(stored: str | None, src: Tokenizer, tgt: Tokenizer) -> bool:
     """Was a checkpoint (or export) whose ``tokenizer_sha256`` is ``stored`` made with these
     tokenizers? Digests of older versions (over the model file's bytes) are accepted too."""
-    return stored is not None and stored in (tokenizer_digest(src, tgt), _file_digest(src, tgt))
+    return stored is not None and stored in (tokenizer_digest(src, tgt),
+                                             tokenizer_digest(src, tgt, _model_bytes))
 
 
 def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer, owner=None) -> Path:
@@ -303,19 +259,15 @@ def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
     """``(src, tgt)`` from ``folder``; the same object twice for a joint vocabulary."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise TinyMTError(
-            f"tokenizer folder not found: {folder} (expected {JOINT_MODEL}, or {SRC_MODEL} and "
-            f"{TGT_MODEL}, written by scripts/prepare_data.py)"
-        )
+        raise TinyMTError(f"tokenizer folder not found: {folder} (expected {JOINT_MODEL}, or "
+                          f"{SRC_MODEL} and {TGT_MODEL}, written by scripts/prepare_data.py)")
     if (folder / JOINT_MODEL).is_file():
         tok = Tokenizer.load(folder / JOINT_MODEL)
         return tok, tok
     if (folder / SRC_MODEL).is_file() and (folder / TGT_MODEL).is_file():
         return Tokenizer.load(folder / SRC_MODEL), Tokenizer.load(folder / TGT_MODEL)
-    raise TinyMTError(
-        f"no tokenizer in {folder}: expected {JOINT_MODEL} (joint vocabulary) or both "
-        f"{SRC_MODEL} and {TGT_MODEL} (separate vocabularies)"
-    )
+    raise TinyMTError(f"no tokenizer in {folder}: expected {JOINT_MODEL} (joint vocabulary) or "
+                      f"both {SRC_MODEL} and {TGT_MODEL} (separate vocabularies)")
 
 
 def first_pairs(word: str, table: dict[str, float]) -> list[tuple[float, int, int, int]]:
@@ -338,14 +290,11 @@ def bpe_dropout(word: str, table: dict[str, float], p: float, rand,
     3. the best kept candidate (highest piece score, leftmost on ties) is merged, together
        with every other kept occurrence of the same pair, left to right.
 
-    ``p=0`` is plain BPE, the model's own segmentation. (sentencepiece's sampling, and
-    tinymt before, dropped a pair for the rest of the word: about twice as many pieces at
-    the same ``p``.) ``start``: the word's :func:`first_pairs`, when the caller keeps them
-    (copied, not changed).
-
-    The agenda is a heap, so a step looks only at candidates down to the first one kept
-    (each is kept with probability ``1 - p``): the same distribution as drawing every
-    occurrence, at a few draws per step."""
+    ``p=0`` is plain BPE, the model's own segmentation (sentencepiece's sampling drops a
+    pair for the rest of the word: about twice as many pieces at the same ``p``).
+    ``start``: the word's :func:`first_pairs`, when the caller keeps them (not changed).
+    The agenda is a heap, so a step looks only at candidates down to the first one kept:
+    the same distribution as drawing every occurrence, at a few draws per step."""
     sym = list(word)  # the piece starting at each character; "" once merged into its left
     if len(sym) < 2:
         return sym

@@ -1,31 +1,26 @@
 """Translate with a trained run: ``translate(cfg)``.
 
-Input comes from the command line's sentences, a file (``input=``) or stdin; every line
-is normalised exactly as the training text was (:func:`tinymt.data.normalize`), decoded
-in length-sorted batches (:func:`tinymt.decoding.translate_ids`) and written one line per
-input line. ``ref=`` scores the result, ``attention=`` draws every head's map
-(:mod:`tinymt.attention_maps`: PNG) or writes the interactive view of every sentence as
-one self-contained page (``attention=maps.html``, :mod:`tinymt.viewer.html`).
-
-``engine=ct2`` decodes with CTranslate2 instead (:func:`tinymt.ct2.translate_export_ids`, a model
-folder written by ``scripts/export.py``); everything around the decoding step -- input,
-normalisation, truncation, n-best lines, output file, ``ref=`` -- is this module's, the same
-for both engines. Attention maps need the PyTorch engine.
+Input comes from the command line's sentences, a file (``input=``) or stdin; every line is
+normalised as the training text was (:func:`tinymt.data.normalize`), decoded in
+length-sorted batches and written one line per input line. ``ref=`` scores the result,
+``attention=`` draws every head's map as PNG (:mod:`tinymt.attention_maps`) or writes the
+interactive view of every sentence as one page (``attention=maps.html``). ``engine=ct2``
+decodes an export with CTranslate2 (:func:`tinymt.ct2.translate_export_ids`); all around the
+decoding step is this module's, the same for both engines.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
-from tinymt.config import check_translate
+from tinymt.config import attention_file, check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
 from tinymt.data import capped_lines, normalize, read_lines, target_language
 from tinymt.decoding import translate_ids
@@ -33,7 +28,6 @@ from tinymt.errors import TinyMTError
 from tinymt.files import check_outputs, write_bytes, write_text
 from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
-from tinymt.rules import attention_file
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
 from tinymt.viewer.document import translation_document
@@ -59,20 +53,23 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
         raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
     refs = read_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
-    interactive = not sentences and not cfg.input and stdin.isatty() and not cfg.output
-    with _output(cfg.output, stdout or sys.stdout) as out_f:
-        if interactive:  # one sentence at a time, answered at once
-            print("type a sentence, Ctrl-D to end", file=sys.stderr)
-            translations, shown = [], []  # shown: the HTML view's documents so far
-            for n, line in enumerate(_stdin_lines(stdin), 1):
-                translations += _translate_lines(run, [line], cfg, warn, out_f, device,
-                                                 first_line=n, shown=shown)
-                out_f.flush()
-        else:
-            lines = _arguments(sentences) if sentences else \
-                read_lines(cfg.input) if cfg.input else list(_stdin_lines(stdin))
-            _check_ref_count(cfg.ref, refs, len(lines))  # before output= is touched
-            translations = _translate_lines(run, lines, cfg, warn, out_f, device)
+    stdin_lines = capped_lines(getattr(stdin, "buffer", stdin), "stdin")  # read when used
+    # output= is written whole once all is translated (tinymt.files): a failure keeps the old file
+    out_f = io.StringIO() if cfg.output else stdout or sys.stdout
+    if not sentences and not cfg.input and stdin.isatty() and not cfg.output:
+        print("type a sentence, Ctrl-D to end", file=sys.stderr)  # each answered at once
+        translations, shown = [], []  # shown: the HTML view's documents so far
+        for n, line in enumerate(stdin_lines, 1):
+            translations += _translate_lines(run, [line], cfg, warn, out_f, device,
+                                             first_line=n, shown=shown)
+            out_f.flush()
+    else:
+        lines = _arguments(sentences) if sentences else \
+            read_lines(cfg.input) if cfg.input else list(stdin_lines)
+        _check_ref_count(cfg.ref, refs, len(lines))  # before output= is touched
+        translations = _translate_lines(run, lines, cfg, warn, out_f, device)
+    if cfg.output:
+        write_text(out_f.getvalue(), cfg.output)
     result = {"translations": translations, "engine": cfg.engine}
     if isinstance(run, LoadedExport):
         result["model"] = str(run.path)
@@ -96,36 +93,15 @@ def _arguments(sentences: Sequence[str]) -> list[str]:
     """Command-line sentences; an argument that is not valid UTF-8 (Python keeps its bytes
     as surrogates) is a one-line error."""
     for n, s in enumerate(sentences, 1):
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            raise TinyMTError(f"argument {n} is not valid UTF-8") from None
+        if any("\ud800" <= c <= "\udfff" for c in s):  # what UTF-8 cannot encode
+            raise TinyMTError(f"argument {n} is not valid UTF-8")
     return list(sentences)
 
 
-def _stdin_lines(stdin) -> Iterator[str]:
-    """Lines of stdin (:func:`tinymt.data.capped_lines`)."""
-    raw = getattr(stdin, "buffer", None)
-    return capped_lines(raw if raw is not None else stdin, "stdin")
-
-
-@contextlib.contextmanager
-def _output(path: str | None, stdout) -> Iterator:
-    """``stdout``, or the text for ``path``, written whole when the block ends (nothing
-    is written when it fails: the old file stays)."""
-    if not path:
-        yield stdout
-        return
-    text = io.StringIO()
-    yield text
-    write_text(text.getvalue(), path)  # whole (tinymt.files): a failure keeps the old file
-
-
 def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, object]:
-    """``(model, torch device)`` that ``cfg`` names: a run's checkpoint (``engine=torch``,
-    keys ``run``, ``checkpoint``, ``device``, ``outputs_root``) or an export (``engine=ct2``,
-    ``model_dir``; the device is then CTranslate2's, returned as None). ``threads``:
-    CTranslate2's intra-op threads (0 = its default); torch's are the process's."""
+    """``(model, torch device)`` that ``cfg`` names: a run's checkpoint (``engine=torch``) or
+    an export (``engine=ct2``; the device is then CTranslate2's, returned as None).
+    ``threads``: CTranslate2's intra-op threads (0 = its default); torch's are the process's."""
     if cfg.engine == "ct2":
         return load_export(cfg.model_dir, cfg.device, threads), None
     device = pick_device(cfg.device)
@@ -166,10 +142,8 @@ def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, 
         outs = translate_export_ids(run, [ids[i] for i in todo], **kw)
     else:
         outs = translate_ids(run.model, [ids[i] for i in todo], device=device, **kw)
-    nbests: list[list[tuple[list[int], float]]] = [[] for _ in ids]
-    for i, o in zip(todo, outs):
-        nbests[i] = o
-    return nbests
+    outs = iter(outs)
+    return [next(outs) if t else [] for t in ids]
 
 
 def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
@@ -194,15 +168,19 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
 
 def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line, shown=None):
     """``attention=`` ending in ``.html``: one interactive page, every sentence a probe
-    (``shown``: the documents of the sentences typed before, kept in the page); otherwise one PNG per sentence: the grids of every requested kind and layer, stacked."""
+    (``shown``: the documents of the sentences typed before, kept in the page); otherwise
+    one PNG per sentence: the grids of every requested kind and layer, stacked."""
     target = Path(cfg.attention)
     nonempty = [i for i, t in enumerate(ids) if t]
     if target.suffix.lower() == ".html":
-        docs = attention_documents(run, [lines[i] for i in nonempty], [ids[i] for i in nonempty],
-                                   [nbests[i][0][0] for i in nonempty], device)
+        docs = attention_documents(run, lines, ids, [h[0][0] if h else [] for h in nbests], device)
         if shown is not None:
             shown += docs
-        _save_html(run, target, shown if shown is not None else docs)
+            docs = shown
+        title = f"tinymt attention: {docs[0]['sentence'].strip()}" if docs else \
+            "tinymt attention"
+        write_text(html_page(view_name(run), docs, title=title), target)  # whole
+        print(f"attention view: {target}", file=sys.stderr)
         return
     single = target.suffix.lower() == ".png"
     if single and len(nonempty) > 1:
@@ -218,38 +196,25 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line,
         image = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)),
                                        constant_values=255) for p in panels])
         path = target if single else target / f"line{first_line + i}.png"
-        _imsave(path, image)
+        png = io.BytesIO()
+        matplotlib.image.imsave(png, image, format="png")
+        write_bytes(png.getvalue(), path)  # whole: a failure keeps the old file
         print(f"attention map: {path}", file=sys.stderr)
-
-
-def _imsave(path: Path, image: np.ndarray) -> None:
-    """One PNG of ``attention=`` (checked before the work; written whole)."""
-    png = io.BytesIO()
-    matplotlib.image.imsave(png, image, format="png")
-    write_bytes(png.getvalue(), path)
 
 
 def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:
     """The view document (:mod:`tinymt.viewer.document`) of each sentence: every head of all
-    three kinds, teacher-forced on the model's own translation ``outs``. The built-in
-    corpus's showcase sentences bring their gold words."""
+    three kinds, teacher-forced on the model's own translation ``outs`` (an empty sentence
+    has none). The built-in corpus's showcase sentences bring their gold words."""
     data = run.config.get("data", {})
     gold = data.get("source") == "builtin" and not data.get("reverse")
     step = int(run.state.get("step", 0))
     return [translation_document(
         collect_attention(run.model, src, out, device), run.src_tokenizer.pieces(src),
         run.tgt_tokenizer.pieces(out), line, run.tgt_tokenizer.decode(out), step, gold)
-        for line, src, out in zip(lines, ids, outs)]
+        for line, src, out in zip(lines, ids, outs) if src]
 
 
 def view_name(run: LoadedRun) -> str:
     """How the view names the model: run folder and checkpoint."""
     return f"{run.run_dir.name} · {run.checkpoint.name}"
-
-
-def _save_html(run: LoadedRun, target: Path, docs: list[dict]) -> None:
-    """The documents in one self-contained page (written whole: temp file, then rename)."""
-    write_text(html_page(view_name(run), docs, title=f"tinymt attention: "
-                         f"{docs[0]['sentence'].strip()}" if docs else "tinymt attention"),
-               target)
-    print(f"attention view: {target}", file=sys.stderr)

@@ -1,9 +1,6 @@
-"""Sentencepiece pieces -> words, by their characters.
-
-The built-in corpus gives gold alignments and relations between *words*; the model sees
-*pieces*. :func:`piece_word_weights` says how much of each piece belongs to each word;
-head analysis (:mod:`tinymt.heads`) and the attention viewer (:mod:`tinymt.viewer`) both
-map pieces to words through it.
+"""Sentencepiece pieces -> words, by their characters: the built-in corpus's gold alignments
+and relations are between *words*, the model sees *pieces* (head analysis and the viewer
+map one to the other here).
 """
 
 from __future__ import annotations
@@ -25,15 +22,11 @@ def _chars(text: str) -> str:
 def piece_word_weights(pieces: Sequence[str], words: Sequence[str]) -> np.ndarray:
     """How much of each piece belongs to each word: ``(n_pieces, n_words)``, by characters.
 
-    Pieces and words are compared as character strings with whitespace and ``▁``
-    removed (after NFKC, as the data pipeline normalises text), so this works for English
-    (pieces start with ``▁`` at word starts, punctuation attached to a word) and for
-    Chinese (no spaces; words given by the corpus) alike. Row ``p`` holds the fraction of
-    piece ``p``'s characters in each word: one 1 for a piece inside a word, fractions for
-    a piece spanning words (Chinese BPE merges frequent pairs such as 一个). A bare ``▁``
-    copies the next piece's row. When the two strings differ (``<unk>`` pieces,
-    normalisation differences) the characters are matched with difflib; pieces with no
-    matched character, and special pieces (``<unk>``, ``</s>``, ...), get a row of zeros.
+    Both sides are compared as character strings (NFKC, whitespace and ``▁`` removed), for
+    English and Chinese alike. Row ``p`` holds the fraction of piece ``p``'s characters in
+    each word (fractions for a piece spanning words, such as 一个); a bare ``▁`` copies the
+    next piece's row. Where the strings differ (``<unk>``, normalisation) the characters are
+    matched with difflib; unmatched and special pieces get a row of zeros.
     """
     owner: list[int] = []  # word of each character of the joined words
     for w, word in enumerate(words):

@@ -1,76 +1,49 @@
-"""The serving benchmark (``--sections serve``): ``scripts/serve.py`` under load.
-
-For each engine (the run's checkpoint on torch; its CTranslate2 export when the ``ct2``
-extra is installed) two servers run side by side, each a ``scripts/serve.py`` process on a
-loopback port: *micro-batching* (the server's defaults) and *one at a time*
-(``batch_sentences=1 batch_wait_ms=0``). At every load level (``--serve-clients``) the two
-are measured one after the other with the same requests by the closed-loop clients of
-:mod:`tinymt.bench.serve_load`: sentences/s, p50 / p99 latency, errors, the server's
-resident memory, and how many answers equal the one-at-a-time server's answer to the same
-sentence alone (the reference pass: every sentence once, one client). Beside them
-(:mod:`tinymt.bench.serve_baseline`), one ``translate.py`` process per request.
-
-The sentences are the source side of the run's own test split (the run's data config,
-prepared as the trainer prepared it; normally a cache hit), the first of them in order.
-"""
+"""Serving (``--sections serve``): per engine (torch; the run's CTranslate2 export) two
+``scripts/serve.py`` side by side, *micro-batching* (the defaults) and *one at a time*, take
+the same requests (``POST /translate``, a test sentence each) at each level of closed-loop
+clients, each client on its own keep-alive connection."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
-import json
 import os
-import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import torch
 from omegaconf import OmegaConf
 
-from tinymt.bench.machine import REPO_ROOT, machine_info
-from tinymt.bench.measure import log
-from tinymt.bench.serve_baseline import bench_processes
-from tinymt.bench.serve_load import run_load, summarize
+from tinymt.bench.measure import REPO_ROOT, log, machine_info, proc_status, process_tree
 from tinymt.config import DataConfig
 from tinymt.ct2 import export_run, require_ct2
 from tinymt.data import prepare, source_language, target_language
 from tinymt.errors import TinyMTError
-from tinymt.rundir import LoadedRun, load_run
+from tinymt.rundir import load_run
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
-SERVE_METHODS = {  # method -> the server's settings beyond the engine's
-    "one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
-    "micro_batching": [],  # configs/serve.yaml's batch_sentences, batch_wait_ms
-}
-
-
-def requests_at(clients: int, requests: int | None) -> int:
-    """Timed requests of a level: ``--serve-requests`` (at least one per client), by default
-    ``max(40, 4 × clients)``."""
-    return max(requests, clients) if requests else max(40, 4 * clients)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
+           "micro_batching": []}  # the server's settings beyond the engine's
 
 
 class ServerProcess:
     """``python scripts/serve.py <overrides>`` on a free loopback port, up once ``/health``
-    answers 200 (a bounded wait); its stderr kept for the error message."""
+    answers (a bounded wait); its stderr kept for the error message."""
 
     def __init__(self, overrides: list[str]):
-        self.port = free_port()
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://{HOST}:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), *overrides,
@@ -79,38 +52,27 @@ class ServerProcess:
             stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            with contextlib.suppress(OSError, ValueError):
+            with contextlib.suppress(httpx2.HTTPError, ValueError):
                 self.health()
                 return
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                self.log.seek(0)
-                tail = self.log.read()[-1500:].strip().replace("\n", " | ")
+                _, err = self.stop()
                 raise TinyMTError(f"serve.py {' '.join(overrides)} did not serve within "
-                                  f"{START_TIMEOUT_S:g} s: {tail}")
+                                  f"{START_TIMEOUT_S:g} s: {err[-1500:].strip()}"
+                                  .replace("\n", " | "))
             time.sleep(0.2)
 
     def health(self) -> dict:
         """``GET /health`` (raises until the server answers 200)."""
-        with urllib.request.urlopen(f"{self.base}/health", timeout=10) as r:
-            return json.loads(r.read())
+        return httpx2.get(f"{self.base}/health", timeout=10, trust_env=False
+                          ).raise_for_status().json()
 
-    def rss_mib(self) -> float | None:
-        """The server's resident memory now (``VmRSS``, /proc); None where unreadable."""
-        try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        except OSError:
-            return None
-        match = re.search(r"VmRSS:\s+(\d+)", status)
-        return int(match.group(1)) / 1024 if match else None
-
-    @property
-    def base(self) -> str:
-        return f"http://{HOST}:{self.port}"
+    def rss_mib(self) -> float:
+        """The server's resident memory now, its children included."""
+        return sum(proc_status(p).get("VmRSS", 0) for p in process_tree(self.proc.pid)) / 1024
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
-        """``(exit status, stderr)`` after ``sig`` (SIGTERM: the server finishes what it
-        accepted); killed after 60 s."""
+        """``(exit status, stderr)`` after ``sig``; killed after 60 s."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -118,145 +80,131 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        err = ""
-        if not self.log.closed:
-            self.log.seek(0)
-            err = self.log.read()
-            self.log.close()
-        return self.proc.returncode, err
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        self.log.seek(0)
+        return self.proc.returncode, self.log.read()
 
 
-def run_sentences(run: LoadedRun, n: int) -> tuple[list[str], str]:
-    """The first ``n`` source sentences of the run's test split (all of it when shorter:
-    the requests then cycle through them), and where they come from."""
-    data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
-    if not data_cfg:
-        raise TinyMTError(f"{run.checkpoint} holds no data config: the serve section reads "
-                          "its sentences from the run's test split")
-    cfg = OmegaConf.merge(OmegaConf.structured(DataConfig), data_cfg)
-    data = prepare(cfg, log=lambda msg: log(f"  {msg}"))
-    test = data.splits["test"]
-    texts = list(test["src"][:min(n, len(test))])
-    if not texts:
-        raise TinyMTError(f"{run.run_dir}: the run's test split is empty")
-    return texts, f"the first {len(texts):,} source sentences of the run's test split " \
-                  f"(data `{cfg.name}`)"
+def percentile(xs: list[float], q: int) -> float:
+    """The ``q``-th percentile, linear between ranks (numpy's default)."""
+    return (statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1
+            else (xs or [float("nan")])[0])
 
 
-def repo_relative(path: Path) -> str:
-    """``path`` relative to the checkout when inside it (as the report names files)."""
-    rel = os.path.relpath(Path(path).resolve(), REPO_ROOT)
-    return str(path) if rel.startswith("..") else rel
+async def _load(base: str, payloads: list[dict], clients: int) -> dict:
+    """``payloads`` sent by ``clients`` closed-loop clients after one untimed request each."""
+    limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
+    answers: list[str | None] = [None] * len(payloads)
+    latencies, errors = [], []
+    async with httpx2.AsyncClient(base_url=base, limits=limits, timeout=120,
+                                  trust_env=False) as http:
+        async def ask(payload: dict) -> str | None:
+            try:
+                r = await http.post("/translate", json=payload)
+                if r.status_code == 200:
+                    return r.json()["translatedText"]
+                errors.append(f"{r.status_code}: {r.text[:200]}")
+            except (httpx2.HTTPError, ValueError, KeyError) as e:
+                errors.append(f"{type(e).__name__}: {e}")
+            return None
+
+        todo = iter(range(len(payloads)))  # shared: each client takes the next request
+
+        async def client() -> None:
+            for i in todo:
+                t0 = time.perf_counter()
+                answers[i] = await ask(payloads[i])
+                latencies.append((time.perf_counter() - t0) * 1000)
+
+        await asyncio.gather(*(ask(payloads[k % len(payloads)]) for k in range(clients)))
+        errors.clear()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        seconds = time.perf_counter() - t0
+    return {"requests": len(payloads), "seconds": seconds, "answers": answers,
+            "sentences_per_s": (len(payloads) - len(errors)) / seconds,
+            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+            "errors": len(errors), "first_error": errors[0] if errors else None}
 
 
 def _level(server: ServerProcess, payloads: list[dict], clients: int,
            reference: list[str | None]) -> dict:
-    """One load level on one server: its numbers, how many answers equal the reference,
-    the server's memory and batching afterwards."""
     before = server.health()
-    result = run_load(HOST, server.port, payloads, clients)
-    row, answers = summarize(result), result.answers
+    row = asyncio.run(_load(server.base, payloads, clients))
     after = server.health()
     batches = after.get("batches", 0) - before.get("batches", 0)
-    sentences = after.get("sentences", 0) - before.get("sentences", 0)
-    row.update({
-        "clients": clients,
-        "equal_to_one_at_a_time": sum(a is not None and a == reference[i % len(reference)]
-                                      for i, a in enumerate(answers)),
-        "server_rss_mib": server.rss_mib(),
-        "mean_batch": sentences / batches if batches else None,
-        "largest_batch": after.get("largest_batch"),
-    })
-    return row
+    answers = row.pop("answers")
+    return {**row, "clients": clients, "server_rss_mib": server.rss_mib(),
+            "mean_batch": (after.get("sentences", 0) - before.get("sentences", 0)) / batches
+            if batches else None,
+            "equal_to_one_at_a_time": sum(a is not None and a == reference[i % len(reference)]
+                                          for i, a in enumerate(answers))}
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
                   levels: dict[int, int]) -> tuple[list[dict], list[str | None]]:
-    """Both methods of one engine, level by level, alternating; and the reference answers
-    (the one-at-a-time server, each sentence alone, untimed)."""
-    rows = []
+    """Both servers of one engine, level by level in turn; and the reference answers."""
+    rows, servers = [], {}
     with contextlib.ExitStack() as stack:
-        servers = {m: stack.enter_context(ServerProcess([*overrides, *extra]))
-                   for m, extra in SERVE_METHODS.items()}
-        alone = servers["one_at_a_time"]
-        ref = run_load(HOST, alone.port, payloads, 1)
-        reference = ref.answers
-        if ref.errors:
-            raise TinyMTError(f"serve benchmark, {engine}: {ref.errors} of the reference "
-                              f"requests failed ({ref.first_error})")
+        for method, extra in METHODS.items():
+            servers[method] = ServerProcess([*overrides, *extra])
+            stack.callback(servers[method].stop)
+        ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
+        if ref["errors"]:
+            raise TinyMTError(f"serve benchmark, {engine}: {ref['errors']} reference requests "
+                              f"failed ({ref['first_error']})")
         for clients, n in levels.items():
             for method, server in servers.items():
-                row = _level(server, [payloads[i % len(payloads)] for i in range(n)],
-                             clients, reference)
+                row = _level(server, [payloads[i % len(payloads)] for i in range(n)], clients,
+                             ref["answers"])
                 rows.append({"engine": engine, "method": method, **row})
                 log(f"[serve {engine}] {method:<14} {clients:>3} clients: "
                     f"{row['sentences_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
-                    f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors, "
-                    f"{row['equal_to_one_at_a_time']}/{n} equal")
-    return rows, reference
+                    f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
+    return rows, ref["answers"]
 
 
-@contextlib.contextmanager
-def _engines(run: LoadedRun, device: torch.device, skipped: dict
-             ) -> Iterator[list[tuple[str, list[str]]]]:
-    """``[(engine, serve.py overrides)]``: torch on the run's checkpoint; ct2 on its export
-    (float32) in a temporary folder, unless the extra is missing (said in ``skipped``)."""
-    engines = [("torch", [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"])]
-    with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
-        try:
-            require_ct2()
-        except TinyMTError as e:
-            skipped["ct2"] = str(e)
-            log(f"serve: no CTranslate2 rows ({e})")
-        else:
-            folder = export_run(run, Path(tmp) / "ct2", "none")
-            engines.append(("ct2", ["engine=ct2", f"model_dir={folder}"]))
-        yield engines
+def run_sentences(run, n: int) -> list[str]:
+    """The first ``n`` source sentences of the run's own test split (prepared as the
+    trainer prepared it: normally a cache hit)."""
+    if "data" not in run.config:
+        raise TinyMTError(f"{run.checkpoint} holds no data config (the sentences come from it)")
+    test = prepare(OmegaConf.merge(OmegaConf.structured(DataConfig), run.config["data"]),
+                   log=lambda msg: log(f"  {msg}")).splits["test"]
+    if not len(test):
+        raise TinyMTError(f"{run.run_dir}: the run's test split is empty")
+    return list(test["src"][:n])
 
 
 def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str]) -> dict:
-    """The serve section of a device's results: settings, rows, ratios, and which command
-    measured it (``machine``)."""
-    t_start = time.monotonic()
+    """The serve section: ``{"machine", "settings", "rows", "skipped", "ct2_equal_to_torch"}``."""
     run = load_run(args.run, args.checkpoint, "cpu")
-    levels = {c: requests_at(c, args.serve_requests) for c in args.serve_client_list}
-    texts, origin = run_sentences(run, max(levels.values()))
+    levels = {c: max(args.serve_requests, c) if args.serve_requests else max(40, 4 * c)
+              for c in args.serve_clients}
+    texts = run_sentences(run, max(levels.values()))
     data = run.config.get("data", {})
     pair = {"source": source_language(data), "target": target_language(data)}
     payloads = [{"q": t, **pair} for t in texts]
-    threads = torch.get_num_threads()
-    common = [f"device={device.type}", f"threads={threads}"]
-    rows, skipped, refs = [], {}, {}
-    log(f"serve benchmark: {run.run_dir}, clients {','.join(map(str, levels))}, "
-        f"{threads} threads")
-    with _engines(run, device, skipped) as engines:
-        for engine, overrides in engines:
-            engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common],
-                                                      payloads, levels)
+    common = [f"device={device.type}", f"threads={torch.get_num_threads()}"]
+    engines = {"torch": [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"]}
+    rows, refs, skipped = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
+        try:
+            require_ct2()
+            engines["ct2"] = ["engine=ct2", f"model_dir={export_run(run, Path(tmp) / 'ct2')}"]
+        except TinyMTError as e:
+            skipped["ct2"] = str(e)
+            log(f"serve: no CTranslate2 rows ({e})")
+        for engine, overrides in engines.items():
+            engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
+                                                      levels)
             rows += engine_rows
-    rows += bench_processes(run, args, device, texts, refs["torch"])
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")
-    return {
-        "machine": machine_info(device, argv),
-        "settings": {
-            "run": repo_relative(run.run_dir), "checkpoint": run.checkpoint.name,
-            "pair": pair,
-            "sentences": len(texts), "sentence_source": origin,
-            "requests": {str(c): n for c, n in levels.items()},
-            "threads": threads, "device": device.type, "beam": defaults.decode.beam,
-            "batch_sentences": defaults.batch_sentences,
-            "batch_wait_ms": defaults.batch_wait_ms,
-        },
-        "rows": rows,
-        "skipped": skipped,
-        "ct2_equal_to_torch": (sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
-                               if "ct2" in refs else None),
-        "wall_seconds": round(time.monotonic() - t_start, 1),
-    }
-
+    return {"machine": machine_info(device, argv), "settings": {
+        "quick": args.quick, "run": os.path.relpath(run.run_dir, REPO_ROOT),
+        "checkpoint": run.checkpoint.name,
+        "pair": pair, "sentences": len(texts), "requests": {str(c): n for c, n in levels.items()},
+        "threads": torch.get_num_threads(), "beam": defaults.decode.beam,
+        "batch_sentences": defaults.batch_sentences, "batch_wait_ms": defaults.batch_wait_ms},
+        "rows": rows, "skipped": skipped,
+        "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
+        if "ct2" in refs else None}

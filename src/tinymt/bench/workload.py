@@ -9,55 +9,34 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from tinymt.bench.machine import REPO_ROOT
-from tinymt.bench.measure import log
+from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.peer import PeerTransformer
 from tinymt.config import DataConfig, ModelConfig
 from tinymt.data import PreparedData, prepare
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
-DEFAULT_DATA = "multi30k-hub-layout"
-
-
-def data_folder(data_path: str | None) -> Path:
-    if data_path:
-        return Path(data_path)
-    env = os.environ.get("TINYMT_SHARED_DATA")
-    base = Path(env) if env else REPO_ROOT.parent / "shared" / "data"
-    return base / DEFAULT_DATA
-
-
-def _quiet(msg: str) -> None:
-    log(f"  {msg}")
-
 
 def load_data(data_path: str | None, cache_dir: str, quick: bool) -> tuple[PreparedData, dict]:
-    """Multi30k de->en through ``tinymt.data.prepare``, or the built-in corpus; and the
-    data section of the results."""
-    folder = data_folder(data_path)
-    if folder.is_dir():
-        # the path as the configs spell it (relative to the repo root) so that the prepared
-        # cache of `data=multi30k data.path=../shared/...` is reused
+    """Multi30k de->en through ``tinymt.data.prepare`` (the trainer's cache), or the built-in
+    corpus where Multi30k is absent; and how the report names it."""
+    shared = os.environ.get("TINYMT_SHARED_DATA") or REPO_ROOT.parent / "shared" / "data"
+    folder = Path(data_path or Path(shared) / "multi30k-hub-layout")
+    if folder.is_dir():  # spelled as the configs spell it, so the trainer's cache is reused
         path = os.path.relpath(folder.resolve(), REPO_ROOT) if folder.is_absolute() else str(folder)
         cfg = DataConfig(name="multi30k", source="hub", path=path, src_lang="de", tgt_lang="en",
                          train_split="train", valid_split="validation", test_split="test",
                          vocab_size=8000, cache_dir=cache_dir)
-        data = prepare(cfg, log=_quiet)
-        note = None
         name = f"Multi30k de→en (`{path}`), joint BPE 8000"
     else:
-        train_size = 3000 if quick else 30000
+        size = 3000 if quick else 30000
         cfg = DataConfig(name="builtin_zh_en", source="builtin", src_lang="zh", tgt_lang="en",
-                         train_size=train_size, valid_size=10, test_size=1000, vocab_size=2000,
+                         train_size=size, valid_size=10, test_size=1000, vocab_size=2000,
                          cache_dir=cache_dir)
-        data = prepare(cfg, log=_quiet)
-        note = (f"Multi30k not found at `{folder}`: measured on the built-in zh→en corpus "
-                f"instead ({train_size} training pairs, joint BPE 2000), so the numbers are "
-                "not comparable with Multi30k ones (shorter sentences, smaller vocabulary)")
-        name = f"built-in zh→en corpus, joint BPE 2000 (fallback: {folder} absent)"
-    train_lens = data.lengths("train")
-    return data, {"name": name, "note": note, "train_pairs": len(train_lens[0]),
+        name = (f"the built-in zh→en corpus ({size:,} training pairs, joint BPE 2000): "
+                f"Multi30k not found at `{folder}`, so not comparable with Multi30k figures")
+    data = prepare(cfg, log=lambda msg: log(f"  {msg}"))
+    return data, {"name": name, "train_pairs": len(data.lengths("train")[0]),
                   "test_pairs": len(data.lengths("test")[0]),
                   "vocab": [data.src_tokenizer.vocab_size, data.tgt_tokenizer.vocab_size],
                   "shared_vocab": data.src_tokenizer is data.tgt_tokenizer}
@@ -75,8 +54,7 @@ def model_config(size: str) -> ModelConfig:
 
 def build_pair(cfg: ModelConfig, data_info: dict, device: torch.device
                ) -> tuple[Transformer, PeerTransformer]:
-    """Our model and the peer with the same weights."""
-    src_v, tgt_v = data_info["vocab"]
+    """Our model (seed 0) and the peer holding the same weights."""
     torch.manual_seed(0)
-    ours = Transformer(cfg, src_v, tgt_v, shared_vocab=data_info["shared_vocab"])
+    ours = Transformer(cfg, *data_info["vocab"], shared_vocab=data_info["shared_vocab"])
     return ours.to(device), PeerTransformer.copy_of(ours).to(device)

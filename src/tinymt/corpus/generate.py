@@ -14,7 +14,7 @@ import gc
 import random
 
 from tinymt.corpus.grammar import sample_sentence, showcase_structures
-from tinymt.corpus.pair import Pair, join_english
+from tinymt.corpus.pair import Pair
 from tinymt.corpus.render import render
 from tinymt.corpus.structures import Sentence
 
@@ -34,58 +34,50 @@ def sample_pairs(seed: int, n: int) -> list[tuple[Sentence, Pair]]:
     return out
 
 
-def generate_splits(
-    seed: int = 1234,
-    train_size: int = 200_000,
-    valid_size: int = 1000,
-    test_size: int = 1000,
-) -> dict[str, list[Pair]]:
+def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int = 1000,
+                    test_size: int = 1000) -> dict[str, list[Pair]]:
     """Unique pairs split into ``{"train", "validation", "test"}``; same seed, same lists."""
     sizes = {"train": train_size, "validation": valid_size, "test": test_size}
     for k, v in sizes.items():
         if not isinstance(v, int) or v < 0:
             raise ValueError(f"{k} size must be a non-negative int, got {v!r}")
-    total = train_size + valid_size + test_size
     r = random.Random(seed)
-    seen_zh = {p.zh for p in SHOWCASE}
-    seen_en = {p.en for p in SHOWCASE}
-    pairs: list[Pair] = []
-    budget = 30 * total + 10_000
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of small tuples, no cycles: the collector would only slow us
     try:
-        _fill(r, pairs, total, seen_zh, seen_en, budget)
+        pairs = _unique_pairs(r, train_size + valid_size + test_size)
     finally:
         if gc_was_on:
             gc.enable()
     r.shuffle(pairs)
-    return {
-        "train": pairs[valid_size + test_size :],
-        "validation": pairs[test_size : test_size + valid_size],
-        "test": pairs[:test_size],
-    }
+    return {"train": pairs[valid_size + test_size:],
+            "validation": pairs[test_size:test_size + valid_size], "test": pairs[:test_size]}
 
 
 _CHUNK = 256  # sample, then render, in chunks: ~20% faster than one at a time (CPU caches)
 
 
-def _fill(r, pairs, total, seen_zh, seen_en, budget) -> None:
+def _unique_pairs(r: random.Random, total: int) -> list[Pair]:
+    """``total`` pairs of 3..MAX_WORDS words a side, no side seen before (the showcase's
+    sentences count as seen)."""
+    seen_zh, seen_en = {p.zh for p in SHOWCASE}, {p.en for p in SHOWCASE}
+    pairs: list[Pair] = []
+    budget = 30 * total + 10_000
     while len(pairs) < total:
         budget -= _CHUNK
         if budget < 0:
             raise RuntimeError(f"the grammar ran out of new sentences after {len(pairs)} pairs")
         structures = [sample_sentence(r) for _ in range(_CHUNK)]
         for p in [render(s) for s in structures]:
-            nz = len(p.zh_words)
-            ne = len(p.en_words)
-            if nz > MAX_WORDS or ne > MAX_WORDS or nz < MIN_WORDS or ne < MIN_WORDS:
+            if not (MIN_WORDS <= len(p.zh_words) <= MAX_WORDS
+                    and MIN_WORDS <= len(p.en_words) <= MAX_WORDS):
                 continue
-            zh = "".join(p.zh_words)
-            en = join_english(p.en_words)
+            zh, en = p.zh, p.en
             if zh in seen_zh or en in seen_en:
                 continue
             seen_zh.add(zh)
             seen_en.add(en)
             pairs.append(p)
             if len(pairs) == total:
-                return
+                return pairs
+    return pairs

@@ -193,14 +193,3 @@ class Report:
 
 
 Sentence = Clause | Because | But | Report
-
-
-def clauses(s: Sentence) -> list[Clause]:
-    """The top-level clauses of a sentence (both halves of because/but, the complement)."""
-    if isinstance(s, Clause):
-        return [s]
-    if isinstance(s, Because):
-        return [s.cause, s.effect]
-    if isinstance(s, But):
-        return [s.first, s.second]
-    return [s.comp]

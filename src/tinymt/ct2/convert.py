@@ -20,8 +20,8 @@ joint / separate vocabularies one shared vocabulary, or a source and a target on
                               sentencepiece pieces in id order (``<pad>``, ``<unk>``, ``<s>``,
                               ``</s>``, ...), so piece ids are our ids
 attention                     fused ``in_proj`` rows ``[W_Q; W_K; W_V]`` (self) / ``W_Q`` and
-                              ``[W_K; W_V]`` (cross), biases included; ``W_O`` with head masks
-                              folded in (a pruned head's columns times its mask: exact)
+                              ``[W_K; W_V]`` (cross), biases included; ``W_O`` as it is (a
+                              pruned head's columns are zero)
 LayerNorm eps 1e-5            ``layer_norm_epsilon=1e-5`` (CTranslate2's default differs)
 source EOS                    ``add_source_eos=True``: feed pieces, CTranslate2 adds ``</s>``
 ============================  ==============================================================
@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from tinymt.errors import TinyMTError
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 from tinymt.tokenizer import Tokenizer
 
 # every key of ModelConfig, and the values the export maps exactly (None: any value)
@@ -87,16 +87,15 @@ def _norm(spec, norm: nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
 
 
-def _attention(spec, mha, mask: torch.Tensor, self_attention: bool) -> None:
-    """Our fused ``in_proj`` and ``W_O``; head ``i``'s mask scales its ``W_O`` columns."""
+def _attention(spec, mha, self_attention: bool) -> None:
+    """Our fused ``in_proj`` and ``W_O``."""
     w, b, d = mha.in_proj.weight, mha.in_proj.bias, mha.d_model
     if self_attention:
         _linear(spec.linear[0], w, b)  # [W_Q; W_K; W_V], CTranslate2's fused layout too
     else:
         _linear(spec.linear[0], w[:d], None if b is None else b[:d])  # W_Q
         _linear(spec.linear[1], w[d:], None if b is None else b[d:])  # [W_K; W_V]
-    out_w = mha.out_proj.weight * mask.repeat_interleave(mha.d_head)[None, :]  # (d, h * d_head)
-    _linear(spec.linear[-1], out_w, mha.out_proj.bias)
+    _linear(spec.linear[-1], mha.out_proj.weight, mha.out_proj.bias)  # W_O
 
 
 def _ffn(spec, ff, norm: nn.LayerNorm) -> None:
@@ -126,15 +125,14 @@ def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
     enc, dec = spec.encoder, spec.decoder
     _inputs(enc, model.src_embed, model.src_pos, model.max_positions)
     _inputs(dec, model.tgt_embed, model.tgt_pos, model.max_positions)
-    masks = {k: model.head_mask(k) for k in KINDS}
-    for i, (ls, layer) in enumerate(zip(enc.layer, model.encoder_layers)):
-        _attention(ls.self_attention, layer.self_attn, masks["encoder_self"][i], True)
+    for ls, layer in zip(enc.layer, model.encoder_layers):
+        _attention(ls.self_attention, layer.self_attn, True)
         _norm(ls.self_attention.layer_norm, layer.norm1)
         _ffn(ls.ffn, layer.ff, layer.norm2)
-    for i, (ls, layer) in enumerate(zip(dec.layer, model.decoder_layers)):
-        _attention(ls.self_attention, layer.self_attn, masks["decoder_self"][i], True)
+    for ls, layer in zip(dec.layer, model.decoder_layers):
+        _attention(ls.self_attention, layer.self_attn, True)
         _norm(ls.self_attention.layer_norm, layer.norm1)
-        _attention(ls.attention, layer.cross_attn, masks["cross"][i], False)
+        _attention(ls.attention, layer.cross_attn, False)
         _norm(ls.attention.layer_norm, layer.norm2)
         _ffn(ls.ffn, layer.ff, layer.norm3)
     if cfg.norm_first:

@@ -1,23 +1,12 @@
 """Translating with an exported model: ``translate.py engine=ct2``, the benchmark's rows.
 
-:func:`translate_export_ids` takes and returns what :func:`tinymt.decoding.translate_ids` does, so
-the input and output path around it (normalising, truncating, n-best lines, ``ref=``) is
-the same for both engines. Our decoding rules, mapped onto ``translate_batch``:
-
-* the length cap (:func:`tinymt.decoding.max_output_length`) is per sentence and
-  ``max_decoding_length`` per call: greedy search runs under the largest cap and cuts each
-  output at its own, beam search goes in groups of equal cap (see :func:`translate_export_ids`);
-* ``min_decoding_length=0`` (an empty translation is allowed), ``pad`` and ``bos`` are never
-  generated (``suppress_sequences``), the source is not truncated (``max_input_length=0``);
-* ``return_end_token=True``: CTranslate2 then counts EOS in a hypothesis' length, as our
-  score ``sum(log p) / n ** len_penalty`` does (EOS is stripped from the tokens returned).
-
-The searches are ours: greedy search is ours token for token, and beam search is ours by the
-``full`` rule (:func:`tinymt.decoding.full_beam_search`, ``decode.beam_rule=full``: the beam
-stays full, no EOS is forced at the cap, log-probabilities are normalised without ``pad`` and
-``bos``). Our default rule, ``shrink``, differs from it on a few sentences; CTranslate2 has
-no such rule, so ``beam_rule=shrink`` is refused here. tests/test_export.py holds both
-searches to ours token for token.
+:func:`translate_export_ids` takes and returns what :func:`tinymt.decoding.translate_ids`
+does, so all around it is the same for both engines. It maps our decoding rules onto
+``translate_batch`` (docs/architecture.md has the table): per-sentence length caps, empty
+outputs allowed, ``pad`` and ``bos`` never generated, EOS counted in the length penalty.
+Greedy search is ours token for token, beam search ours by ``decode.beam_rule=full``
+(CTranslate2 has no ``shrink`` rule, so it is refused); tests/test_export.py holds both to
+ours.
 """
 
 from __future__ import annotations
@@ -32,22 +21,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tinymt.checkpoint import file_sha256
+from tinymt.config import MAX_WIDTH
 from tinymt.ct2.convert import require_ct2
-from tinymt.ct2.export import (
-    FORMAT,
-    FORMAT_VERSION,
-    META,
-    QUANTIZATIONS,
-    README,
-    meta_digest,
-)
+from tinymt.ct2.export import FORMAT, FORMAT_VERSION, META, QUANTIZATIONS, README, meta_digest
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
-from tinymt.loaders import load_json_file
-from tinymt.rules import MAX_WIDTH
+from tinymt.files import load_json
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers, tokenizer_digest
 
-MAX_META_BYTES = 1 << 20  # tinymt_export.json: about 2 kB
 Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
 
 
@@ -71,14 +52,6 @@ class LoadedExport:
         return {"data": self.meta.get("data", {})}
 
 
-def ct2_device(device: str) -> tuple[str, int]:
-    """Our ``device=`` (auto, cpu, cuda, cuda:N) as CTranslate2's ``(device, index)``."""
-    m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)
-    if not m:
-        raise TinyMTError(f"device={device!r}: CTranslate2 runs on auto, cpu, cuda or cuda:N")
-    return m.group(1), int(m.group(2) or 0)
-
-
 def read_meta(path: Path) -> dict:
     """``tinymt_export.json`` of ``path`` (plain JSON: reading it runs nothing), checked."""
     if not path.is_dir():
@@ -87,19 +60,15 @@ def read_meta(path: Path) -> dict:
     if not os.path.lexists(file):
         raise TinyMTError(f"model_dir={path} is not a tinymt CTranslate2 export (no {META}); "
                           "make one with scripts/export.py")
-    try:  # a regular file of at most MAX_META_BYTES, UTF-8 JSON nested a few levels
-        meta = load_json_file(file, "the export's description", MAX_META_BYTES, top=object)
+    try:  # a regular file of at most 1 MiB, UTF-8 JSON nested a few levels
+        meta = load_json(file, "the export's description", top=object)
     except TinyMTError as e:
         why = str(e).replace(f"the export's description {file} ", "", 1)
         raise TinyMTError(f"{file} is damaged ({why}); export the model again") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TinyMTError(f"{file} is not a tinymt CTranslate2 export description")
     version = meta.get("format_version")
-    if version == 1:  # hashed its sentencepiece model only: its other files are unverifiable
-        raise TinyMTError(f"{file} was written by an older tinymt (export format 1), which did "
-                          "not record the digests of the export's files: re-export the model "
-                          "with scripts/export.py")
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION:  # format 1 recorded no digests of the export's files
         raise TinyMTError(f"{file} has export format {version!r}, this tinymt reads "
                           f"{FORMAT_VERSION}: re-export the model with this tinymt")
     if not _is_sha256(meta.get("meta_sha256")):
@@ -120,9 +89,6 @@ def _is_sha256(value) -> bool:
 
 def _shape_problem(meta: dict) -> str | None:
     """What is wrong with the keys and types of a description (None: nothing)."""
-    def opt_str(v):
-        return v is None or isinstance(v, str)
-
     positions = meta.get("max_positions")
     if type(positions) is not int or not 2 <= positions <= MAX_WIDTH:
         return f"max_positions: expected an integer in [2, {MAX_WIDTH}]"
@@ -131,8 +97,8 @@ def _shape_problem(meta: dict) -> str | None:
     if not isinstance(meta.get("tokenizer_sha256"), str):
         return "tokenizer_sha256: expected a string"
     data = meta.get("data")
-    if not isinstance(data, dict) or not all(opt_str(data.get(k)) for k in (
-            "name", "src_lang", "tgt_lang")) or data.get("reverse") not in (None, True, False):
+    if not isinstance(data, dict) or data.get("reverse") not in (None, True, False) or any(
+            not isinstance(data.get(k), str | None) for k in ("name", "src_lang", "tgt_lang")):
         return "data: expected {name, src_lang, tgt_lang: strings, reverse: true/false}"
     files = meta.get("files")
     if not isinstance(files, dict) or not files:
@@ -185,9 +151,11 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
         raise TinyMTError(f"the sentencepiece model(s) in {path} are not the ones the model "
                           "was exported with: export it again")
     ct2 = require_ct2()
-    name, index = ct2_device(device)
+    m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)  # our device= as CTranslate2's
+    if not m:
+        raise TinyMTError(f"device={device!r}: CTranslate2 runs on auto, cpu, cuda or cuda:N")
     try:
-        translator = ct2.Translator(str(path), device=name, device_index=index,
+        translator = ct2.Translator(str(path), device=m[1], device_index=int(m[2] or 0),
                                     intra_threads=threads)
     except (RuntimeError, ValueError, OSError) as e:
         raise TinyMTError(f"model_dir={path}: CTranslate2 cannot load it ({first_line(e)})"
@@ -222,29 +190,18 @@ def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]],
         if cap > 0:
             groups.setdefault(cap if beam > 1 else max(caps), []).append(i)
     results: Hyps = [[([], float("nan"))] for _ in src_ids]
+    tgt = export.tgt_tokenizer
+    eos = tgt.sp.id_to_piece(EOS_ID)
     for cap, idx in tqdm(sorted(groups.items()), desc="translate", unit="call",
                          file=sys.stderr, mininterval=1.0, disable=not progress):
-        outs = _translate_batch(export, [src_ids[i] for i in idx], cap, beam=beam,
-                                num_hypotheses=nbest, length_penalty=len_penalty,
-                                max_batch_size=batch_tokens)
-        for i, hyps in zip(idx, outs):
-            results[i] = [(h[: caps[i]], s) for h, s in hyps]
+        outs = export.translator.translate_batch(  # with our rules (module docstring)
+            [export.src_tokenizer.pieces(src_ids[i]) for i in idx], beam_size=beam,
+            num_hypotheses=nbest, length_penalty=len_penalty, max_batch_size=batch_tokens,
+            max_decoding_length=cap, min_decoding_length=0, return_end_token=True,
+            return_scores=beam > 1, max_input_length=0, batch_type="tokens",
+            suppress_sequences=[[tgt.sp.id_to_piece(i)] for i in (PAD_ID, BOS_ID)])
+        for i, out in zip(idx, outs):
+            scores = out.scores if beam > 1 else [float("nan")] * len(out.hypotheses)
+            results[i] = [([tgt.sp.piece_to_id(p) for p in (h[:-1] if h[-1:] == [eos] else h)
+                            ][: caps[i]], float(sc)) for h, sc in zip(out.hypotheses, scores)]
     return results
-
-
-def _translate_batch(export: LoadedExport, src_ids: list[Sequence[int]], cap: int, beam: int,
-                     **options) -> Hyps:
-    """One ``translate_batch`` call with our rules (module docstring); ids in and out."""
-    src, tgt = export.src_tokenizer, export.tgt_tokenizer
-    outs = export.translator.translate_batch(
-        [src.pieces(s) for s in src_ids], beam_size=beam,
-        max_decoding_length=cap, min_decoding_length=0, return_end_token=True,
-        return_scores=beam > 1, max_input_length=0, batch_type="tokens",
-        suppress_sequences=[[tgt.sp.id_to_piece(i)] for i in (PAD_ID, BOS_ID)], **options)
-    eos = tgt.sp.id_to_piece(EOS_ID)
-    hyps: Hyps = []
-    for out in outs:
-        scores = out.scores if beam > 1 else [float("nan")] * len(out.hypotheses)
-        hyps.append([([tgt.sp.piece_to_id(p) for p in (h[:-1] if h[-1:] == [eos] else h)],
-                      float(sc)) for h, sc in zip(out.hypotheses, scores)])
-    return hyps

@@ -30,7 +30,7 @@ from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 META = "tinymt_export.json"
 README = "README.md"
 FORMAT = "tinymt-ct2"
-FORMAT_VERSION = 2  # 2: files and meta_sha256 recorded (1 hashed the sentencepiece model only)
+FORMAT_VERSION = 2  # the digests of every file and meta_sha256 recorded
 QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
 
 
@@ -49,27 +49,10 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
     except (ValueError, TypeError) as e:
         raise TinyMTError(f"cannot export: CTranslate2 refused the model ({first_line(e)})"
                           ) from None
-    meta = export_meta(run, quantization, ct2.__version__)
-
-    def build(tmp: Path) -> None:
-        spec.save(str(tmp))
-        save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
-        signed = {**meta, "files": file_digests(tmp)}
-        signed["meta_sha256"] = meta_digest(signed)
-        write_text(json.dumps(signed, indent=2) + "\n", tmp / META)
-        write_text(readme(meta, str(out)), tmp / README)
-
-    if not write_folder(build, out):
-        raise TinyMTError(f"{out} appeared while it was being written: left as it is")
-    return Path(out)
-
-
-def export_meta(run: LoadedRun, quantization: str, ct2_version: str) -> dict:
-    """The plain-JSON description of an export (read back by ``load_export``)."""
     data = run.config.get("data", {}) or {}
-    return {
+    meta = {  # what load_export reads back
         "format": FORMAT, "format_version": FORMAT_VERSION, "quantization": quantization,
-        "tinymt_version": __version__, "ctranslate2_version": ct2_version,
+        "tinymt_version": __version__, "ctranslate2_version": ct2.__version__,
         "from": {"run_dir": str(run.run_dir), "checkpoint": str(run.checkpoint),
                  "step": run.state.get("step")},
         "tokenizer_sha256": tokenizer_digest(run.src_tokenizer, run.tgt_tokenizer),
@@ -79,12 +62,19 @@ def export_meta(run: LoadedRun, quantization: str, ct2_version: str) -> dict:
         "max_positions": run.model.max_positions,
     }
 
+    def build(tmp: Path) -> None:
+        spec.save(str(tmp))
+        save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
+        # every file but these two: all that decides the export's output
+        signed = {**meta, "files": {f.name: file_sha256(f) for f in sorted(tmp.iterdir())
+                                    if f.is_file() and f.name not in (META, README)}}
+        signed["meta_sha256"] = meta_digest(signed)
+        write_text(json.dumps(signed, indent=2) + "\n", tmp / META)
+        write_text(readme(meta, str(out)), tmp / README)
 
-def file_digests(folder: Path) -> dict[str, str]:
-    """``{name: sha256}`` of every file of the export (model.bin, config.json, the
-    vocabulary, the sentencepiece model(s)): all that decides its output."""
-    return {f.name: file_sha256(f) for f in sorted(Path(folder).iterdir())
-            if f.is_file() and f.name not in (META, README)}
+    if not write_folder(build, out):
+        raise TinyMTError(f"{out} appeared while it was being written: left as it is")
+    return Path(out)
 
 
 def meta_digest(meta: dict) -> str:

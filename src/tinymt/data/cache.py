@@ -1,9 +1,5 @@
-"""Where prepared data is cached, and how a cache entry is built safely.
-
-An entry is ``<cache_dir>/<hash>/``: the hash covers the data config (not ``name`` /
-``cache_dir``), the source files' size+mtime (or the built-in corpus' code), and the
-pipeline / sentencepiece versions. It is built in a temporary folder beside it, marked
-``COMPLETE`` and renamed into place, so an interrupted run is never trusted later.
+"""Where prepared data is cached (``<cache_dir>/<cache_key>/``), and how an entry is
+marked complete (``COMPLETE``: every file's digest) and checked when it is read.
 """
 
 from __future__ import annotations
@@ -23,13 +19,11 @@ from tinymt.config import check_data
 from tinymt.data.prepared import DamagedCache, PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import write_text
-from tinymt.loaders import load_json_file
+from tinymt.files import load_json, write_text
 
 # Bump when the processing changes in a way that changes cached results.
-PIPELINE_VERSION = 2  # 2: tokenizer written without build path / thread count; file digests
+PIPELINE_VERSION = 2
 COMPLETE = "COMPLETE"
-MAX_MARKER_BYTES = 1 << 20  # the marker: a digest per file of the entry (a few dozen)
 
 
 def config_dict(cfg) -> dict[str, Any]:
@@ -37,11 +31,6 @@ def config_dict(cfg) -> dict[str, Any]:
     if dataclasses.is_dataclass(cfg):
         return dataclasses.asdict(cfg)
     return OmegaConf.to_container(cfg, resolve=True)
-
-
-# ----------------------------------------------------------------------------------------
-# cache key
-
 
 def _stat(path: Path) -> list:
     st = path.stat()
@@ -65,17 +54,11 @@ def _source_fingerprint(cfg) -> Any:
     if cfg.source == "tsv":
         return _stat(_tsv_file(cfg))
     local = Path(cfg.path).expanduser()
-    if local.exists():  # hub layout in a local folder (or a single file)
-        files = (
-            [local]
-            if local.is_file()
-            else sorted(
-                f
-                for f in local.rglob("*")
-                if f.is_file() and not any(p.startswith(".") for p in f.relative_to(local).parts)
-            )
-        )
-        return {"local": [_stat(f) for f in files]}
+    if local.is_file():
+        return {"local": [_stat(local)]}
+    if local.exists():  # hub layout in a local folder: its files, hidden ones aside
+        return {"local": [_stat(f) for f in sorted(local.rglob("*")) if f.is_file() and
+                          not any(p.startswith(".") for p in f.relative_to(local).parts)]}
     return {"hub": cfg.path}
 
 
@@ -88,12 +71,8 @@ def cache_key(cfg) -> str:
     """Hash of everything that determines the prepared data (not :data:`NOT_CACHED`)."""
     check_data(cfg)
     fields = {k: v for k, v in config_dict(cfg).items() if k not in NOT_CACHED}
-    payload = {
-        "pipeline": PIPELINE_VERSION,
-        "sentencepiece": spm.__version__,
-        "config": fields,
-        "source": _source_fingerprint(cfg),
-    }
+    payload = {"pipeline": PIPELINE_VERSION, "sentencepiece": spm.__version__,
+               "config": fields, "source": _source_fingerprint(cfg)}
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -102,15 +81,10 @@ def cache_path(cfg) -> Path:
     """``<cache_dir>/<cache_key(cfg)>``: where ``prepare(cfg)`` keeps its results."""
     return Path(cfg.cache_dir) / cache_key(cfg)
 
-
-# ----------------------------------------------------------------------------------------
-# reading an entry; building one in a temporary folder
-
-
 def load_complete(final: Path, log: Log) -> PreparedData | None:
     """The entry at ``final`` if it is marked complete and readable; else None: a damaged
     or unmarked entry is left where it is, for :func:`publish` to replace once a new one
-    is complete. An error that is no evidence of damage (out of memory, permissions) is
+    is complete (:func:`tinymt.files.write_folder`). An error that is no evidence of damage (out of memory, permissions) is
     one line, and the entry is kept."""
     if (final / COMPLETE).is_file():
         try:
@@ -142,20 +116,17 @@ def _verify_digests(folder: Path) -> None:
     """Every file of the entry is the one that was written (a flipped bit in a token id
     would otherwise be read as another token); :class:`DamagedCache` if not."""
     try:
-        recorded = load_json_file(folder / COMPLETE, f"its {COMPLETE} marker",
-                                  MAX_MARKER_BYTES).get("files")
+        recorded = load_json(folder / COMPLETE, f"its {COMPLETE} marker").get("files")
     except TinyMTError as e:
         if str(e).startswith("cannot read"):  # permissions, I/O: no evidence of damage
             raise
         raise DamagedCache(str(e)) from None
-    if not isinstance(recorded, dict) or not all(
-            isinstance(v, str) for v in recorded.values()):
+    if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
         raise DamagedCache(f"{folder / COMPLETE} holds no {{file: sha256}} record")
     found = _digests(folder)
     if found.keys() != recorded.keys():
         raise DamagedCache("files are missing or were added")
-    changed = next((name for name, h in found.items() if recorded[name] != h), None)
-    if changed:
+    if changed := next((name for name, h in found.items() if recorded[name] != h), None):
         raise DamagedCache(f"{changed} was changed after it was written")
 
 

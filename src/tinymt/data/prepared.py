@@ -1,7 +1,8 @@
 """What ``prepare`` returns, and the folder it is kept in.
 
 A prepared folder holds ``tokenizer/`` (``spm.model`` joint, or ``src.model`` +
-``tgt.model``), ``splits/`` (a saved ``DatasetDict``), ``stats.json`` and ``config.json``.
+``tgt.model``), ``splits/`` (a saved ``DatasetDict``), ``stats.json`` (the numbers that
+describe it: :func:`side_stats`, shown by :func:`summary_table`) and ``config.json``.
 """
 
 from __future__ import annotations
@@ -19,21 +20,17 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets.arrow_writer import ArrowWriter
 from datasets.utils.py_utils import asdict  # datasets' own: fields at their default left out
 
 from tinymt.checkpoint import file_sha256
-from tinymt.data.sources import SPLITS
+from tinymt.data.sources import SPLITS, ChunkWriter
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import write_text
-from tinymt.loaders import load_json_file
-from tinymt.tokenizer import Tokenizer, load_tokenizers
+from tinymt.files import load_json, write_text
+from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
 
 TOKENIZER_DIR = "tokenizer"
 SPLITS_DIR = "splits"
 DATA_FILE = "data-00000-of-00001.arrow"  # a split's one shard
-ROWS_PER_BATCH = 50_000  # rows per Arrow record batch of a split's file
-MAX_STATS_BYTES = 1 << 20  # stats.json: a few kB
 
 
 @dataclass
@@ -128,48 +125,30 @@ class Ragged(Sequence):
     def lengths(self) -> np.ndarray:
         """Each row's length, ``int32`` (computed once, from the offsets)."""
         if self._lengths is None:
-            out = np.empty(len(self), dtype=np.int32)
-            for start, offsets in zip(self._starts.tolist(), self._offsets):
-                np.subtract(offsets[1:], offsets[:-1], out=out[start:start + len(offsets) - 1])
-            self._lengths = out
+            self._lengths = np.concatenate([np.zeros(0, np.int32)] + [
+                np.diff(offsets).astype(np.int32, copy=False) for offsets in self._offsets])
         return self._lengths
 
 
-class SplitWriter:
+class SplitWriter(ChunkWriter):
     """Writes one split of ``splits/`` chunk by chunk, in the layout ``save_to_disk`` gives
-    (``data-00000-of-00001.arrow`` by datasets' own ``ArrowWriter``, ``state.json``,
-    ``dataset_info.json``), with nothing of it in memory or memory-mapped: a split of any
-    size costs one chunk. (``save_to_disk`` copies a dataset that is already on disk, and
-    reads it memory-mapped: every page of it counts in the process's RSS.) The fingerprint
-    is the data file's digest, so a rebuild writes the same bytes;
-    ``tests/test_data.py`` compares the folder with what ``save_to_disk`` writes."""
+    (``tests/test_data.py`` compares the two), nothing of it in memory or memory-mapped
+    (``save_to_disk`` would map every page into the RSS). The fingerprint is the data
+    file's digest, so a rebuild writes the same bytes."""
 
     def __init__(self, folder: Path, split: str):
         self.folder = Path(folder) / SPLITS_DIR / split
-        self.rows, self._writer, self._features = 0, None, None
-
-    def write(self, table: pa.Table) -> None:
-        if self._writer is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._features = datasets.Features.from_arrow_schema(table.schema)
-            # record batches as big as the chunks: datasets' 1,000 rows would put a message's
-            # metadata every ~30 KB, and reading them (load_from_disk) or the offsets beside
-            # them (Ragged.lengths) would map most of the file's pages into the process
-            self._writer = ArrowWriter(features=self._features, path=str(self.folder / DATA_FILE),
-                                       writer_batch_size=ROWS_PER_BATCH)
-        self._writer.write_table(table)
-        self.rows += table.num_rows
+        super().__init__(self.folder / DATA_FILE)
 
     def close(self) -> None:
         """Finish the data file and write the two JSON files beside it."""
-        self._writer.finalize()
-        self._writer.close()
+        super().close()
         state = {"_data_files": [{"filename": DATA_FILE}],
                  "_fingerprint": file_sha256(self.folder / DATA_FILE)[:16],
                  "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
                  "_output_all_columns": False, "_split": None}
         write_text(json.dumps(state, indent=2, sort_keys=True), self.folder / "state.json")
-        info = asdict(datasets.DatasetInfo(features=self._features))
+        info = asdict(datasets.DatasetInfo(features=self.features))
         write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2),
                    self.folder / "dataset_info.json")
 
@@ -201,26 +180,17 @@ def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
     a file missing or unparsable, or contents that contradict each other (see
     :func:`check_splits`), found before anything uses them."""
     try:
-        stats = load_json_file(folder / "stats.json", "the data stats", MAX_STATS_BYTES)
+        stats = load_json(folder / "stats.json", "the data stats")
         splits = {s: _load_split(folder / SPLITS_DIR / s) for s in SPLITS}
         src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
         check_splits(folder, splits, stats, src_tok, tgt_tok)
-    except MemoryError:  # pyarrow's is an ArrowException too: not evidence of damage
-        raise
-    except DamagedCache:
+    except (MemoryError, DamagedCache):  # pyarrow's MemoryError is an ArrowException too
         raise
     except _DAMAGE as e:
         raise DamagedCache(f"{type(e).__name__}: {e}".splitlines()[0]) from None
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
-    return PreparedData(
-        splits=splits,
-        src_tokenizer=src_tok,
-        tgt_tokenizer=tgt_tok,
-        tokenizer_dir=folder / TOKENIZER_DIR,
-        stats=stats,
-        cache_hit=cache_hit,
-    )
+    return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats, cache_hit)
 
 
 def _load_split(where: Path) -> datasets.Dataset:
@@ -253,41 +223,29 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
         if type(declared) is not int or declared != ds.num_rows:
             raise DamagedCache(f"{where} holds {ds.num_rows} pairs, but stats.json says "
                                f"{declared!r:.40}")
-        rows, extremes = 0, {}
+        rows = 0
         for batch in _record_batches(ds):
             try:
                 batch.validate(full=True)
             except pa.ArrowInvalid as e:
                 raise DamagedCache(f"{where} is not valid Arrow data ({first_line(e)})") from None
             rows += batch.num_rows
-            for side in sizes:
-                _check_ids(batch, f"{side}_ids", extremes, where)
+            for side, size in sizes.items():
+                _check_ids(batch, f"{side}_ids", size, where)
         if rows != ds.num_rows:
             raise DamagedCache(f"{where}: its files hold {rows} rows, its dataset {ds.num_rows}")
         pa.default_memory_pool().release_unused()  # the batches read: back to the system
-        for side, size in sizes.items():
-            low, high = extremes.get(f"{side}_ids", (0, 0))
-            if low < 0 or high >= size:
-                bad = low if low < 0 else high
-                raise DamagedCache(f"{where}: {side}_ids holds the token id {bad}, outside the "
-                                   f"vocabulary of {size} pieces")
 
 
 def _record_batches(ds: datasets.Dataset):
-    """A split's record batches, read from its Arrow files (a dataset held in memory: its
-    table's)."""
-    files = [f["filename"] for f in ds.cache_files]
-    if not files:
-        yield from ds.with_format("arrow")[:].to_batches()
-        return
-    for name in files:
-        with pa.OSFile(name) as source:
+    """A split's record batches, read from its Arrow files."""
+    for f in ds.cache_files:
+        with pa.OSFile(f["filename"]) as source:
             yield from pa.ipc.open_stream(source)
 
 
-def _check_ids(batch: pa.RecordBatch, name: str, extremes: dict, where: Path) -> None:
-    """``name`` is a column of lists of integers without nulls; its smallest and largest id
-    so far are kept in ``extremes[name]``."""
+def _check_ids(batch: pa.RecordBatch, name: str, size: int, where: Path) -> None:
+    """``name`` is a column of lists of integers without nulls, each in ``[0, size)``."""
     if name not in batch.schema.names:
         raise DamagedCache(f"{where} has no {name} column")
     column = batch.column(name)
@@ -297,8 +255,49 @@ def _check_ids(batch: pa.RecordBatch, name: str, extremes: dict, where: Path) ->
     ids = pc.list_flatten(column)
     if column.null_count or ids.null_count:
         raise DamagedCache(f"{where}: {name} has missing values")
-    if not len(ids):
-        return
     found = pc.min_max(ids)
-    low, high = extremes.get(name, (found["min"].as_py(), found["max"].as_py()))
-    extremes[name] = (min(low, found["min"].as_py()), max(high, found["max"].as_py()))
+    low, high = found["min"].as_py(), found["max"].as_py()  # None when there are none
+    if len(ids) and (low < 0 or high >= size):
+        raise DamagedCache(f"{where}: {name} holds the token id {low if low < 0 else high}, "
+                           f"outside the vocabulary of {size} pieces")
+
+
+def side_stats(lens: np.ndarray, unk: int) -> dict:
+    """One side of one split: mean / p95 / max token count (``lens``: each sentence's) and
+    the % of unknown pieces (``unk`` of them)."""
+    total = int(lens.sum())
+    return {
+        "mean": float(lens.mean()) if len(lens) else 0.0,
+        "p95": float(np.percentile(lens, 95)) if len(lens) else 0.0,
+        "max": int(lens.max()) if len(lens) else 0,
+        "unk_pct": 100.0 * unk / total if total else 0.0,
+    }
+
+
+def count_unknown(ids: list[list[int]]) -> int:
+    return sum(x.count(UNK_ID) for x in ids)
+
+
+def summary_table(stats: dict) -> str:
+    """A plain-text table of the prepared data: pairs, drops, lengths, unknowns."""
+    header = ("split", "pairs", "empty", "max_len", "ratio", "src mean", "src p95",
+              "tgt mean", "tgt p95", "src unk%", "tgt unk%")
+    rows = [header]
+    for s in SPLITS:
+        d, tok = stats["dropped"][s], stats["tokens"][s]
+        rows.append((s, str(stats["pairs"][s]),
+                     *(str(d.get(k, 0)) for k in ("empty", "max_len", "max_len_ratio")),
+                     *(f"{tok[side][k]:{fmt}}" for side in ("src", "tgt")
+                       for k, fmt in (("mean", ".1f"), ("p95", ".0f"))),
+                     *(f"{tok[side]['unk_pct']:.2f}" for side in ("src", "tgt"))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    v = stats["vocab_size"]
+    vocab = f"{v['src']} joint" if stats["joint_vocab"] else f"{v['src']} src / {v['tgt']} tgt"
+    return "\n".join([
+        f"data: {stats['source']}",
+        f"vocabulary: {vocab} pieces; tokens per sentence (no bos/eos); empty/max_len/ratio = "
+        "pairs dropped by each filter (length filters: train only)", *lines,
+        f"cache: {stats.get('cache_dir', '?')} ({'hit' if stats.get('cache_hit') else 'built'})"])

@@ -1,18 +1,11 @@
 """Subword regularization: the train split re-segmented every epoch.
 
 With ``data.sampling_alpha > 0`` each training epoch sees a fresh segmentation of every
-train sentence (:meth:`tinymt.tokenizer.Tokenizer.encode_sampled`): for a BPE model,
-BPE-dropout with probability ``alpha`` (Provilkov et al. 2020); for a unigram model, a draw
-among the ``nbest_size`` best segmentations, smoothed by ``alpha`` (Kudo 2018).
-
-- The draw is a function of ``(seed, epoch)`` alone: every rank of a DDP run, and a killed
-  run resumed, get the very same pieces.
-- Only the train split samples. Valid, test, probes and translation read the cached
-  deterministic ids (:meth:`PreparedData.ids`) or :meth:`Tokenizer.encode`, which never
-  sample.
-- The next epoch is encoded ahead, in a background thread, while this one trains.
-- A sampled sentence longer than ``max_len`` pieces keeps its deterministic segmentation
-  (it must fit the model's positions).
+train sentence (:meth:`tinymt.tokenizer.Tokenizer.encode_sampled`), a function of
+``(seed, epoch)`` alone: every rank of a DDP run, and a killed run resumed, get the same
+pieces. Only the train split samples (valid, test, probes and translation never do). The
+next epoch is encoded ahead, in a background thread, while this one trains. A sampled
+sentence longer than ``max_len`` pieces keeps its deterministic segmentation.
 
 >>> segments = TrainSegments(data, alpha=0.1, nbest_size=16, seed=1, max_len=255)
 >>> src_ids, tgt_ids = segments.ids(epoch=3)   # the same lists for (seed 1, epoch 3) anywhere
@@ -43,6 +36,7 @@ class TrainSegments:
                  max_len: int):
         self.data, self.alpha, self.nbest_size = data, float(alpha), int(nbest_size)
         self.seed, self.max_len = int(seed), int(max_len)
+        self.sampling = self.alpha > 0
         self._fixed = data.ids("train")
         self._ready: dict[int, tuple[Ids, Ids]] = {}  # at most this epoch and the next
         self._ahead: dict[int, Future] = {}
@@ -51,10 +45,6 @@ class TrainSegments:
             train = data.splits["train"]
             self._texts = (train["src"][:], train["tgt"][:])
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinymt-segments")
-
-    @property
-    def sampling(self) -> bool:
-        return self.alpha > 0
 
     def ids(self, epoch: int) -> tuple[Ids, Ids]:
         """``(src_ids, tgt_ids)`` of the train split in ``epoch``; starts drawing the next."""

@@ -1,10 +1,7 @@
-"""Reading a corpus: each source (builtin, hub, text, tsv) -> plain columns per split.
-
-:func:`load_chunks` gives, per split train / valid / test, chunks of columns
-``{"src": [...], "tgt": [...]}``, a text corpus read as the chunks are used (builtin adds
-``src_words``, ``tgt_words``, ``alignment`` as ``[src_i, tgt_i]`` pairs and
-``src_relations`` / ``tgt_relations`` as ``[relation, dependent, head]``
-triples of word indices). :func:`read_lines` is the project's one UTF-8 line reader.
+"""Reading a corpus: each source (builtin, hub, text, tsv) -> chunks of plain columns per
+split (:func:`load_chunks`; the columns: :mod:`tinymt.data`). :func:`read_lines` is the
+project's one UTF-8 line reader; :class:`ChunkWriter` and :func:`read_chunks` pass a build
+through Arrow stream files, a chunk at a time.
 """
 
 from __future__ import annotations
@@ -16,13 +13,14 @@ import os
 import urllib.error
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
 import huggingface_hub.constants as hub_constants
 import numpy as np
 import pyarrow as pa
+from datasets.arrow_writer import ArrowWriter
 
 import tinymt.corpus as corpus
 from tinymt.config import check_data
@@ -33,14 +31,10 @@ TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
 HUB_PROBE_TIMEOUT_S = 3.0
 # pairs read, normalised, tokenized and written at a time: what bounds prepare's memory
 CHUNK_PAIRS = 50_000
+ROWS_PER_BATCH = 50_000  # rows per Arrow record batch of a file (:class:`ChunkWriter`)
 
 Log = Callable[[str], None]
 Columns = dict[str, list]  # column name -> values, one split
-
-
-# ----------------------------------------------------------------------------------------
-# reading files
-
 
 # the longest line read (a long paragraph is ~10,000 characters): memory stays bounded on
 # an endless line (input=<a pipe>, stdin < /dev/zero), which is an error
@@ -102,26 +96,17 @@ def _find_text_file(folder: Path, split: str, lang: str) -> Path:
     raise TinyMTError(f"no {split} file for language {lang!r} in {folder} (looked for {names})")
 
 
-def _text_folder(cfg) -> Path:
-    folder = Path(cfg.path).expanduser()
-    if not folder.is_dir():
-        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=text)")
-    return folder
-
-
 def _split_names(cfg) -> dict[str, str]:
     return {"train": cfg.train_split, "valid": cfg.valid_split, "test": cfg.test_split}
 
 
 def _text_files(cfg) -> dict[str, tuple[Path, Path]]:
-    folder = _text_folder(cfg)
-    return {
-        ours: (
-            _find_text_file(folder, theirs, cfg.src_lang),
-            _find_text_file(folder, theirs, cfg.tgt_lang),
-        )
-        for ours, theirs in _split_names(cfg).items()
-    }
+    folder = Path(cfg.path).expanduser()
+    if not folder.is_dir():
+        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=text)")
+    return {ours: (_find_text_file(folder, theirs, cfg.src_lang),
+                   _find_text_file(folder, theirs, cfg.tgt_lang))
+            for ours, theirs in _split_names(cfg).items()}
 
 
 def _tsv_file(cfg) -> Path:
@@ -135,76 +120,50 @@ def _looks_local(path: str) -> bool:
     p = path.replace("\\", "/")
     return p.startswith(("/", "./", "../", "~")) or p.count("/") > 1 or os.path.isabs(path)
 
-
-# ----------------------------------------------------------------------------------------
-# loaders: each returns {split: {"src": [...], "tgt": [...], ...}}
-
-
 def _text_chunks(src_path: Path, tgt_path: Path, split: str) -> Iterator[Columns]:
     """The pairs of two line-aligned files, ``CHUNK_PAIRS`` at a time, read as they are
     needed; a file with more lines than the other is an error naming both counts."""
-    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
-    n, chunk = 0, {"src": [], "tgt": []}
-    for a in src_lines:
-        b = next(tgt_lines, None)
-        if b is None:
-            _not_aligned(split, src_path, n + 1 + sum(1 for _ in src_lines), tgt_path, n)
-        n += 1
-        chunk["src"].append(a)
-        chunk["tgt"].append(b)
-        if n % CHUNK_PAIRS == 0:
-            yield chunk
-            chunk = {"src": [], "tgt": []}
-    rest = sum(1 for _ in tgt_lines)
-    if rest:
-        _not_aligned(split, src_path, n, tgt_path, n + rest)
-    if chunk["src"]:
-        yield chunk
+    pairs, done = itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)), 0
+    while chunk := list(itertools.islice(pairs, CHUNK_PAIRS)):
+        if None in chunk[-1]:  # one file ended first: count the lines of both
+            n = [done, done]
+            for pair in itertools.chain(chunk, pairs):
+                n = [n[0] + (pair[0] is not None), n[1] + (pair[1] is not None)]
+            raise TinyMTError(f"{split} files are not line-aligned: {src_path} has {n[0]} "
+                              f"lines, {tgt_path} has {n[1]} lines")
+        done += len(chunk)
+        yield {"src": [a for a, _ in chunk], "tgt": [b for _, b in chunk]}
 
 
-def _not_aligned(split: str, src_path: Path, src_n: int, tgt_path: Path, tgt_n: int):
-    raise TinyMTError(f"{split} files are not line-aligned: {src_path} has {src_n} lines, "
-                      f"{tgt_path} has {tgt_n} lines")
-
-
-def _load_text(cfg, log: Log) -> dict[str, Iterator[Columns]]:
-    return {split: _text_chunks(src_path, tgt_path, split)
-            for split, (src_path, tgt_path) in _text_files(cfg).items()}
+def select(cols: Columns, keep: list[int]) -> Columns:
+    """The rows ``keep`` of every column."""
+    return {name: [values[i] for i in keep] for name, values in cols.items()}
 
 
 def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
     path = _tsv_file(cfg)
     need = max(cfg.src_column, cfg.tgt_column) + 1
     src, tgt = [], []
-    for lineno, line in enumerate(read_lines(path), start=1):
-        line = line.rstrip("\r")
+    for lineno, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
             continue
         cols = line.split("\t")
         if len(cols) < need:
-            raise TinyMTError(
-                f"{path}: line {lineno} has {len(cols)} tab-separated column(s), but "
-                f"data.src_column={cfg.src_column} and data.tgt_column={cfg.tgt_column} need "
-                f"at least {need}"
-            )
+            raise TinyMTError(f"{path}: line {lineno} has {len(cols)} tab-separated column(s), "
+                              f"but data.src_column={cfg.src_column} and data.tgt_column="
+                              f"{cfg.tgt_column} need at least {need}")
         src.append(cols[cfg.src_column])
         tgt.append(cols[cfg.tgt_column])
     n, n_held = len(src), cfg.valid_size + cfg.test_size
     if n_held >= n:
-        raise TinyMTError(
-            f"{path} has {n} pairs, not enough for data.valid_size={cfg.valid_size} + "
-            f"data.test_size={cfg.test_size} and a train split: lower them"
-        )
+        raise TinyMTError(f"{path} has {n} pairs, not enough for data.valid_size="
+                          f"{cfg.valid_size} + data.test_size={cfg.test_size} and a train "
+                          "split: lower them")
     perm = np.random.default_rng(cfg.split_seed).permutation(n)
-    parts = {
-        "test": np.sort(perm[: cfg.test_size]),
-        "valid": np.sort(perm[cfg.test_size : n_held]),
-        "train": np.sort(perm[n_held:]),
-    }
-    return {
-        split: {"src": [src[i] for i in idx.tolist()], "tgt": [tgt[i] for i in idx.tolist()]}
-        for split, idx in ((s, parts[s]) for s in SPLITS)
-    }
+    parts = {"train": perm[n_held:], "valid": perm[cfg.test_size:n_held],
+             "test": perm[:cfg.test_size]}
+    return {split: select({"src": src, "tgt": tgt}, np.sort(part).tolist())
+            for split, part in parts.items()}
 
 
 @contextlib.contextmanager
@@ -229,26 +188,15 @@ def _hub_reachable() -> bool:
     return True
 
 
-def _hub_error(cfg, why: str) -> TinyMTError:
-    return TinyMTError(
-        f"cannot load the Hugging Face dataset {cfg.path!r} ({why}). Download it once with "
-        "network access, or point data.path at a local copy: a folder in the same layout "
-        "(one file per split, e.g. train.jsonl / validation.jsonl / test.jsonl, with columns "
-        f"{cfg.src_lang!r} and {cfg.tgt_lang!r}), e.g. data.path=/path/to/local/folder"
-    )
-
-
 def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
     local = Path(cfg.path).expanduser()
     if local.exists():
         try:
-            return datasets.load_dataset(
-                str(local), cache_dir=str(Path(cfg.cache_dir) / "hf-datasets")
-            )
+            return datasets.load_dataset(str(local),
+                                         cache_dir=str(Path(cfg.cache_dir) / "hf-datasets"))
         except Exception as e:  # noqa: BLE001  (datasets raises many types for bad folders)
-            raise TinyMTError(
-                f"data.path={cfg.path}: cannot load it as a dataset ({first_line(e)})"
-            ) from None
+            raise TinyMTError(f"data.path={cfg.path}: cannot load it as a dataset "
+                              f"({first_line(e)})") from None
     if _looks_local(cfg.path):
         raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
     offline = bool(datasets.config.HF_HUB_OFFLINE)
@@ -261,7 +209,13 @@ def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
         with _offline_mode() if offline else contextlib.nullcontext():
             return datasets.load_dataset(cfg.path)
     except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")
-        raise _hub_error(cfg, why if offline else first_line(e)) from None
+        raise TinyMTError(
+            f"cannot load the Hugging Face dataset {cfg.path!r} "
+            f"({why if offline else first_line(e)}). Download it once with network access, or "
+            "point data.path at a local copy: a folder in the same layout (one file per split, "
+            "e.g. train.jsonl / validation.jsonl / test.jsonl, with columns "
+            f"{cfg.src_lang!r} and {cfg.tgt_lang!r}), e.g. data.path=/path/to/local/folder"
+        ) from None
 
 
 def _hub_side(cfg, ds: datasets.Dataset, translation: list | None, split: str, side: str,
@@ -274,15 +228,11 @@ def _hub_side(cfg, ds: datasets.Dataset, translation: list | None, split: str, s
     elif translation is not None:
         values = [row.get(lang) if row else None for row in translation]
         if all(v is None for v in values[:100]):
-            raise TinyMTError(
-                f"{cfg.path} split {split!r}: its translation column has no {lang!r} "
-                f"(data.{side}_lang)"
-            )
+            raise TinyMTError(f"{cfg.path} split {split!r}: its translation column has no {lang!r} "
+                              f"(data.{side}_lang)")
     else:
-        raise TinyMTError(
-            f"{cfg.path} split {split!r} has no column {lang!r} (data.{side}_lang); "
-            f"columns: {', '.join(ds.column_names)}"
-        )
+        raise TinyMTError(f"{cfg.path} split {split!r} has no column {lang!r} (data.{side}_lang); "
+                          f"columns: {', '.join(ds.column_names)}")
     return ["" if v is None else str(v) for v in values]
 
 
@@ -291,9 +241,8 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
     out = {}
     for ours, theirs in _split_names(cfg).items():
         if theirs not in dd:
-            raise TinyMTError(
-                f"{cfg.path} has no split {theirs!r} (data.{ours}_split); it has: {', '.join(dd)}"
-            )
+            raise TinyMTError(f"{cfg.path} has no split {theirs!r} (data.{ours}_split); it has: "
+                              f"{', '.join(dd)}")
         ds, sides = dd[theirs], (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
         in_translation = "translation" in ds.column_names and \
             any(lang not in ds.column_names for _, lang in sides)
@@ -303,75 +252,39 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
     return out
 
 
-def _builtin_columns(cfg) -> dict[str, dict[str, list]]:
-    """{corpus split: {zh, en, zh_words, en_words, alignment, zh_relations,
-    en_relations}} as plain lists."""
-    try:
-        splits = corpus.generate_splits(
-            seed=cfg.split_seed,
-            train_size=cfg.train_size,
-            valid_size=cfg.valid_size,
-            test_size=cfg.test_size,
-        )
-    except (ValueError, RuntimeError) as e:
-        raise TinyMTError(
-            f"the built-in corpus cannot make {cfg.train_size}/{cfg.valid_size}/{cfg.test_size} "
-            f"pairs (data.train_size/valid_size/test_size): {e}"
-        ) from None
-    return {
-        name: {
-            "zh": [p.zh for p in pairs],
-            "en": [p.en for p in pairs],
-            "zh_words": [list(p.zh_words) for p in pairs],
-            "en_words": [list(p.en_words) for p in pairs],
-            "alignment": [[list(a) for a in p.alignment] for p in pairs],
-            "zh_relations": [[list(r) for r in p.zh_relations] for p in pairs],
-            "en_relations": [[list(r) for r in p.en_relations] for p in pairs],
-        }
-        for name, pairs in splits.items()
-    }
-
-
 def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
-    splits = _builtin_columns(cfg)
-    names = {"train": "train", "valid": "validation", "test": "test"}
+    """The built-in corpus's splits in ``cfg``'s direction (it makes zh -> en pairs)."""
+    try:
+        splits = corpus.generate_splits(seed=cfg.split_seed, train_size=cfg.train_size,
+                                        valid_size=cfg.valid_size, test_size=cfg.test_size)
+    except (ValueError, RuntimeError) as e:
+        raise TinyMTError(f"the built-in corpus cannot make {cfg.train_size}/{cfg.valid_size}/"
+                          f"{cfg.test_size} pairs (data.train_size/valid_size/test_size): "
+                          f"{e}") from None
     out = {}
-    for ours, theirs in names.items():
-        cols = splits[theirs]
-        alignment = cols["alignment"]  # [zh_i, en_i] pairs
-        if cfg.src_lang == "en":
-            alignment = [[[b, a] for a, b in sent] for sent in alignment]
-        out[ours] = {
-            "src": cols[cfg.src_lang],
-            "tgt": cols[cfg.tgt_lang],
-            "src_words": cols[f"{cfg.src_lang}_words"],
-            "tgt_words": cols[f"{cfg.tgt_lang}_words"],
-            "alignment": alignment,
-            "src_relations": cols[f"{cfg.src_lang}_relations"],
-            "tgt_relations": cols[f"{cfg.tgt_lang}_relations"],
-        }
+    for ours, theirs in {"train": "train", "valid": "validation", "test": "test"}.items():
+        pairs = splits[theirs]
+        cols = {"src": [p.zh for p in pairs], "tgt": [p.en for p in pairs],
+                "src_words": [list(p.zh_words) for p in pairs],
+                "tgt_words": [list(p.en_words) for p in pairs],
+                "alignment": [[list(a) for a in p.alignment] for p in pairs],  # [zh_i, en_i]
+                "src_relations": [[list(r) for r in p.zh_relations] for p in pairs],
+                "tgt_relations": [[list(r) for r in p.en_relations] for p in pairs]}
+        out[ours] = _reverse(cols) if cfg.src_lang == "en" else cols
     return out
 
 
-_LOADERS = {"builtin": _load_builtin, "hub": _load_hub, "tsv": _load_tsv}  # in memory
-_STREAMS = {"text": _load_text}  # read as they are used
-
-
 def _reverse(cols: Columns) -> Columns:
-    swapped = {"src": cols["tgt"], "tgt": cols["src"]}
-    if "src_words" in cols:
-        swapped["src_words"], swapped["tgt_words"] = cols["tgt_words"], cols["src_words"]
+    """The other direction: each src_* column swapped with its tgt_*, alignments turned."""
+    other = {"src": "tgt", "tgt": "src"}
+    out = {name: cols[other.get(name[:3], name[:3]) + name[3:]] for name in cols}
     if "alignment" in cols:
-        swapped["alignment"] = [[[b, a] for a, b in sent] for sent in cols["alignment"]]
-    if "src_relations" in cols:
-        swapped["src_relations"] = cols["tgt_relations"]
-        swapped["tgt_relations"] = cols["src_relations"]
-    return swapped
+        out["alignment"] = [[[b, a] for a, b in sent] for sent in cols["alignment"]]
+    return out
 
 
 def _slices(cols: Columns) -> Iterator[Columns]:
-    n = len(cols["src"])
-    for start in range(0, n, CHUNK_PAIRS):
+    for start in range(0, len(cols["src"]), CHUNK_PAIRS):
         yield {name: values[start:start + CHUNK_PAIRS] for name, values in cols.items()}
 
 
@@ -380,25 +293,13 @@ def load_chunks(cfg, log: Log) -> dict[str, Iterator[Columns]]:
     (``data.reverse`` applied): text files are read as the chunks are used, so a corpus of
     any size passes through in bounded memory; the other sources are loaded whole first."""
     check_data(cfg)
-    if cfg.source in _STREAMS:
-        splits = _STREAMS[cfg.source](cfg, log)
+    if cfg.source == "text":
+        splits = {split: _text_chunks(a, b, split) for split, (a, b) in _text_files(cfg).items()}
     else:
-        splits = {name: _slices(cols) for name, cols in _LOADERS[cfg.source](cfg, log).items()}
-    if cfg.reverse:
-        return {name: map(_reverse, chunks) for name, chunks in splits.items()}
-    return splits
-
-
-def load_columns(cfg, log: Log) -> dict[str, Columns]:
-    """The raw corpus of ``cfg`` as plain columns per split (all of it in memory)."""
-    out = {}
-    for name, chunks in load_chunks(cfg, log).items():
-        cols: Columns = {}
-        for chunk in chunks:
-            for key, values in chunk.items():
-                cols.setdefault(key, []).extend(values)
-        out[name] = cols or {"src": [], "tgt": []}
-    return out
+        load = {"builtin": _load_builtin, "hub": _load_hub, "tsv": _load_tsv}[cfg.source]
+        splits = {name: _slices(cols) for name, cols in load(cfg, log).items()}
+    return {name: map(_reverse, chunks) if cfg.reverse else chunks
+            for name, chunks in splits.items()}
 
 
 ARROW_TYPES = {
@@ -419,7 +320,43 @@ def as_table(cols: Columns) -> pa.Table:
     return pa.table({name: pa.array(values, type=ARROW_TYPES[name])
                      for name, values in cols.items()})
 
+class ChunkWriter:
+    """Appends chunks of columns (names from :data:`ARROW_TYPES`) to one Arrow stream file
+    (datasets' ``ArrowWriter``), created by the first chunk; ``rows``: how many so far.
+    Record batches of ``ROWS_PER_BATCH``: datasets' 1,000 would put metadata every ~30 KB,
+    and reading it (``load_from_disk``, ``Ragged.lengths``) would map most pages."""
 
-def to_dataset(cols: Columns) -> datasets.Dataset:
-    """Columns -> Dataset through one Arrow table (much faster than Dataset.from_dict)."""
-    return datasets.Dataset(as_table(cols))
+    def __init__(self, path: Path):
+        self.path, self.rows, self.features, self._writer = Path(path), 0, None, None
+
+    def write(self, cols: Columns) -> None:
+        table = as_table(cols)
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.features = datasets.Features.from_arrow_schema(table.schema)
+            self._writer = ArrowWriter(features=self.features, path=str(self.path),
+                                       writer_batch_size=ROWS_PER_BATCH)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        """Finish the file."""
+        if self._writer is not None:
+            self._writer.finalize()
+
+    def __enter__(self) -> ChunkWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:
+    """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``),
+    one in memory at a time (read, not memory-mapped: pages once read are not kept)."""
+    with pa.OSFile(str(path)) as source:
+        reader = pa.ipc.open_stream(source)
+        for batch in reader:
+            names = batch.schema.names if columns is None else columns
+            yield {name: batch.column(name).to_pylist() for name in names}
+

@@ -37,7 +37,7 @@ from tinymt.decoding.full_beam import full_beam_search
 from tinymt.decoding.greedy import greedy_decode
 from tinymt.decoding.stepper import check_beam, max_output_length
 from tinymt.errors import TinyMTError
-from tinymt.model import HeadGates, Transformer
+from tinymt.model import Transformer
 
 __all__ = ["BEAM_RULES", "beam_search", "check_beam", "full_beam_search", "greedy_decode",
            "max_output_length", "translate_ids"]
@@ -49,14 +49,13 @@ BEAM_RULES = {"shrink": beam_search, "full": full_beam_search}  # beam_rule -> s
 def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam: int = 1,
                   len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                   nbest: int = 1, batch_tokens: int = 4096, device="cpu", use_cache: bool = True,
-                  progress: bool = False, head_gates: HeadGates = None,
-                  beam_rule: str = "shrink") -> list[list[tuple[list[int], float]]]:
+                  progress: bool = False, beam_rule: str = "shrink"
+                  ) -> list[list[tuple[list[int], float]]]:
     """Translate id lists (no eos) -> per sentence, ``nbest`` (ids, score) best first.
 
     Sentences go through the model in length-sorted batches of at most ``batch_tokens``
     padded source tokens; results come back in input order. Greedy (``beam=1``) reports
-    a score of ``nan``: it does not rank hypotheses. ``head_gates``
-    (``{kind: (n_layers, n_heads)}``) scales heads, e.g. to prune them. ``beam_rule``:
+    a score of ``nan``: it does not rank hypotheses. ``beam_rule``:
     ``shrink`` or ``full`` (module docstring).
     """
     if beam_rule not in BEAM_RULES:
@@ -69,15 +68,14 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
     for idx in it:
         batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
         if beam == 1:
-            outs = greedy_decode(model, batch.src, batch.src_pad_mask, max_len_a=max_len_a,
-                                 max_len_b=max_len_b, use_cache=use_cache,
-                                 head_gates=head_gates)
+            outs = greedy_decode(model, batch.src, max_len_a=max_len_a,
+                                 max_len_b=max_len_b, use_cache=use_cache)
             hyps = [[(o, float("nan"))] for o in outs]
         else:
-            hyps = BEAM_RULES[beam_rule](model, batch.src, batch.src_pad_mask, beam=beam,
+            hyps = BEAM_RULES[beam_rule](model, batch.src, beam=beam,
                                          len_penalty=len_penalty, max_len_a=max_len_a,
                                          max_len_b=max_len_b, nbest=nbest,
-                                         use_cache=use_cache, head_gates=head_gates)
+                                         use_cache=use_cache)
         for i, h in zip(idx, hyps):
             results[i] = [(list(t), float(s)) for t, s in h]
     return results

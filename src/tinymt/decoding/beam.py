@@ -15,7 +15,7 @@ from tinymt.decoding.stepper import (
     logsumexp_,
     max_lengths,
 )
-from tinymt.model import HeadGates, Transformer
+from tinymt.model import Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
 
 
@@ -24,7 +24,6 @@ from tinymt.tokenizer import BOS_ID, EOS_ID
 def beam_search(
     model: Transformer,
     src: Tensor,
-    src_pad_mask: Tensor | None = None,
     beam: int = 5,
     len_penalty: float = 1.0,
     max_len_a: float = 1.5,
@@ -33,7 +32,6 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
-    head_gates: HeadGates = None,
 ) -> list[list[tuple[list[int], float]]]:
     """Batched beam search; the beams of all sentences are the rows of one tensor.
 
@@ -51,19 +49,19 @@ def beam_search(
     check_beam(beam, nbest)
     k = beam
     with inference(model):
-        memory, src_pad_mask = encode(model, src, src_pad_mask, head_gates)
+        memory, src_mask = encode(model, src)
         device = src.device
         B = src.size(0)
         V = model.tgt_vocab_size
         c = min(k, V)  # a hypothesis can only contribute its own c best tokens
-        max_lens = max_lengths(model, src_pad_mask, max_len_a, max_len_b)
+        max_lens = max_lengths(model, src, max_len_a, max_len_b)
         finished: list[list[tuple[list[int], float]]] = [[] for _ in range(B)]
 
         # Slots are (sentence, beam) pairs, N x k of them; a slot is live when its summed
         # log-probability is finite. The decoder state and ``tokens`` hold one row per
         # live slot, in slot order (sentence-major). At the start only beam 0 is live.
         stepper = Stepper(
-            model, memory, src_pad_mask, use_cache, head_gates, banned=[model.pad_id, bos_id]
+            model, memory, src_mask, use_cache, banned=[model.pad_id, bos_id]
         )
         sent_ids = list(range(B))  # original sentence of each of the N live sentences
         sent_max = torch.tensor(max_lens, device=device)  # (N,)

@@ -34,7 +34,7 @@ from tinymt.decoding.stepper import (
     logsumexp_,
     max_lengths,
 )
-from tinymt.model import HeadGates, Transformer
+from tinymt.model import Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
 
 
@@ -71,28 +71,27 @@ def _next_beams(fin: Tensor, scores: Tensor, slots: Tensor, toks: Tensor, eos_id
             slots.gather(1, chosen), toks.gather(1, chosen))
 
 
-def full_beam_search(model: Transformer, src: Tensor, src_pad_mask: Tensor | None = None,
-                     beam: int = 5, len_penalty: float = 1.0, max_len_a: float = 1.5,
-                     max_len_b: int = 10, nbest: int = 1, bos_id: int = BOS_ID,
-                     eos_id: int = EOS_ID, use_cache: bool = True, head_gates: HeadGates = None
+def full_beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: float = 1.0,
+                     max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
+                     bos_id: int = BOS_ID, eos_id: int = EOS_ID, use_cache: bool = True
                      ) -> list[list[tuple[list[int], float]]]:
     """Beam search by CTranslate2's rule (module docstring); returns what ``beam_search``
     does. A sentence with no room for a token gets ``[([], nan)]``, as the ct2 engine."""
     check_beam(beam, nbest)
     k = beam
     with inference(model):
-        memory, src_pad_mask = encode(model, src, src_pad_mask, head_gates)
+        memory, src_mask = encode(model, src)
         device = src.device
         c = min(2 * k, model.tgt_vocab_size)  # a hypothesis contributes its own c best tokens
-        max_lens = max_lengths(model, src_pad_mask, max_len_a, max_len_b)
+        max_lens = max_lengths(model, src, max_len_a, max_len_b)
         finished: list[list[tuple[list[int], float]]] = [
             [] if m > 0 else [([], float("nan"))] for m in max_lens]
         sent_ids = [b for b, m in enumerate(max_lens) if m > 0]  # the N live sentences
         if not sent_ids:
             return finished
         sel, N = torch.tensor(sent_ids, device=device), len(sent_ids)
-        stepper = Stepper(model, memory.index_select(0, sel), src_pad_mask.index_select(0, sel),
-                          use_cache, head_gates, banned=[model.pad_id, bos_id])
+        stepper = Stepper(model, memory.index_select(0, sel), src_mask.index_select(0, sel),
+                          use_cache, banned=[model.pad_id, bos_id])
         sent_max = sel.new_tensor([max_lens[b] for b in sent_ids])  # (N,)
         n_done = torch.zeros(N, dtype=torch.long, device=device)  # finished hyps so far
         top_done = torch.zeros(N, dtype=torch.bool, device=device)  # best candidate finished

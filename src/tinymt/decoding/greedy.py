@@ -6,51 +6,53 @@ import torch
 from torch import Tensor
 
 from tinymt.decoding.stepper import Stepper, encode, inference, max_lengths
-from tinymt.model import HeadGates, Transformer
+from tinymt.model import Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID
 
 
 def greedy_decode(
     model: Transformer,
     src: Tensor,
-    src_pad_mask: Tensor | None = None,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     use_cache: bool = True,
-    head_gates: HeadGates = None,
 ) -> list[list[int]]:
     """Translate ``src`` ``(B, S)`` by picking the most likely token at every step.
 
-    Returns one token list per sentence (no BOS/EOS), in input order.
+    The source is encoded once; then, starting from BOS, the decoder predicts the next
+    token of every unfinished sentence, which is appended to its prefix, until each has
+    produced EOS or its length cap. ``use_cache``: feed only the newest token and keep the
+    earlier positions' keys and values (:mod:`tinymt.decoding.cache`), or re-run the decoder
+    on the whole prefix (the same tokens, slower). Returns one token list per sentence (no
+    BOS/EOS), in input order.
     """
-    with inference(model):
-        memory, src_pad_mask = encode(model, src, src_pad_mask, head_gates)
+    with inference(model):  # eval mode, no autograd
+        memory, src_mask = encode(model, src)  # (B, S, d), (B, 1, 1, S)
         B = src.size(0)
-        max_lens = max_lengths(model, src_pad_mask, max_len_a, max_len_b)
+        max_lens = max_lengths(model, src, max_len_a, max_len_b)  # tokens each may produce
         results: list[list[int]] = [[] for _ in range(B)]
 
-        alive = [b for b in range(B) if max_lens[b] > 0]  # sentence ids of the rows
+        alive = [b for b in range(B) if max_lens[b] > 0]  # the sentence of each row
         if not alive:
             return results
         rows = torch.tensor(alive, device=src.device)
-        stepper = Stepper(
-            model, memory.index_select(0, rows), src_pad_mask.index_select(0, rows),
-            use_cache, head_gates, banned=[model.pad_id, bos_id],
-        )
+        stepper = Stepper(model, memory.index_select(0, rows), src_mask.index_select(0, rows),
+                          use_cache, banned=[model.pad_id, bos_id])
         row_max = torch.tensor([max_lens[b] for b in alive], device=src.device)  # (N,)
         prefix = torch.full((len(alive), 1), bos_id, dtype=torch.long, device=src.device)
 
         step = 0
         while alive:
             step += 1
-            next_tok = stepper.logits(prefix).argmax(dim=-1)  # (N,)
+            next_tok = stepper.logits(prefix).argmax(dim=-1)  # (N,) the most likely token
             prefix = torch.cat([prefix, next_tok[:, None]], dim=1)  # (N, step + 1)
             hit_eos = next_tok.eq(eos_id)
             done = hit_eos | row_max.le(step)  # (N,)
             if not done.any():
                 continue
+            # finished sentences leave the batch: a batch costs its longest translation
             done_rows = done.nonzero().flatten().tolist()
             tokens = prefix[done_rows, 1:].tolist()
             eos_flags = hit_eos[done_rows].tolist()

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from tinymt.decoding.cache import DecoderCache, decode_step
 from tinymt.errors import TinyMTError
-from tinymt.model import HeadGates, Transformer
+from tinymt.model import Transformer
 
 
 @contextlib.contextmanager
@@ -39,11 +40,10 @@ def max_output_length(src_len: int, max_len_a: float, max_len_b: float,
     return max(0, min(int(max_len_a * src_len + max_len_b), max_positions - 1))
 
 
-def max_lengths(
-    model: Transformer, src_pad_mask: Tensor, max_len_a: float, max_len_b: float
-) -> list[int]:
+def max_lengths(model: Transformer, src: Tensor, max_len_a: float, max_len_b: float
+                ) -> list[int]:
     """Per-sentence maximum number of output tokens (EOS not counted)."""
-    src_lens = (~src_pad_mask).sum(dim=1).tolist()
+    src_lens = src.ne(model.pad_id).sum(dim=1).tolist()
     return [max_output_length(n, max_len_a, max_len_b, model.max_positions) for n in src_lens]
 
 
@@ -56,24 +56,16 @@ class Stepper:
     makes the rows hypotheses in beam slots (see ``DecoderCache.set_beams``).
     """
 
-    def __init__(
-        self,
-        model: Transformer,
-        memory: Tensor,
-        src_pad_mask: Tensor,
-        use_cache: bool,
-        head_gates: HeadGates,
-        banned: list[int],
-    ):
+    def __init__(self, model: Transformer, memory: Tensor, src_mask: Tensor, use_cache: bool,
+                 banned: list[int]):
         self.model = model
         self.use_cache = use_cache
-        self.head_gates = head_gates
         self.banned = [i for i in banned if 0 <= i < model.tgt_vocab_size]
         if use_cache:
-            self.cache = model.init_cache(memory, src_pad_mask)
+            self.cache = DecoderCache(model, memory, src_mask)
         else:
             self.memory = memory  # (N, S, d) one row per sentence
-            self.src_pad_mask = src_pad_mask  # (N, S)
+            self.src_mask = src_mask  # (N, 1, 1, S)
             self.sentence_of_row: Tensor | None = None  # (R,) beam layout
 
     def logits(self, prefix: Tensor) -> Tensor:
@@ -86,17 +78,14 @@ class Stepper:
         """Float logits ``(R, V)`` of the next token for every row of ``prefix``."""
         if self.use_cache:
             assert self.cache.step == prefix.size(1) - 1, "cache and prefix out of step"
-            logits, _ = self.model.decode_step(
-                prefix[:, -1:], self.cache, head_gates=self.head_gates
-            )  # (R, V)
+            logits, _ = decode_step(self.model, prefix[:, -1:], self.cache)  # (R, V)
         else:
-            memory, mask = self.memory, self.src_pad_mask
+            memory, mask = self.memory, self.src_mask
             if self.sentence_of_row is not None:
                 memory = memory.index_select(0, self.sentence_of_row)  # (R, S, d)
-                mask = mask.index_select(0, self.sentence_of_row)  # (R, S)
-            logits, _ = self.model.decode(
-                prefix, memory, mask, head_gates=self.head_gates, last_only=True
-            )  # (R, V)
+                mask = mask.index_select(0, self.sentence_of_row)  # (R, 1, 1, S)
+            hidden, _ = self.model.decode(prefix, memory, mask)  # (R, t, d)
+            logits = self.model.logits(hidden[:, -1])  # (R, V)
         return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
     def keep(self, index: Tensor) -> None:
@@ -105,7 +94,7 @@ class Stepper:
             self.cache.reorder(index)
         else:
             self.memory = self.memory.index_select(0, index)
-            self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
 
     def set_beams(
         self, rows: Tensor | None, slots: Tensor, beam: int, sentences: Tensor | None = None
@@ -117,7 +106,7 @@ class Stepper:
             return
         if sentences is not None:
             self.memory = self.memory.index_select(0, sentences)
-            self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
+            self.src_mask = self.src_mask.index_select(0, sentences)
         self.sentence_of_row = torch.div(slots, beam, rounding_mode="floor")  # (R,)
 
 
@@ -128,11 +117,11 @@ def logsumexp_(x: Tensor) -> Tensor:
     return x.sub_(top).exp_().sum(dim=-1, keepdim=True).log_().add_(top)
 
 
-def encode(model, src, src_pad_mask, head_gates):
-    if src_pad_mask is None:
-        src_pad_mask = src.eq(model.pad_id)  # (B, S)
-    memory, _ = model.encode(src, src_pad_mask, head_gates=head_gates)  # (B, S, d)
-    return memory, src_pad_mask
+def encode(model: Transformer, src: Tensor) -> tuple[Tensor, Tensor]:
+    """The memory ``(B, S, d)`` of ``src`` ``(B, S)`` and its mask ``(B, 1, 1, S)``."""
+    src_mask = model.padding_mask(src)  # (B, 1, 1, S)
+    memory, _ = model.encode(src, src_mask)  # (B, S, d)
+    return memory, src_mask
 
 
 def drop_done(done: Tensor, sent_ids: list[int], *per_sentence: Tensor

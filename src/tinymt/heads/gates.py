@@ -1,17 +1,19 @@
-"""The heads of a model as ``(kind, layer, head)``, and gates that switch some off.
-
-Also the progress bar the analysis steps share.
+"""The heads of a model as ``(kind, layer, head)``, gates that scale or switch some off (a
+forward pre-hook on each attention's ``out_proj``: the core is unchanged), what a pruned
+head is (zero ``W_O`` columns: the same as a gate of 0), and the progress bar of the
+analysis steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 
 SELF_KINDS = ("encoder_self", "decoder_self")
 
@@ -21,9 +23,16 @@ def progress_bar(it, **kw):
     return tqdm(it, file=sys.stderr, dynamic_ncols=True, mininterval=1.0, **kw)
 
 
+def attention_modules(model: Transformer) -> dict[str, list[torch.nn.Module]]:
+    """``{kind: [MultiHeadAttention of layer 0, 1, ...]}``."""
+    return {"encoder_self": [layer.self_attn for layer in model.encoder_layers],
+            "decoder_self": [layer.self_attn for layer in model.decoder_layers],
+            "cross": [layer.cross_attn for layer in model.decoder_layers]}
+
+
 def head_shapes(model: Transformer) -> dict[str, tuple[int, int]]:
     """``{kind: (n_layers, n_heads)}``."""
-    return {k: tuple(model.head_mask(k).shape) for k in KINDS}
+    return {k: (len(mods), model.n_heads) for k, mods in attention_modules(model).items()}
 
 
 def all_heads(model: Transformer) -> list[tuple[str, int, int]]:
@@ -35,8 +44,63 @@ def all_heads(model: Transformer) -> list[tuple[str, int, int]]:
 def gates_without(model: Transformer, heads: Sequence[tuple[str, int, int]],
                   device=None) -> dict[str, torch.Tensor]:
     """Gates of ones with a 0 at each of ``heads``: ``{kind: (n_layers, n_heads)}``."""
-    device = device or model.head_mask("cross").device
+    device = device or model.output_proj.weight.device
     gates = {k: torch.ones(shape, device=device) for k, shape in head_shapes(model).items()}
     for kind, layer, h in heads:
         gates[kind][layer, h] = 0.0
     return gates
+
+
+@contextlib.contextmanager
+def gated_heads(model: Transformer, gates: dict[str, torch.Tensor] | None) -> Iterator[None]:
+    """Inside the block, head ``i`` of layer ``l`` of ``kind`` has its context multiplied by
+    ``gates[kind][l, i]`` (gates ``(n_layers, h)``, or ``(n_layers, B, h)``: one per
+    sentence). Differentiable: head importance is ``|d loss / d gate|``."""
+    hooks = []
+
+    def hook_for(gate: torch.Tensor):
+        def scale(module, args):
+            ctx = args[0]  # (B, T, h * d_head): the heads, concatenated
+            B, T, d = ctx.shape
+            g = gate if gate.dim() == 1 else gate[:, None, :]  # (h,) or (B, 1, h)
+            heads = ctx.view(B, T, model.n_heads, d // model.n_heads)  # (B, T, h, d_head)
+            return ((heads * g[..., None].to(ctx.dtype)).view(B, T, d),)
+        return scale
+
+    try:
+        for kind, mods in attention_modules(model).items():
+            if gates is not None and kind in gates:
+                for layer, mha in enumerate(mods):
+                    hooks.append(mha.out_proj.register_forward_pre_hook(
+                        hook_for(gates[kind][layer])))
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_heads: int
+                  ) -> dict:
+    """A copy of the state dict ``model_state`` with the ``W_O`` columns of ``heads``
+    zeroed: those heads then contribute nothing, exactly as a gate of 0."""
+    state = dict(model_state)
+    for kind, layer, h in heads:
+        side = "encoder" if kind == "encoder_self" else "decoder"
+        attn = "cross_attn" if kind == "cross" else "self_attn"
+        key = f"{side}_layers.{layer}.{attn}.out_proj.weight"
+        w = state[key].clone()  # (d, h * d_head)
+        d_head = w.size(1) // n_heads
+        w[:, h * d_head:(h + 1) * d_head] = 0.0
+        state[key] = w
+    return state
+
+
+def pruned_heads(model: Transformer) -> list[tuple[str, int, int]]:
+    """Heads whose ``W_O`` columns are all zero: switched off."""
+    found = []
+    for kind, mods in attention_modules(model).items():
+        for layer, mha in enumerate(mods):
+            cols = mha.out_proj.weight.view(mha.d_model, model.n_heads, -1)  # (d, h, d_head)
+            found += [(kind, layer, int(h)) for h in cols.eq(0).all(2).all(0).nonzero()]
+    return found
+

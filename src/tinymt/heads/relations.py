@@ -1,31 +1,15 @@
 """Which grammatical relation does each self-attention head track? (Clark et al., 2019)
 
-The built-in corpus knows, for every sentence, typed word-to-word relations on both
-sides (:mod:`tinymt.corpus.relations`: subject -> verb, determiner -> noun, ...). For
-every encoder self-attention head (source words) and decoder self-attention head (target
-words, teacher-forced on the reference) this module counts how often the word a query
-word attends to most is its gold partner, per relation and **direction**:
-
-* ``dep->head``: the query is the dependent (the subject), the partner its head (the verb);
-* ``head->dep``: the query is the head, the partner its dependent(s).
-
-Word attention is piece attention summed, as the alignment error rate does it
-(:func:`tinymt.words.piece_word_weights`): the attention rows of a word's
-pieces are added, and what they give each key piece is added per key word; EOS / BOS
-belong to no word and count for nothing. The attended word is the *other* word with the
-most mass: what a word gives itself is set aside (it is never a partner, and many heads
-keep much of a word on itself), as the baseline never uses offset 0. A multi-word partner
-("Li Lei") is found when any of its words is the one attended; a multi-word dependent is
-one instance per word.
-
-Decoder self-attention is causal: a target word can only see words to its left, so its
-instances keep only the partners to the left, and instances with none are left out.
-
-**Baseline** per relation and direction (as Clark et al.): the best fixed offset, i.e.
-"always attend to the word ``k`` to the left / right", with ``k`` chosen on the same
-instances (left only, for the decoder). A head **tracks** a relation when its accuracy
-beats that baseline by at least :data:`MARGIN` (absolute) on at least
-:data:`MIN_INSTANCES` instances.
+For every encoder self-attention head (source words) and decoder self-attention head
+(target words, teacher-forced): how often the word a query word attends to most is its gold
+partner (:mod:`tinymt.corpus.relations`), per relation and direction (``dep->head``: the
+query is the dependent, ``head->dep``: the head). Word attention is piece attention summed,
+as for the alignment; EOS / BOS belong to no word, and what a word gives itself is set
+aside. A multi-word partner ("Li Lei") is found when any of its words is attended; a
+multi-word dependent is one instance per word. The decoder is causal: its instances keep
+only the partners to the left. **Baseline**: the best fixed offset ("always the word ``k``
+to the left / right") on the same instances; a head **tracks** a relation when it beats
+that by :data:`MARGIN` on at least :data:`MIN_INSTANCES` instances.
 """
 
 from __future__ import annotations
@@ -56,27 +40,18 @@ def relation_instances(relations, causal: bool) -> list[tuple[int, int, int, tup
     for r, d, h in relations:
         partners.setdefault((r, 0, d), set()).add(h)
         partners.setdefault((r, 1, h), set()).add(d)
-    out = []
-    for (r, direction, q), gold in sorted(partners.items()):
-        if causal:
-            gold = {g for g in gold if g < q}
-        if gold:
-            out.append((r, direction, q, tuple(sorted(gold))))
-    return out
-
-
-def word_attention(attn: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Piece attention ``(..., T, T)`` -> word attention ``(..., n_words, n_words)``:
-    row = query word (its pieces' rows summed), column = key word (mass on its pieces
-    summed). ``weights`` ``(T, n_words)``: how much of each position is each word."""
-    w = np.asarray(weights, dtype=np.float64)
-    return w.T @ np.asarray(attn, dtype=np.float64) @ w
+    found = [(key, tuple(sorted(g for g in gold if not causal or g < key[2])))
+             for key, gold in sorted(partners.items())]
+    return [(*key, gold) for key, gold in found if gold]
 
 
 def attended_words(attn: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The other word each query word attends to most, ``(..., n_words)`` (-1: none
-    gets any mass), and the share of the query word's attention it gets."""
-    mass = word_attention(attn, weights)
+    gets any mass), and the share of the query word's attention it gets, for piece
+    attention ``attn`` ``(..., T, T)`` and ``weights`` ``(T, n_words)``: how much of each
+    position is each word (a word's rows are summed, and the mass on its columns)."""
+    w = np.asarray(weights, dtype=np.float64)
+    mass = w.T @ np.asarray(attn, dtype=np.float64) @ w  # (..., n_words, n_words)
     total = mass.sum(axis=-1)
     n = mass.shape[-1]
     mass[..., np.arange(n), np.arange(n)] = -1.0  # the word itself: never a partner
@@ -149,15 +124,3 @@ def relation_summary(counts: RelationCounts) -> dict:
                      "tracked": sorted({row["relation"] for row in rows if row["tracks"]})}
     return out
 
-
-def tracking_heads(summary: dict, kind: str) -> dict[tuple[int, int], list[str]]:
-    """``{(layer, head): [relation (direction), ...]}``: every head of ``kind`` that
-    beats the baseline of a relation by :data:`MARGIN` (not only the best head)."""
-    out: dict[tuple[int, int], list[str]] = {}
-    for row in summary[kind]["rows"]:
-        if row["instances"] < MIN_INSTANCES:
-            continue
-        for (layer, h), a in np.ndenumerate(row["accuracy"]):
-            if a >= row["baseline"] + MARGIN:
-                out.setdefault((layer, h), []).append(f"{row['relation']} ({row['direction']})")
-    return out

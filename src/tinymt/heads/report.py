@@ -1,56 +1,64 @@
-"""The analysis's outputs: figures (PNG), TensorBoard events and the markdown report."""
+"""The analysis's outputs: figures (PNG), TensorBoard events, the markdown report
+``heads.md``, the relation numbers ``heads.json`` and a sweep's ``heads_sweep.md``."""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import json
 from pathlib import Path
 
-import matplotlib.image
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import FancyArrowPatch
+from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
+from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
+from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
-from tinymt.heads.relation_report import relation_figures, relation_scalars, relation_section
+from tinymt.heads.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS
 from tinymt.heads.stats import BROAD_ENTROPY, POSITIONAL_MASS
 from tinymt.model import KINDS
-from tinymt.plotting import heatmap, save_figure
+from tinymt.plotting import cjk_font_name, heatmap, save_figure
 
 REPORT = "heads.md"  # <run>/heads.md, with its figures in <run>/heads/
 FIGURES = "heads"
+JSON_REPORT = "heads.json"  # <run>/heads.json: the relation numbers, machine-readable
+SWEEP_REPORT = "heads_sweep.md"  # <sweep>/heads_sweep.md: its runs side by side
+ARROWS = {"dep->head": "→", "head->dep": "←"}  # dependent → head, head ← dependent
+_SHOWN_SHARE = 0.3  # a link not in the gold is drawn when it gets this much of the word
 
 
 # ----------------------------------------------------------------------------- figures
 def write_figures(r: dict, fig_dir: Path, owner=None) -> dict[str, tuple[Path, np.ndarray]]:
     """Every figure of result ``r`` saved under ``fig_dir``: ``{tag: (png path, image
     (H, W, 3) uint8)}`` (``owner``: the run this process holds)."""
-    images: dict[str, tuple[Path, object]] = {}  # tag -> (png path, matplotlib figure)
+    figures = {}  # tag -> matplotlib figure
     for kind in KINDS:
-        images[f"importance/{kind}"] = (fig_dir / f"importance_{kind}.png", _heatmap(
-            r["importance"][kind], f"importance (normalised per layer): {kind}"))
-        images[f"entropy/{kind}"] = (fig_dir / f"entropy_{kind}.png", _heatmap(
-            r["stats"][kind]["entropy"], f"attention entropy (nats): {kind}"))
-        images[f"distance/{kind}"] = (fig_dir / f"distance_{kind}.png", _heatmap(
-            r["stats"][kind]["distance"], f"distance from the diagonal: {kind}"))
+        for name, values, title in (
+                ("importance", r["importance"][kind], "importance (normalised per layer)"),
+                ("entropy", r["stats"][kind]["entropy"], "attention entropy (nats)"),
+                ("distance", r["stats"][kind]["distance"], "distance from the diagonal")):
+            figures[f"{name}/{kind}"] = _heatmap(values, f"{title}: {kind}")
     if r["pruning"]:
-        images["pruning"] = (fig_dir / "pruning.png", _pruning_figure(r["pruning"]["curves"],
-                                                                       r["pruning"]["base"]))
-    images["entropy_vs_distance"] = (fig_dir / "entropy_vs_distance.png",
-                                     _scatter_figure(r["stats"]))
+        figures["pruning"] = _pruning_figure(r["pruning"]["curves"], r["pruning"]["base"])
+    figures["entropy_vs_distance"] = _scatter_figure(r["stats"])
     if r["alignment"] is not None:
-        images["aer"] = (fig_dir / "aer_cross.png", _heatmap(
-            r["alignment"]["aer"], "alignment error rate (lower = better): cross"))
-    images.update(relation_figures(r, fig_dir))
-    return {tag: (path, _save_png(fig, path, owner)) for tag, (path, fig) in images.items()}
+        figures["aer"] = _heatmap(r["alignment"]["aer"],
+                                  "alignment error rate (lower = better): cross")
+    summary = r.get("relations")
+    for kind in RELATION_KINDS if summary else ():
+        figures[f"relations/{kind}"] = _relation_heatmap(summary, kind)
+        if r.get("showcase"):
+            figures[f"relations/showcase_{kind}"] = _showcase_figure(r["showcase"], summary, kind)
+    paths = {tag: fig_dir / f"{'aer_cross' if tag == 'aer' else tag.replace('/', '_')}.png"
+             for tag in figures}
+    return {tag: (paths[tag], _save_png(fig, paths[tag], owner)) for tag, fig in figures.items()}
 
 
 def _save_png(fig, path: Path, owner) -> np.ndarray:
     """Save ``fig`` to ``path`` and return the image as ``(H, W, 3)`` uint8 (TensorBoard)."""
-    img = matplotlib.image.imread(io.BytesIO(save_figure(fig, path, owner)), format="png")
-    if img.dtype != np.uint8:
-        img = (img * 255).round().astype(np.uint8)
-    return img[..., :3]
+    return np.asarray(Image.open(io.BytesIO(save_figure(fig, path, owner))).convert("RGB"))
 
 
 def _heatmap(values: np.ndarray, title: str):
@@ -89,11 +97,69 @@ def _scatter_figure(means: dict):
 
 def _finish(fig, ax, xlabel: str, ylabel: str, title: str):
     """Axis labels, title, grid and legend of a line or scatter figure."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _relation_heatmap(summary: dict, kind: str):
+    """Accuracy of every head (columns ``layer.head``) on every relation and direction
+    (rows), with the best fixed offset's accuracy as the last column."""
+    rows = summary[kind]["rows"]
+    n_layers, n_heads = summary[kind]["shape"]
+    values = np.array([[*row["accuracy"].ravel(), row["baseline"]] for row in rows]) \
+        if rows else np.zeros((1, n_layers * n_heads + 1))
+    fig = heatmap(values, f"relation accuracy per head: {kind} (last column: best fixed "
+                  "offset)", row_label="relation (→ dependent finds head, ← head finds "
+                  "dependent)", col_label="layer.head", row_ticks=[row_label(r) for r in rows]
+                  or ["(no relations)"], col_ticks=[*_head_names(n_layers, n_heads), "offset"])
+    fig.axes[0].images[0].set_clim(0.0, 1.0)
+    return fig
+
+
+def _showcase_figure(links: dict, summary: dict, kind: str):
+    """The showcase sentence once per head of ``kind``: an arrow from each word to the
+    word it attends to most (shown when it is gold or gets >= 30% of the word's
+    attention); gold relations the head tracks (beats the baseline by :data:`MARGIN`) are
+    coloured and named."""
+    data = links[kind]
+    words, attended, share, gold = data["words"], data["attended"], data["share"], data["gold"]
+    n_layers, n_heads, n = attended.shape
+    tracked: dict[tuple[int, int], set[str]] = {}
+    for row in summary[kind]["rows"]:
+        for head, a in np.ndenumerate(row["accuracy"]):
+            if row["instances"] >= MIN_INSTANCES and a >= row["baseline"] + MARGIN:
+                tracked.setdefault(head, set()).add(row["relation"])
+    colours = {name: plt.get_cmap("tab20")(i % 20) for i, name in enumerate(RELATIONS)}
+    fig, axes = plt.subplots(n_layers, n_heads, squeeze=False,
+                             figsize=(max(3.2, 0.42 * n) * n_heads, 1.9 * n_layers))
+    family = [cjk_font_name(), "DejaVu Sans"]
+    for (layer, h), ax in np.ndenumerate(axes):
+        ax.set(xlim=(-0.7, n - 0.3), ylim=(-0.6, 2.2))
+        ax.axis("off")
+        for i, w in enumerate(words):
+            ax.text(i, 0, w, ha="center", va="top", fontsize=8, family=family)
+        mine = tracked.get((layer, h), set())
+        for q in range(n):
+            a = int(attended[layer, h, q])
+            rel = gold.get((q, a))
+            if a < 0 or a == q or (rel is None and share[layer, h, q] < _SHOWN_SHARE):
+                continue
+            on = rel is not None and rel in mine
+            colour = colours[rel] if rel is not None else (0.6, 0.6, 0.6, 0.7)
+            ax.add_patch(FancyArrowPatch(
+                (q, 0.15), (a, 0.15), connectionstyle=f"arc3,rad={-0.5 if a > q else 0.5}",
+                arrowstyle="-|>", mutation_scale=7, color=colour,
+                linewidth=2.0 if on else 0.8, linestyle="-" if rel else ":"))
+            if on:
+                ax.text((q + a) / 2, 0.2 + 0.28 * abs(a - q), rel, ha="center",
+                        fontsize=7, color=colour, fontweight="bold")
+        ax.set_title(f"layer {layer} head {h}"
+                     + (": " + ", ".join(sorted(mine)) if mine else ""), fontsize=8)
+    fig.suptitle(f"{kind}: where each word looks (arrow: to its most-attended word; "
+                 "coloured: a gold relation, named where the head tracks it)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -111,152 +177,245 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
     try:
         for tag, img in images.items():
             writer.add_image(f"heads/{tag}", img, step, dataformats="HWC")
-        _head_scalars(writer, r, step)
+        add = writer.add_scalar
+        for kind in KINDS:
+            means = r["stats"][kind]
+            for (layer, h), v in np.ndenumerate(r["importance"][kind]):
+                pre = f"{kind}/layer_{layer}/head_{h}"
+                add(f"heads/importance/{pre}", float(v), step)
+                add(f"heads/entropy/{pre}", float(means["entropy"][layer, h]), step)
+                add(f"heads/distance/{pre}", float(means["distance"][layer, h]), step)
+        pruning = r["pruning"] or {"curves": {}}
+        for curve, pts in pruning["curves"].items():
+            for n, total, b in pts:  # x axis = % of the curve's heads masked
+                add(f"heads/pruning_bleu/{curve}", b, round(100 * n / total) if total else 0)
+            add(f"heads/prunable/{curve}", pruning["prunable"][curve], step)
+        alignment = r["alignment"]
+        if alignment:
+            for (layer, h), v in np.ndenumerate(alignment["aer"]):
+                add(f"heads/aer/layer_{layer}/head_{h}", float(v), step)
+            add("heads/aer/best", alignment["best_aer"], step)
+            add("heads/aer/average", alignment["average_aer"], step)
+        summary = r.get("relations")
+        for kind in RELATION_KINDS if summary else ():
+            for row in summary[kind]["rows"]:
+                direction = row["direction"].replace("->", "_to_")
+                pre = f"heads/relations/{kind}/{row['relation']}_{direction}"
+                add(f"{pre}/best", row["best_accuracy"], step)
+                add(f"{pre}/baseline", row["baseline"], step)
+                for (layer, h), a in np.ndenumerate(row["accuracy"]):
+                    add(f"{pre}/layer_{layer}/head_{h}", float(a), step)
         writer.add_text("heads/report", f"see {run_dir / REPORT}", step)
     finally:
         writer.close()
 
 
-def _head_scalars(writer: SummaryWriter, r: dict, step: int) -> None:
-    for kind in KINDS:
-        means = r["stats"][kind]
-        for (layer, h), v in np.ndenumerate(r["importance"][kind]):
-            pre = f"{kind}/layer_{layer}/head_{h}"
-            writer.add_scalar(f"heads/importance/{pre}", float(v), step)
-            writer.add_scalar(f"heads/entropy/{pre}", float(means["entropy"][layer, h]), step)
-            writer.add_scalar(f"heads/distance/{pre}", float(means["distance"][layer, h]), step)
-    pruning = r["pruning"] or {"curves": {}}
-    for curve, pts in pruning["curves"].items():
-        for n, total, b in pts:  # x axis = % of the curve's heads masked
-            writer.add_scalar(f"heads/pruning_bleu/{curve}", b,
-                              round(100 * n / total) if total else 0)
-        writer.add_scalar(f"heads/prunable/{curve}", pruning["prunable"][curve], step)
-    alignment = r["alignment"]
-    if alignment:
-        for (layer, h), v in np.ndenumerate(alignment["aer"]):
-            writer.add_scalar(f"heads/aer/layer_{layer}/head_{h}", float(v), step)
-        writer.add_scalar("heads/aer/best", alignment["best_aer"], step)
-        writer.add_scalar("heads/aer/average", alignment["average_aer"], step)
-    relation_scalars(writer, r.get("relations"), step)
-
-
 # ----------------------------------------------------------------------------- markdown
+def _table(header: list[str], rows) -> list[str]:
+    """A markdown table: the header's cells, then each row's."""
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
+
+
+def _head_names(n_layers: int, n_heads: int) -> list[str]:
+    return [f"{layer}.{h}" for layer in range(n_layers) for h in range(n_heads)]
+
+
+def _grid_table(values: np.ndarray) -> list[str]:
+    """A markdown table of a ``(layers, heads)`` array, three decimals."""
+    return _table(["layer", *(f"head {h}" for h in range(values.shape[1]))],
+                  ([layer, *(f"{v:.3f}" for v in row)] for layer, row in enumerate(values)))
+
+
+def _fmt_aer(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
+
+
+def row_label(row: dict) -> str:
+    """``subject →`` (the dependent looks for its head) / ``subject ←`` (the reverse)."""
+    return f"{row['relation']} {ARROWS[row['direction']]}"
+
+
+def _tracked(v: dict, bold: str = "") -> str:
+    """``n of m (relation, ...)``: the relations of one kind with a head beating the
+    baseline, of those seen."""
+    tracked = v["tracked"]
+    return (f"{bold}{len(tracked)} of {len({row['relation'] for row in v['rows']})}{bold}"
+            + (f" ({', '.join(tracked)})" if tracked else ""))
+
+
+# long: the report's sections in order, each a few tables and figures
 def markdown_report(r: dict, run_dir: Path) -> str:
     """``heads.md``: the result ``r`` of :func:`tinymt.heads.analyze` in tables, with its
     figures (paths relative to ``run_dir``)."""
     def img(tag: str, alt: str) -> str:
         return f"![{alt}]({Path(r['figures'][tag]).relative_to(run_dir).as_posix()})"
 
-    lines = [*_header(r, run_dir), *_importance_section(r, img),
-             *_pruning_section(r, run_dir, img), *_alignment_section(r, img),
-             *_stats_section(r, img), *relation_section(r, img)]
-    return "\n".join(lines)
-
-
-def _header(r: dict, run_dir: Path) -> list[str]:
-    return ["# What does each head do?", "",
-            f"Run `{run_dir}`, checkpoint `{Path(r['checkpoint']).name}`, "
-            f"{r['sentences']} sentences of the {r['split']} split"
-            + (f" ({r['truncated']} truncated to the model's length)" if r["truncated"] else "")
-            + f". {r['n_heads']} heads: "
-            + ", ".join(f"{k} {a}×{b}" for k, (a, b) in r["shapes"].items())
-            + " (layers × heads).", ""]
-
-
-def _importance_section(r: dict, img: Callable[[str, str], str]) -> list[str]:
-    L = ["## 1. Importance", "",
+    L = ["# What does each head do?", "",
+         f"Run `{run_dir}`, checkpoint `{Path(r['checkpoint']).name}`, "
+         f"{r['sentences']} sentences of the {r['split']} split"
+         + (f" ({r['truncated']} truncated to the model's length)" if r["truncated"] else "")
+         + f". {r['n_heads']} heads: "
+         + ", ".join(f"{k} {a}×{b}" for k, (a, b) in r["shapes"].items())
+         + " (layers × heads).", "",
+         "## 1. Importance", "",
          ("Expected |∂ loss / ∂ gate| of each head (Michel et al., 2019), teacher-forced on "
           "the references, normalised per layer (L2). Low = the loss hardly notices the head."),
          ""]
     for kind in KINDS:
         L += [f"**{kind}**", "", *_grid_table(r["importance"][kind]), "",
               img(f"importance/{kind}", f"importance {kind}"), ""]
-    return L
-
-
-def _pruning_section(r: dict, run_dir: Path, img: Callable[[str, str], str]) -> list[str]:
     pr = r["pruning"]
-    L = ["## 2. Pruning without retraining", ""]
+    L += ["## 2. Pruning without retraining", ""]
     if not pr:
         L += ["Pruning curves skipped (pruning=false).", ""]
     else:
         L += [("Heads masked least important first; greedy BLEU after each step. "
                f"Unpruned BLEU: **{pr['base']:.2f}**."), "",
-              "| curve | heads | prunable (BLEU within 1 point) | BLEU at each step (heads "
-              "masked: BLEU) |", "| --- | --- | --- | --- |"]
-        for curve, pts in pr["curves"].items():
-            total = pts[-1][1]
-            k = pr["prunable"][curve]
-            steps = ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)
-            L.append(f"| {curve} | {total} | **{k}** ({100 * k / max(total, 1):.0f}%) "
-                     f"| {steps} |")
-        L += ["", img("pruning", "BLEU vs heads masked"), ""]
+              *_table(["curve", "heads", "prunable (BLEU within 1 point)",
+                       "BLEU at each step (heads masked: BLEU)"],
+                      ([curve, pts[-1][1], f"**{pr['prunable'][curve]}** "
+                        f"({100 * pr['prunable'][curve] / max(pts[-1][1], 1):.0f}%)",
+                        ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)]
+                       for curve, pts in pr["curves"].items())),
+              "", img("pruning", "BLEU vs heads masked"), ""]
     if r["pruned"]:
         p = r["pruned"]
         L += [f"Pruned checkpoint: `{p['path']}` — {p['n_masked']} of {r['n_heads']} heads "
-              f"masked ({100 * p['n_masked'] / r['n_heads']:.0f}%; prune={p['fraction']:g}), BLEU {p['bleu']:.2f}. Masked: "
+              f"masked ({100 * p['n_masked'] / r['n_heads']:.0f}%; prune={p['fraction']:g}), "
+              f"BLEU {p['bleu']:.2f}. Masked: "
               + (", ".join(f"{k} {layer}.{h}" for k, layer, h in p["heads"]) or "none")
               + ". Translate with it: `python scripts/translate.py run=" + str(run_dir)
               + f" checkpoint={p['path']}`.", ""]
-    return L
-
-
-def _alignment_section(r: dict, img: Callable[[str, str], str]) -> list[str]:
-    L = ["## 3. Cross-attention as word alignment", ""]
+    L += ["## 3. Cross-attention as word alignment", ""]
     a = r["alignment"]
     if a is None:
-        return L + [f"Skipped: {r['alignment_note']}.", ""]
-    L += [("Alignment error rate (AER, lower is better) of each cross-attention head's "
-           "alignment against the corpus's gold word alignments: for each target word, the "
-           "source word whose pieces get the most of its attention (EOS = no link). "
-           f"{a['gold_links']} gold links."), "",
-          *_grid_table(a["aer"]), "",
-          "| heads averaged | AER |", "| --- | --- |"]
-    for layer, v in enumerate(a["layer_average_aer"]):
-        L.append(f"| layer {layer} | {_fmt_aer(v)} |")
-    L += [f"| all cross heads | {_fmt_aer(a['average_aer'])} |", "",
-          (f"Best head: **layer {a['best_head'][0]}, head {a['best_head'][1]}**, AER "
-           f"**{a['best_aer']:.3f}**. Floor for one link per target word (oracle): "
-           f"{a['oracle_aer']:.3f}."), "", img("aer", "AER per cross head"), ""]
-    return L
+        L += [f"Skipped: {r['alignment_note']}.", ""]
+    else:
+        L += [("Alignment error rate (AER, lower is better) of each cross-attention head's "
+               "alignment against the corpus's gold word alignments: for each target word, "
+               "the source word whose pieces get the most of its attention (EOS = no link). "
+               f"{a['gold_links']} gold links."), "", *_grid_table(a["aer"]), "",
+              *_table(["heads averaged", "AER"],
+                      [*([f"layer {layer}", _fmt_aer(v)]
+                         for layer, v in enumerate(a["layer_average_aer"])),
+                       ["all cross heads", _fmt_aer(a["average_aer"])]]), "",
+              (f"Best head: **layer {a['best_head'][0]}, head {a['best_head'][1]}**, AER "
+               f"**{a['best_aer']:.3f}**. Floor for one link per target word (oracle): "
+               f"{a['oracle_aer']:.3f}."), "", img("aer", "AER per cross head"), ""]
+    return "\n".join(L + _stats_section(r, img) + _relation_section(r, img))
 
 
-def _stats_section(r: dict, img: Callable[[str, str], str]) -> list[str]:
-    L = ["## 4. Entropy and distance", "",
-         ("Entropy (nats) of each head's attention rows, and its distance from the diagonal "
-          "as a fraction of the sentence (0 = on the diagonal). Self-attention labels: "
-          f"previous / same / next token when ≥ {POSITIONAL_MASS:.0%} of the mass is on "
-          f"that offset; broad when the entropy is ≥ {BROAD_ENTROPY:.0%} of the uniform's; "
-          "else content."), "",
-         "| kind | layer | head | entropy | distance | mean offset | mass at −1 / 0 / +1 "
-         "| label |",
-         "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+def _stats_section(r: dict, img) -> list[str]:
+    rows = []
     for kind in KINDS:
         m = r["stats"][kind]
         for (layer, h), e in np.ndenumerate(m["entropy"]):
-            off = f"{m['offset'][layer, h]:+.2f}" if "offset" in m else "—"
-            mass = " / ".join(f"{m[n][layer, h]:.2f}" for n in ("prev", "same", "next")) \
-                if "prev" in m else "—"
-            L.append(f"| {kind} | {layer} | {h} | {e:.2f} | {m['distance'][layer, h]:.3f} "
-                     f"| {off} | {mass} | {r['labels'][kind][layer][h]} |")
-    L += ["", img("entropy_vs_distance", "entropy vs distance"), ""]
-    for kind in KINDS:
-        L += [img(f"entropy/{kind}", f"entropy {kind}") + " "
-              + img(f"distance/{kind}", f"distance {kind}")]
-    L.append("")
-    return L
+            rows.append([kind, layer, h, f"{e:.2f}", f"{m['distance'][layer, h]:.3f}",
+                         f"{m['offset'][layer, h]:+.2f}" if "offset" in m else "—",
+                         " / ".join(f"{m[n][layer, h]:.2f}" for n in ("prev", "same", "next"))
+                         if "prev" in m else "—", r["labels"][kind][layer][h]])
+    return ["## 4. Entropy and distance", "",
+            ("Entropy (nats) of each head's attention rows, and its distance from the "
+             "diagonal as a fraction of the sentence (0 = on the diagonal). Self-attention "
+             f"labels: previous / same / next token when ≥ {POSITIONAL_MASS:.0%} of the mass "
+             f"is on that offset; broad when the entropy is ≥ {BROAD_ENTROPY:.0%} of the "
+             "uniform's; else content."), "",
+            *_table(["kind", "layer", "head", "entropy", "distance", "mean offset",
+                     "mass at −1 / 0 / +1", "label"], rows),
+            "", img("entropy_vs_distance", "entropy vs distance"), "",
+            *(img(f"entropy/{kind}", f"entropy {kind}") + " "
+              + img(f"distance/{kind}", f"distance {kind}") for kind in KINDS), ""]
 
 
-def _grid_table(values: np.ndarray) -> list[str]:
-    """A markdown table of a ``(layers, heads)`` array, three decimals."""
-    n_layers, n_heads = values.shape
-    lines = ["| layer | " + " | ".join(f"head {h}" for h in range(n_heads)) + " |",
-             "| --- |" + " --- |" * n_heads]
-    for layer in range(n_layers):
-        cells = [f"{values[layer, h]:.3f}" for h in range(n_heads)]
-        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
-    return lines
+def _relation_section(r: dict, img) -> list[str]:
+    """The best head per relation against the baseline, every head's accuracy, the
+    heatmaps and the showcase figures."""
+    L = ["## 5. Which relation does each head track?", ""]
+    summary = r.get("relations")
+    if not summary:
+        return L + [f"Skipped: {r['relations_note']}.", ""]
+    L += [("For every self-attention head: how often the word a word attends to most is "
+           "its gold partner (Clark et al., 2019), per relation and direction: → the "
+           "dependent finds its head (subject → verb), ← the head finds its dependent. "
+           "Encoder heads read the source words; decoder self heads the target words to "
+           "their left (teacher-forced), so only partners to the left count there. "
+           "Baseline: the best fixed offset (always the word k to the left/right). A head "
+           f"**tracks** a relation when it beats the baseline by ≥ {MARGIN:.0%} (absolute) "
+           f"over ≥ {MIN_INSTANCES} instances."), ""]
+    for kind in RELATION_KINDS:
+        rows = summary[kind]["rows"]
+        L += [f"### {kind}", "",
+              f"Relations with a head beating the baseline: {_tracked(summary[kind], '**')}.", "",
+              *_table(["relation", "instances", "best head", "accuracy", "baseline (offset)",
+                       "margin", "tracks"],
+                      ([row_label(row), row["instances"], "{}.{}".format(*row["best_head"]),
+                        f"{row['best_accuracy']:.2f}",
+                        f"{row['baseline']:.2f} ({row['baseline_offset']:+d})",
+                        f"{row['best_accuracy'] - row['baseline']:+.2f}",
+                        "**yes**" if row["tracks"] else "no"] for row in rows)),
+              "", "<details><summary>every head (accuracy)</summary>", "",
+              *_table(["relation", *_head_names(*summary[kind]["shape"]), "baseline"],
+                      ([row_label(row), *(f"{a:.2f}" for a in row["accuracy"].ravel()),
+                        f"{row['baseline']:.2f}"] for row in rows)),
+              "", "</details>", "", img(f"relations/{kind}", f"relation accuracy {kind}"), ""]
+        if r.get("showcase"):
+            L += [img(f"relations/showcase_{kind}", f"showcase {kind}"), ""]
+    return L + ["Relations (dependent → head): "
+                + "; ".join(f"**{name}**: {what} ({zh}; {en})"
+                            for name, (what, zh, en) in RELATION_DOCS.items()) + ".", ""]
 
 
-def _fmt_aer(x: float) -> str:
-    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
+def write_json(r: dict, path: Path, owner=None) -> None:
+    """``heads.json``: the relation numbers (and what they were measured on)."""
+    summary = r.get("relations")
+    doc = {"run_dir": r["run_dir"], "checkpoint": r["checkpoint"], "split": r["split"],
+           "sentences": r["sentences"], "margin": MARGIN, "min_instances": MIN_INSTANCES,
+           "relations": None if not summary else {
+               kind: {"shape": list(summary[kind]["shape"]), "tracked": summary[kind]["tracked"],
+                      "rows": [{**row, "accuracy": row["accuracy"].round(6).tolist(),
+                                "best_head": list(row["best_head"])}
+                               for row in summary[kind]["rows"]]}
+               for kind in RELATION_KINDS},
+           "relations_note": r.get("relations_note")}
+    write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", path, owner=owner)
+
+
+# ----------------------------------------------------------------------------- a sweep
+def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) -> str:
+    """The markdown of ``heads_sweep.md``: per run (named by ``labels``) the test BLEU,
+    steps and seconds of its training (``metrics``: its ``metrics.json``) and per attention
+    kind how many relations have a head beating the baseline; then per relation and
+    direction the best head's accuracy in every run beside the baseline of each
+    (``results``: what :func:`tinymt.heads.analyze` returned for each run)."""
+    kinds = list(RELATION_KINDS)
+    L = ["# Heads across a sweep", "",
+         *_table(["run", "test BLEU", "steps", "train s",
+                  *(f"relations tracked, {k}" for k in kinds)],
+                 ([label, _num(m.get("test_bleu")), m.get("steps", "?"),
+                   _num(m.get("train_seconds"), ".0f"),
+                   *(_tracked(rel[k]) if k in rel else "n/a" for k in kinds)]
+                  for label, m, rel in zip(labels, metrics,
+                                           (r.get("relations") or {} for r in results))))]
+    for kind in kinds:
+        rows: dict[str, dict[int, dict]] = {}
+        for i, r in enumerate(results):
+            for row in (r.get("relations") or {}).get(kind, {}).get("rows", []):
+                rows.setdefault(row_label(row), {})[i] = row
+        L += ["", f"**{kind}**: the best head's accuracy per relation (baseline: the best "
+              "fixed offset; bold: the head tracks it)", "",
+              *_table(["relation", *labels],
+                      ([name, *(_sweep_cell(by_run.get(i)) for i in range(len(results)))]
+                       for name, by_run in rows.items()))]
+    return "\n".join(L) + "\n"
+
+
+def _sweep_cell(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    acc = f"{row['best_accuracy']:.2f}"
+    return f"{'**' + acc + '**' if row['tracks'] else acc} ({row['baseline']:.2f})"
+
+
+def _num(x, fmt: str = ".2f") -> str:
+    return format(x, fmt) if type(x) in (int, float) else "?"

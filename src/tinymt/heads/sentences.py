@@ -1,6 +1,9 @@
 """The analysed sentences: the first pairs of one split of a run's data, as ids for the
-model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments
-and gold relations."""
+model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments and
+relations; and the first showcase pair (我请李雷帮我订了去北京的机票。 / I asked Li Lei to
+help me book a ticket to Beijing.) head by head (:func:`showcase_links`): the word each
+word attends to most (as :mod:`tinymt.heads.relations` counts it), and its gold relation.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import OmegaConf
 
+from tinymt.attention_maps import collect_attention
 from tinymt.config import DataConfig
-from tinymt.data import prepare, target_language
+from tinymt.corpus import SHOWCASE
+from tinymt.corpus.relations import RELATIONS
+from tinymt.data import normalize, prepare, target_language
 from tinymt.errors import TinyMTError
+from tinymt.heads.relations import attended_words
 from tinymt.rundir import LoadedRun
 from tinymt.words import piece_word_weights
 
@@ -46,8 +53,7 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
         raise TinyMTError(f"{run.checkpoint}: bad data config ({e})".splitlines()[0]) from None
     data = prepare(cfg, log=log)
     ds = data.splits[split]
-    n = len(ds) if not max_sentences else min(max_sentences, len(ds))
-    ds = ds.select(range(n))
+    ds = ds.select(range(min(max_sentences or len(ds), len(ds))))
     src_text, refs = ds["src"][:], ds["tgt"][:]
     max_len = run.model.max_positions - 1  # room for eos / bos
     src_ids = run.src_tokenizer.encode_batch(src_text)
@@ -58,9 +64,8 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
     words = None
     if {"src_words", "tgt_words", "alignment"} <= set(ds.column_names):
         words = _alignment_words(run, ds, src_ids, tgt_ids, long)
-    d = run.config["data"]
-    return (Sentences(src_ids, tgt_ids, refs, words, sum(long)), target_language(d),
-            d.get("source", "?"))
+    return (Sentences(src_ids, tgt_ids, refs, words, sum(long)), target_language(data_cfg),
+            data_cfg.get("source", "?"))
 
 
 def _alignment_words(run: LoadedRun, ds, src_ids, tgt_ids, long: list[bool]) -> dict:
@@ -69,24 +74,48 @@ def _alignment_words(run: LoadedRun, ds, src_ids, tgt_ids, long: list[bool]) -> 
     with a row of zeros for EOS, the gold links and the gold relation triples of each side
     (empty lists when the data has none); ``None`` for the sentences in ``long``
     (positions cut off: their alignment is incomplete)."""
-    words: dict[str, list] = {"src_weights": [], "tgt_weights": [], "alignment": [],
-                              "src_relations": [], "tgt_relations": []}
-    n = len(src_ids)
-    rels = {side: ds[side][:] if side in ds.column_names else [[]] * n
-            for side in ("src_relations", "tgt_relations")}
-    for s, t, sw, tw, al, src_rel, tgt_rel, too_long in zip(
-            src_ids, tgt_ids, ds["src_words"][:], ds["tgt_words"][:], ds["alignment"][:],
-            rels["src_relations"], rels["tgt_relations"], long):
-        if too_long:
-            for v in words.values():
-                v.append(None)
-            continue
-        eos_src, eos_tgt = np.zeros((1, len(sw))), np.zeros((1, len(tw)))  # EOS: no word
-        words["src_weights"].append(
-            np.concatenate([piece_word_weights(run.src_tokenizer.pieces(s), sw), eos_src]))
-        words["tgt_weights"].append(
-            np.concatenate([piece_word_weights(run.tgt_tokenizer.pieces(t), tw), eos_tgt]))
-        words["alignment"].append([tuple(a) for a in al])
-        words["src_relations"].append([tuple(r) for r in src_rel])
-        words["tgt_relations"].append([tuple(r) for r in tgt_rel])
+    words = {f"{side}_weights": [None if cut else _word_weights(tok, ids, w, eos=True)
+                                 for ids, w, cut in zip(side_ids, ds[f"{side}_words"][:], long)]
+             for side, tok, side_ids in (("src", run.src_tokenizer, src_ids),
+                                         ("tgt", run.tgt_tokenizer, tgt_ids))}
+    for col in ("alignment", "src_relations", "tgt_relations"):
+        values = ds[col][:] if col in ds.column_names else [[]] * len(src_ids)
+        words[col] = [None if cut else [tuple(x) for x in v] for v, cut in zip(values, long)]
     return words
+
+
+def _word_weights(tokenizer, ids, words, eos: bool) -> np.ndarray:
+    """:func:`piece_word_weights` of ``ids`` with a row of zeros (no word) for the EOS after
+    them (``eos``) or the BOS before them."""
+    weights = piece_word_weights(tokenizer.pieces(ids), words)
+    none = np.zeros((1, len(words)))
+    return np.concatenate([weights, none] if eos else [none, weights])
+
+
+def showcase_links(run: LoadedRun, device) -> dict | None:
+    """The first showcase pair in the run's direction, per kind (``encoder_self``,
+    ``decoder_self``): ``{"words", "attended" (L, h, n) (-1: none), "share" (L, h, n): the
+    attended word's share of the query word's attention, "gold": {(query, key): relation
+    name}}``; None when the run was not trained on the built-in corpus."""
+    data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
+    if not data_cfg or data_cfg.get("source") != "builtin":
+        return None
+    pair = SHOWCASE[0]
+    sides = {"zh": (pair.zh, pair.zh_words, pair.zh_relations),
+             "en": (pair.en, pair.en_words, pair.en_relations)}
+    src, tgt = data_cfg.get("src_lang", "zh"), data_cfg.get("tgt_lang", "en")
+    if data_cfg.get("reverse"):
+        src, tgt = tgt, src
+    src_ids = run.src_tokenizer.encode(normalize(sides[src][0]))
+    tgt_ids = run.tgt_tokenizer.encode(normalize(sides[tgt][0]))
+    attn = collect_attention(run.model, src_ids, tgt_ids, device)
+    out = {}
+    for kind, (_, words, rels), tok, ids, eos in (
+            ("encoder_self", sides[src], run.src_tokenizer, src_ids, True),  # pieces + EOS
+            ("decoder_self", sides[tgt], run.tgt_tokenizer, tgt_ids, False)):  # BOS + pieces
+        attended, share = attended_words(np.stack(attn[kind]),  # (L, h, T, T) -> (L, h, n)
+                                         _word_weights(tok, ids, words, eos))
+        # both directions: the query may be either end
+        gold = {(q, k): RELATIONS[r] for r, d, h in rels for q, k in ((d, h), (h, d))}
+        out[kind] = {"words": list(words), "attended": attended, "share": share, "gold": gold}
+    return out

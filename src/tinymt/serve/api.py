@@ -78,26 +78,40 @@ class TranslateRequest:
 
 
 # ----------------------------------------------------------------------------- reading
-async def read_fields(request: Request, limits: Limits) -> dict:
+async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | None) -> dict:
     """The request's fields: the query string, then a JSON object, a urlencoded or a
     multipart form body on top. The body is read up to ``limits.max_body_bytes`` (413
-    beyond); anything unreadable is one 400."""
+    beyond); anything unreadable is one 400. Then the API key is checked (``keys``)."""
+    too_large = ApiError(413, f"Invalid request: the body is over {limits.max_body_bytes:,} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise _too_large(limits)
+        raise too_large
     fields: dict = dict(request.query_params)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limits.max_body_bytes:
-            raise _too_large(limits)
+            raise too_large
     if not body:
+        check_key(fields, keys)
         return fields
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        fields.update(_json_object(bytes(body)))
+        try:
+            value = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ApiError(400, "Invalid request: the body is not valid JSON in UTF-8") from None
+        if not isinstance(value, dict):
+            raise ApiError(400, "Invalid request: the JSON body must be an object, "
+                                'e.g. {"q": "...", "source": "zh", "target": "en"}')
+        fields.update(value)
     elif kind == "application/x-www-form-urlencoded":
-        fields.update(_form(bytes(body)))
+        try:
+            fields.update(parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                    max_num_fields=MAX_FIELDS, errors="strict"))
+        except (UnicodeDecodeError, ValueError):
+            raise ApiError(400, "Invalid request: the form is not valid UTF-8 or has too many "
+                                f"fields (at most {MAX_FIELDS})") from None
     elif kind == "multipart/form-data":
         request._body = bytes(body)  # starlette's form parser reads the body kept here
         try:
@@ -108,32 +122,8 @@ async def read_fields(request: Request, limits: Limits) -> dict:
     else:
         raise ApiError(400, "Invalid request: send JSON (Content-Type: application/json) or a "
                             "form (application/x-www-form-urlencoded or multipart/form-data)")
+    check_key(fields, keys)
     return fields
-
-
-def _too_large(limits: Limits) -> ApiError:
-    return ApiError(413, f"Invalid request: the body is over {limits.max_body_bytes:,} bytes")
-
-
-def _json_object(body: bytes) -> dict:
-    try:
-        value = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ApiError(400, "Invalid request: the body is not valid JSON in UTF-8") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, "Invalid request: the JSON body must be an object, "
-                            'e.g. {"q": "...", "source": "zh", "target": "en"}')
-    return value
-
-
-def _form(body: bytes) -> dict:
-    try:
-        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
-                          max_num_fields=MAX_FIELDS, errors="strict")
-    except (UnicodeDecodeError, ValueError):
-        raise ApiError(400, "Invalid request: the form is not valid UTF-8 or has too many "
-                            f"fields (at most {MAX_FIELDS})") from None
-    return dict(pairs)
 
 
 # ----------------------------------------------------------------------------- checking
@@ -185,20 +175,17 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
     if fmt != "text":
         raise ApiError(400, f"Invalid request: format={str(fmt)[:40]!r}: this server "
                             "translates plain text only (format=text)")
-    alternatives = _integer(fields.get("alternatives", 0), "alternatives", 0, MAX_ALTERNATIVES)
+    alternatives = fields.get("alternatives", 0)
+    if isinstance(alternatives, str) and alternatives.strip().lstrip("-").isdigit():
+        alternatives = int(alternatives.strip())
+    if type(alternatives) is not int or not 0 <= alternatives <= MAX_ALTERNATIVES:  # no bool
+        raise ApiError(400, "Invalid request: alternatives must be an integer from 0 to "
+                            f"{MAX_ALTERNATIVES}")
     if alternatives >= beam:
         raise ApiError(400, f"Invalid request: alternatives={alternatives} needs a beam of at "
                             f"least {alternatives + 1}; this server searches with beam {beam} "
                             "(start it with decode.beam=N)")
     return TranslateRequest(items, single, auto, alternatives)
-
-
-def _integer(value, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value.strip())
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ApiError(400, f"Invalid request: {name} must be an integer from {lo} to {hi}")
-    return value
 
 
 # ----------------------------------------------------------------------------- answers

@@ -1,26 +1,30 @@
-"""The HTTP routes (Starlette): LibreTranslate's API, the page, its view data, health.
+"""The HTTP routes (Starlette; docs/serve.md): LibreTranslate's API, the page, its view data.
 
     POST /translate     LibreTranslate's (tinymt.serve.api)
     GET  /languages     the model's language pair
-    POST /attention     q (a string or a list), api_key -> {"translatedText": [...],
-                        "view": the view data of every sentence (tinymt.viewer.html.inline_data)}
+    POST /attention     q, api_key -> {"translatedText": [...], "view": the view data of
+                        every sentence (tinymt.viewer.html.inline_data)}
     GET  /health        {"status": "ok", the model, its limits, the queue, batch counts}
-    GET  /              the page: type sentences, read the translations, see every head
-    GET  /view.js, /page.js, /font.otf   what the page is made of (nothing from elsewhere);
-                        font.otf is Noto Sans CJK SC (Simplified Chinese glyph forms,
-                        tinymt.fonts): ?text=<characters> cut to those (at most
-                        4,096), without text= the whole font
+    GET  /              the page; /view.js, /page.js and /font.otf what it is made of
+                        (font.otf?text=<characters>: Noto Sans CJK SC cut to those)
 
 Every error is ``{"error": "<one line>"}`` with its status; no route takes a file path.
+``serve(cfg)`` loads and warms up the model before the port opens (``/health`` answers only
+at full speed); on SIGTERM or Ctrl-C every accepted request gets its answer, then the
+process exits with status 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import torch
+import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -30,17 +34,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from tinymt.config import check_serve
+from tinymt.errors import TinyMTError
 from tinymt.fonts import font_for_query, font_path, sc_font_file
-from tinymt.serve.api import (
-    ApiError,
-    check_key,
-    read_fields,
-    text_items,
-    translate_answer,
-    translate_request,
-)
+from tinymt.serve.api import ApiError, read_fields, text_items, translate_answer, translate_request
 from tinymt.serve.service import Service
-from tinymt.viewer.assets import STATIC as VIEW_STATIC
+from tinymt.translate import load_translator
+from tinymt.viewer import STATIC as VIEW_STATIC
 
 STATIC = Path(__file__).resolve().parent / "static"
 # the page loads only its own files; view.js draws with inline styles
@@ -83,29 +83,19 @@ def create_app(service: Service) -> Starlette:
     @_json_errors
     async def translate(request: Request) -> Response:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
-            fields = await read_fields(request, service.limits)
-            check_key(fields, service.keys)
+            fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair, service.decode.beam)
             nbests = await service.translate(req.items, req.alternatives + 1, arrival)
         return JSONResponse(translate_answer(req, nbests, service.pair))
-
-    @_json_errors
-    async def languages(request: Request) -> Response:
-        return JSONResponse(service.pair.languages())
 
     @_json_errors
     async def attention(request: Request) -> Response:
         if not service.attention_items:
             raise ApiError(400, "attention maps are off on this server (they need "
                                 "engine=torch and attention_items > 0)")
-        fields = await read_fields(request, service.limits)
-        check_key(fields, service.keys)
+        fields = await read_fields(request, service.limits, service.keys)
         items, _ = text_items(fields, service.limits, service.attention_items)
         return JSONResponse(await service.attention(items))
-
-    @_json_errors
-    async def health(request: Request) -> Response:
-        return JSONResponse(service.health())
 
     @_json_errors
     async def font(request: Request) -> Response:
@@ -120,10 +110,8 @@ def create_app(service: Service) -> Starlette:
             raise ApiError(400, str(e)) from None
         return Response(data, media_type="font/otf", headers=FONT_HEADERS)
 
-    def static(path: Path, media_type: str, headers: dict | None = None) -> Handler:
-        async def serve(request: Request) -> Response:
-            return FileResponse(path, media_type=media_type, headers=headers)
-        return serve
+    def static(path: Path, media_type: str, headers: dict | None = None):
+        return lambda request: FileResponse(path, media_type=media_type, headers=headers)
 
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
@@ -131,9 +119,9 @@ def create_app(service: Service) -> Starlette:
 
     routes = [
         Route("/translate", translate, methods=["POST"]),
-        Route("/languages", languages, methods=["GET"]),
+        Route("/languages", lambda _: JSONResponse(service.pair.languages()), methods=["GET"]),
         Route("/attention", attention, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
+        Route("/health", lambda _: JSONResponse(service.health()), methods=["GET"]),
         Route("/", static(STATIC / "page.html", "text/html; charset=utf-8", PAGE_HEADERS)),
         Route("/page.js", static(STATIC / "page.js", "text/javascript; charset=utf-8")),
         Route("/view.js", static(VIEW_STATIC / "view.js", "text/javascript; charset=utf-8")),
@@ -150,3 +138,57 @@ def create_app(service: Service) -> Starlette:
 
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                      exception_handlers={HTTPException: not_found})
+
+
+def serve(cfg) -> dict:
+    """Serve until stopped; returns the worker's counts (batches, sentences, ...)."""
+    check_serve(cfg)
+    if cfg.threads and cfg.engine == "torch":
+        torch.set_num_threads(cfg.threads)
+    sock = _listen(cfg.host, cfg.port)  # a taken port fails before the model loads
+    service, old_handlers = None, {}
+    try:
+        run, device = load_translator(cfg, threads=cfg.threads)
+        service = Service(run, device, cfg)
+        service.start()
+        server = uvicorn.Server(uvicorn.Config(
+            create_app(service), log_level="warning", access_log=cfg.access_log,
+            limit_concurrency=cfg.max_connections, lifespan="on", server_header=False,
+            timeout_graceful_shutdown=cfg.timeout_s + 5))
+        host, port = sock.getsockname()[:2]
+        search = "greedy" if cfg.decode.beam == 1 else f"beam {cfg.decode.beam}"
+        print(f"serving {service.name} ({cfg.engine}, {service.pair.source}→"
+              f"{service.pair.target}, {search}) on http://{f'[{host}]' if ':' in host else host}"
+              f":{port}/ (the page; API: /translate, /languages). Ctrl-C stops.",
+              file=sys.stderr, flush=True)
+        # uvicorn raises the signal that stopped it again once it has shut down: with these
+        # handlers that ends the process normally (exit 0), not killed by the signal
+        old_handlers = {sig: signal.signal(sig, lambda *_: None)
+                        for sig in (signal.SIGINT, signal.SIGTERM)}
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        if service is not None:
+            service.close()
+        sock.close()
+    stats = service.batcher.stats
+    print(f"stopped: {stats['sentences']:,} sentences in {stats['batches']:,} batches",
+          file=sys.stderr, flush=True)
+    return dict(stats)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The bound socket (uvicorn listens on it); a taken port or an unknown host is one
+    line, before the model is warmed."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        # proto = TCP: asyncio then sets TCP_NODELAY on each connection (without it a kept-
+        # alive request's body waits ~40 ms for the ACK of its headers: Nagle's algorithm)
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        raise TinyMTError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock

@@ -1,21 +1,17 @@
-"""Micro-batching: the sentences of requests that arrive together are decoded as one batch.
+"""Micro-batching: the sentences of requests that arrive together are decoded as one batch
+(docs/serve.md, "Micro-batching").
 
-One worker thread owns the model. Requests put *jobs* on a bounded queue (bounded in
-sentences: a full queue is :class:`Busy`, the server's 429) and wait for their answers;
-the worker takes the first job waiting, then every job already queued, and waits up to
-``wait_s`` for more while requests are *arriving* (inside the server, being read, not yet
-queued: :meth:`MicroBatcher.arrival`) or the batch has fewer requests than the last one (the
-clients answered together come back together), while the batch holds at most
-``max_sentences`` sentences; a lone client is never held back, decodes them with one ``decode(ids, nbest)``
-call per n-best size, and hands each job its own slice. ``decode`` batches by length and pads with masks, so a sentence's answer does not
-depend on its neighbours (tests/test_serve.py checks it against each sentence alone).
-
-A *task* (any other work on the model, e.g. the page's attention maps) runs alone, in
-queue order. :meth:`MicroBatcher.close` refuses new jobs (:class:`Closed`, the server's
-503), lets the worker finish every job already queued, and waits for it.
+One worker thread owns the model. Requests put *jobs* on a queue bounded in sentences (full:
+:class:`Busy`, the server's 429); the worker takes the first job waiting and every job
+already queued, and waits up to ``wait_s`` for more while requests are *arriving* (being
+read: :meth:`MicroBatcher.arrival`) or the batch has fewer requests than the last one, up to
+``max_sentences`` sentences; it decodes them with one ``decode(ids, nbest)`` call per n-best
+size and hands each job its own slice. A *task* (other work on the model, e.g. the page's
+attention maps) runs alone, in queue order. :meth:`MicroBatcher.close` refuses new jobs
+(:class:`Closed`, the server's 503) and finishes the queued ones.
 
     >>> b = MicroBatcher(lambda ids, nbest: [[(s[::-1], 0.0)] for s in ids], 8, 0.0, 100)
-    >>> b.start(); b.run_now(TranslateJob([[1, 2, 3]], 1))
+    >>> b.start(); b.run_now(Job([[1, 2, 3]], 1))
     [[([3, 2, 1], 0.0)]]
     >>> b.close()
 """
@@ -43,41 +39,27 @@ class Closed(Exception):
 
 @dataclass(eq=False)
 class Job:
-    """Work waiting for the worker; ``on_done`` is called from the worker thread with the
-    result or the exception raised. A job whose caller gave up is ``cancelled``: the
-    worker skips it if it has not started it."""
+    """Work for the worker thread: sentences (id lists, no EOS) to translate with ``nbest``
+    hypotheses each, or, given ``fn``, a *task*: ``fn()`` run alone (it may use the model),
+    counting for ``weight`` sentences in the queue. ``on_done`` is called from the worker
+    thread with the result or the exception raised; a job whose caller gave up is
+    ``cancelled``: the worker skips it if it has not started it."""
 
-    on_done: Callable[[object], None] | None = field(default=None, kw_only=True)
-    cancelled: bool = field(default=False, kw_only=True)
-    size = 1  # sentences it counts for in the queue
+    ids: list[list[int]] = field(default_factory=list)
+    nbest: int = 1
+    fn: Callable[[], object] | None = None
+    weight: int = 1
+    on_done: Callable[[object], None] | None = None
+    cancelled: bool = False
+
+    @property
+    def size(self) -> int:
+        """The sentences it counts for in the queue."""
+        return len(self.ids) if self.fn is None else self.weight
 
     def finish(self, result: object) -> None:
         if self.on_done is not None:
             self.on_done(result)
-
-
-@dataclass(eq=False)
-class TranslateJob(Job):
-    """Sentences (id lists, no EOS) to translate with ``nbest`` hypotheses each."""
-
-    ids: list[list[int]]
-    nbest: int = 1
-
-    @property
-    def size(self) -> int:
-        return len(self.ids)
-
-
-@dataclass(eq=False)
-class Task(Job):
-    """``fn()`` run alone on the worker thread (it may use the model)."""
-
-    fn: Callable[[], object]
-    weight: int = 1  # sentences it counts for in the queue
-
-    @property
-    def size(self) -> int:
-        return self.weight
 
 
 class Arrival:
@@ -86,14 +68,12 @@ class Arrival:
     def __init__(self, batcher: MicroBatcher):
         self.batcher, self.counted = batcher, True
 
-    def leave(self, locked: bool = False) -> None:
-        if not self.counted:
-            return
-        self.counted = False
-        b = self.batcher
-        with contextlib.nullcontext() if locked else b._cond:
-            b._arriving -= 1
-            b._cond.notify_all()
+    def leave(self) -> None:
+        with self.batcher._cond:  # an RLock: submit() calls this holding it
+            if self.counted:
+                self.counted = False
+                self.batcher._arriving -= 1
+                self.batcher._cond.notify_all()
 
 
 class MicroBatcher:
@@ -105,7 +85,7 @@ class MicroBatcher:
         self.max_queue = max_queue
         self.stats = {"batches": 0, "sentences": 0, "largest_batch": 0, "tasks": 0}
         self._queue: deque[Job] = deque()
-        self._queued = 0  # sentences in the queue
+        self.queued = 0  # sentences in the queue (written under the lock only)
         self._cond = threading.Condition()
         self._closing = False
         self._arriving = 0  # requests inside the server, not yet queued
@@ -115,10 +95,6 @@ class MicroBatcher:
     # ------------------------------------------------------------------ callers' side
     def start(self) -> None:
         self._thread.start()
-
-    @property
-    def queued(self) -> int:
-        return self._queued
 
     @contextlib.contextmanager
     def arrival(self) -> Iterator[Arrival]:
@@ -139,12 +115,12 @@ class MicroBatcher:
         with self._cond:
             if self._closing:
                 raise Closed
-            if self._queued and self._queued + size > self.max_queue:
+            if self.queued and self.queued + size > self.max_queue:
                 raise Busy  # a job alone is always taken: the limits on a request bound it
             self._queue.append(job)
-            self._queued += size
+            self.queued += size
             if arrival is not None:
-                arrival.leave(locked=True)
+                arrival.leave()
             self._cond.notify_all()
 
     def run_now(self, job: Job, timeout: float | None = None) -> object:
@@ -179,12 +155,12 @@ class MicroBatcher:
                 self._cond.wait()
             first = self._queue.popleft()
             batch, n = [first], first.size
-            if isinstance(first, TranslateJob):
+            if first.fn is None:
                 deadline = time.monotonic() + self.wait_s
                 while n < self.max_sentences:
                     if self._queue:
                         nxt = self._queue[0]
-                        if not isinstance(nxt, TranslateJob) or n + nxt.size > self.max_sentences:
+                        if nxt.fn is not None or n + nxt.size > self.max_sentences:
                             break
                         batch.append(self._queue.popleft())
                         n += nxt.size
@@ -194,20 +170,24 @@ class MicroBatcher:
                     if left <= 0 or self._closing or not expected:
                         break
                     self._cond.wait(left)
-            self._queued -= sum(j.size for j in batch)
+            self.queued -= sum(j.size for j in batch)
             self._last_jobs = len(batch)
             return batch
 
     def _work(self) -> None:
         while (batch := self._take()) is not None:
             live = [j for j in batch if not j.cancelled]
-            if live and isinstance(live[0], Task):
+            if live and live[0].fn is not None:
                 self.stats["tasks"] += 1
-                _finish(live[0], live[0].fn)
+                try:
+                    result = live[0].fn()
+                except Exception as e:  # noqa: BLE001  (handed to the waiting request)
+                    result = e
+                live[0].finish(result)
             elif live:
                 self._translate(live)
 
-    def _translate(self, jobs: list[TranslateJob]) -> None:
+    def _translate(self, jobs: list[Job]) -> None:
         """One ``decode`` call per n-best size among ``jobs``; each job gets its slice."""
         for nbest in sorted({j.nbest for j in jobs}):
             group = [j for j in jobs if j.nbest == nbest]
@@ -225,11 +205,3 @@ class MicroBatcher:
             for j in group:
                 j.finish(hyps[start:start + j.size])
                 start += j.size
-
-
-def _finish(job: Job, fn: Callable[[], object]) -> None:
-    try:
-        result = fn()
-    except Exception as e:  # noqa: BLE001  (handed to the waiting request)
-        result = e
-    job.finish(result)

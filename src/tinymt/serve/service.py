@@ -1,15 +1,14 @@
 """A loaded model behind the micro-batcher: what the HTTP routes call.
 
-:class:`Service` turns text into source ids (:func:`tinymt.translate.source_ids`, the same
-normalising and truncation as ``translate.py``), hands them to the worker thread
-(:mod:`tinymt.serve.batcher`) and awaits the answer, bounded by the request timeout. The
-search is :func:`tinymt.translate.search` with the server's ``decode`` settings, so an
-answer is what ``translate.py`` prints for the same sentence, checkpoint and settings.
+:class:`Service` turns text into source ids and searches as ``translate.py`` does
+(:func:`tinymt.translate.source_ids`, :func:`tinymt.translate.search` with the server's
+``decode`` settings), on the worker thread, the answer awaited up to the request timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
 from tinymt.serve.api import ApiError, Limits, Pair
-from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher, Task, TranslateJob
+from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher
 from tinymt.translate import attention_documents, search, source_ids, view_name
 from tinymt.viewer.html import inline_data
 
@@ -59,9 +58,7 @@ class Service:
     def _attention(self, items: list[str], ids: list[list[int]]) -> dict:
         """Translations and the view documents of ``items`` (on the worker thread)."""
         outs = [h[0][0] if h else [] for h in self._decode(ids, 1)]
-        keep = [i for i, t in enumerate(ids) if t]
-        docs = attention_documents(self.run, [items[i] for i in keep], [ids[i] for i in keep],
-                                   [outs[i] for i in keep], self.device)
+        docs = attention_documents(self.run, items, ids, outs, self.device)
         return {"translatedText": [self.run.tgt_tokenizer.decode(o) for o in outs],
                 "view": inline_data(self.name, docs)}
 
@@ -70,41 +67,36 @@ class Service:
         self.batcher.start()
         sample = list(range(4, min(12, self.run.src_tokenizer.vocab_size)))
         for n in (1, 4):
-            self.batcher.run_now(TranslateJob([sample] * n, 1))
+            self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
-            self.batcher.run_now(Task(lambda: self._attention(["warm-up"], [sample])))
+            self.batcher.run_now(Job(fn=lambda: self._attention(["warm-up"], [sample])))
 
     def close(self) -> None:
         self.batcher.close()
 
     # ------------------------------------------------------------------ the routes' side
-    def encode(self, items: list[str]) -> list[list[int]]:
-        """Source ids; a sentence longer than the model takes is cut to fit, as
-        ``translate.py`` does."""
-        return source_ids(self.run, items, warn=lambda _: None)
-
     async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None
                         ) -> list[list[str]]:
-        """Each item's ``nbest`` translations, best first (an empty item: none);
-        ``arrival``: the request's (:meth:`MicroBatcher.arrival`)."""
-        hyps = await self._wait(TranslateJob(self.encode(items), nbest), arrival)
+        """Each item's ``nbest`` translations, best first (an empty item: none; one longer
+        than the model takes is cut to fit, as ``translate.py`` does); ``arrival``: the
+        request's (:meth:`MicroBatcher.arrival`)."""
+        ids = source_ids(self.run, items, warn=lambda _: None)
+        hyps = await self._wait(Job(ids, nbest), arrival)
         tgt = self.run.tgt_tokenizer
         return [[tgt.decode(toks) for toks, _ in h] for h in hyps]
 
     async def attention(self, items: list[str]) -> dict:
         """``{"translatedText": [...], "view": <view data of inline_data>}``."""
-        ids = self.encode(items)
-        return await self._wait(Task(lambda: self._attention(items, ids), weight=len(items)))
+        ids = source_ids(self.run, items, warn=lambda _: None)
+        return await self._wait(Job(fn=lambda: self._attention(items, ids), weight=len(items)))
 
     async def _wait(self, job: Job, arrival: Arrival | None = None):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
-        def on_done(result):  # on the worker thread
-            try:
+        def on_done(result):  # on the worker thread; RuntimeError: the loop is gone
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, future, result)
-            except RuntimeError:  # the loop is gone: nobody waits any more
-                pass
 
         job.on_done = on_done
         try:

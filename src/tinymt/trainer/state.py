@@ -1,9 +1,6 @@
-"""What a training checkpoint holds, and the config of a run being resumed.
-
-A checkpoint of the trainer is the bare model plus everything an exact resume needs:
-optimizer, schedule, the batch sampler's position, the loop's counters and every RNG.
-It holds tensors and plain containers only, so it loads with ``weights_only=True``.
-"""
+"""What a training checkpoint holds (the bare model plus everything an exact resume needs:
+optimizer, schedule, the sampler's position, the loop's counters, every RNG; tensors and
+plain containers only), publishing it, and the config of a run being resumed."""
 
 from __future__ import annotations
 
@@ -20,13 +17,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tinymt import runtime
-from tinymt.checkpoint import load_checkpoint, save_checkpoint
-from tinymt.config import as_train_config
+from tinymt.checkpoint import TRAINING_STATE, load_checkpoint, save_checkpoint
+from tinymt.config import as_train_config, load_config_file
 from tinymt.data import PreparedData
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import no_space, write_text
-from tinymt.loaders import load_config_file
-from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoint, step_checkpoints
+from tinymt.files import error_reason, write_text
+from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoints
 from tinymt.tokenizer import (
     Tokenizer,
     digest_matches,
@@ -35,14 +31,9 @@ from tinymt.tokenizer import (
     tokenizer_digest,
 )
 
-# keys a resume may not change: they decide the data, the vocabulary and the weights' shapes
-FROZEN_ON_RESUME = ("data", "model")
-# ...but where the data cache lives is not what it holds (a rebuild there is the same data)
-MOVABLE_ON_RESUME = ("data.cache_dir",)
-# what a checkpoint needs beside the model to be resumed (pruned and averaged ones lack it)
-RESUME_STATE = ("optimizer", "scheduler", "sampler", "trainer_state", "rng")
-# group options (``model=small``) cannot be re-chosen for a run that exists
-GROUPS = ("data", "model", "optim", "trainer", "experiment")
+FROZEN_ON_RESUME = ("data", "model")  # keys deciding the data, vocabulary, weights' shapes
+MOVABLE_ON_RESUME = ("data.cache_dir",)  # ...but where the cache is (a rebuild: same data)
+GROUPS = ("data", "model", "optim", "trainer", "experiment")  # not re-chosen for a run
 
 
 def checkpoint_state(model, optimizer, scheduler, sampler, state: dict, cfg: DictConfig,
@@ -86,12 +77,9 @@ def set_rng_state(rng: dict) -> None:
 
 
 def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
-    """The config of the run being resumed, plus this command's overrides.
-
-    Everything is checked before anything is written: the run's ``config.yaml`` must
-    load, overrides must be plain ``key=value`` of existing keys, and none may change
-    the data or the model (``FROZEN_ON_RESUME``); such changes are refused, listed.
-    """
+    """The config of the run being resumed plus this command's overrides, checked before
+    anything is written: plain ``key=value`` of existing keys, none changing the data or
+    the model (``FROZEN_ON_RESUME``: such changes are refused, listed)."""
     run_dir = Path(cfg.trainer.resume)
     saved = run_dir / CONFIG
     if not os.path.lexists(saved):
@@ -132,12 +120,11 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
 # ----------------------------------------------------------------------------- run files
 def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
     """torchrun ranks must agree on everything but where they were told to write."""
-    mine = OmegaConf.to_container(cfg)
-    mine.pop("run_dir", None)
+    mine = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "run_dir"}
     digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
     digests = runtime.all_gather_objects(rt, digest)
-    if len(set(digests)) > 1:
-        bad = [r for r, d in enumerate(digests) if d != digests[0]]
+    bad = [r for r, d in enumerate(digests) if d != digests[0]]
+    if bad:
         raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
                           "give every process the same overrides")
 
@@ -166,17 +153,15 @@ def write_run_files(run_dir: Path, cfg: DictConfig, data: PreparedData, resuming
         if not resuming:
             shutil.rmtree(run_dir / TOKENIZER, ignore_errors=True)
             (run_dir / CONFIG).unlink(missing_ok=True)
-        what = "no space left on device" if no_space(e) else first_line(e)
-        raise TinyMTError(f"cannot write the run's files in {run_dir} ({what})"
+        raise TinyMTError(f"cannot write the run's files in {run_dir} ({error_reason(e)})"
                           + ("" if resuming else "; the folder was left empty")) from None
 
 
 # ----------------------------------------------------------------------------- publishing
 def publish_checkpoints(ckpt: dict, run_dir: Path, best: bool, keep_last: int) -> None:
-    """A validation's checkpoints: ``last.pt``, then ``best.pt`` (when ``best``), then
-    ``ckpt_<step>.pt`` (``keep_last > 1``; older ones beyond ``keep_last`` removed). In
-    this order, so a resume from ``last.pt`` can publish what a kill left out
-    (:func:`finish_publishing`)."""
+    """A validation's checkpoints, in this order (a resume publishes what a kill left out:
+    :func:`finish_publishing`): ``last.pt``, ``best.pt`` (when ``best``), ``ckpt_<step>.pt``
+    (``keep_last > 1``; older ones beyond ``keep_last`` removed)."""
     save_checkpoint(ckpt, checkpoint_path(run_dir, "last"), owner=run_dir)
     if best:
         save_checkpoint(ckpt, checkpoint_path(run_dir, "best"), owner=run_dir)
@@ -185,7 +170,7 @@ def publish_checkpoints(ckpt: dict, run_dir: Path, best: bool, keep_last: int) -
 
 
 def _publish_step(ckpt: dict, run_dir: Path, keep_last: int) -> None:
-    save_checkpoint(ckpt, step_checkpoint(run_dir, ckpt["step"]), owner=run_dir)
+    save_checkpoint(ckpt, checkpoint_path(run_dir, f"ckpt_{ckpt['step']}"), owner=run_dir)
     for old in step_checkpoints(run_dir)[:-keep_last]:
         old.unlink()
 
@@ -193,15 +178,14 @@ def _publish_step(ckpt: dict, run_dir: Path, keep_last: int) -> None:
 def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
     """A run killed between the files of :func:`publish_checkpoints` resumes from a
     ``last.pt`` whose state already counts them: publish what is missing (a ``best.pt``
-    older than the best step ``last.pt`` records, a missing step checkpoint), so files and
-    state agree. A ``last.pt`` saved by a stop (:mod:`~tinymt.trainer.stopping`) is no
-    validation's: it has no step checkpoint."""
+    older than the best step it records, its step checkpoint, unless a stop saved it)."""
     step, best_step = ckpt["step"], ckpt["trainer_state"].get("best_step")
     best = checkpoint_path(run_dir, "best")
     if best_step == step and _step_of(best) != step:
         log(f"{best} is older than the best model in last.pt (step {step}): published again")
         save_checkpoint(ckpt, best, owner=run_dir)
-    if keep_last > 1 and not ckpt.get("stopped") and not step_checkpoint(run_dir, step).is_file():
+    if keep_last > 1 and not ckpt.get("stopped") and \
+            not checkpoint_path(run_dir, f"ckpt_{step}").is_file():
         _publish_step(ckpt, run_dir, keep_last)
 
 
@@ -216,9 +200,9 @@ def _step_of(path: Path) -> int | None:
 def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
                            tgt: Tokenizer) -> None:
     """The resumed checkpoint (``tokenizer_sha256`` = ``stored``) was trained with the
-    tokenizer this data config builds (the same pieces: a rebuilt cache is fine). A
-    checkpoint of an older tinymt holds a digest of its run's model files: those are
-    checked, then compared with the data's."""
+    tokenizer this data config builds (a rebuilt cache is fine); a digest of the run's model
+    files (the other form a checkpoint may carry) is checked on those, then they are
+    compared with the data's."""
     if digest_matches(stored, src, tgt):
         return
     run_src, run_tgt = load_tokenizers(Path(run_dir) / TOKENIZER)
@@ -229,12 +213,11 @@ def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
 
 
 def restore(t, ckpt: dict) -> None:
-    """Continue exactly where ``last.pt`` left off, after checking it fits this data
-    (``t``: the loop's ``Training``). ``load_checkpoint`` checked the fields' types; what
-    the model, optimizer, schedule, sampler and RNGs make of their values is checked by
-    loading them: a failure is one line naming the checkpoint."""
+    """Continue exactly where ``last.pt`` left off (``t``: the loop's ``Training``), after
+    checking it fits this data; what the model, optimizer, schedule, sampler and RNGs make
+    of their values is checked by loading them: a failure is one line."""
     path = checkpoint_path(t.run_dir, "last")
-    missing = [k for k in ("step", *RESUME_STATE) if k not in ckpt]
+    missing = [k for k in ("step", *TRAINING_STATE) if k not in ckpt]  # pruned, averaged
     if missing:
         raise TinyMTError(f"cannot resume from {path}: it holds no {', '.join(missing)} (a "
                           "checkpoint for translating, not for training)")

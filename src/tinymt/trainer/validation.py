@@ -27,6 +27,7 @@ from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import translate_ids
+from tinymt.loss import sequence_loss
 from tinymt.metrics import attention_entropy, score
 from tinymt.model import KINDS
 from tinymt.plotting import figure_to_array
@@ -50,7 +51,9 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
         for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
             batch = batch.to(rt.device)
             with rt.autocast():
-                batch_loss, _ = model(batch.src, batch.tgt_in, targets=batch.tgt_out)
+                hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
+                batch_loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
+                                           model.pad_id)
             loss_sum += batch_loss.item()
             tok += batch.n_tgt_tokens
         loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])

@@ -34,10 +34,10 @@ from tinymt.corpus import SHOWCASE, Pair
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize
 from tinymt.metrics import attention_entropy
+from tinymt.viewer.summary import KINDS
 from tinymt.words import pieces_to_words
 
 SCALE = 255  # weights are stored as round(w * SCALE): 8 bits each, error <= 0.5 / SCALE
-KIND_ORDER = ("encoder_self", "decoder_self", "cross")
 # the built-in corpus's gold columns in a prepared split (tinymt.data), named as Probe's fields
 GOLD_COLUMNS = ("src_words", "tgt_words", "alignment", "src_relations", "tgt_relations")
 
@@ -77,16 +77,6 @@ def translation_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence
                           forced_reference=pair is not None and translation == pair.en)
 
 
-def quantize(weights: np.ndarray) -> np.ndarray:
-    """Attention weights in [0, 1] -> uint8 ``round(w * SCALE)``."""
-    return np.clip(np.rint(np.asarray(weights, dtype=np.float64) * SCALE), 0, SCALE
-                   ).astype(np.uint8)
-
-
-def dequantize(weights) -> np.ndarray:
-    return np.asarray(weights, dtype=np.float64) / SCALE
-
-
 def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
                    tgt_pieces: Sequence[str], probe: Probe, translation: str, step: int,
                    forced_reference: bool) -> dict:
@@ -102,18 +92,16 @@ def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
             "cross": (list(tgt_pieces) + ["</s>"], src)}
     gold = _gold_cells(probe, src_pieces, tgt_pieces, forced_reference)
     kinds = {}
-    for kind in KIND_ORDER:
-        if kind not in attn:
-            continue
+    for kind in (k for k in KINDS if k in attn):
         w = np.stack([np.asarray(layer, dtype=np.float64) for layer in attn[kind]])
         rows, cols = axes[kind]
         if w.shape[-2:] != (len(rows), len(cols)):
             raise ValueError(f"{kind}: weights {w.shape[-2:]} for {len(rows)}x{len(cols)} tokens")
-        kinds[kind] = {"rows": rows, "cols": cols, "weights": quantize(w),
+        kinds[kind] = {"rows": rows, "cols": cols,
+                       "weights": np.clip(np.rint(w * SCALE), 0, SCALE).astype(np.uint8),
                        "entropy": attention_entropy(w).mean(-1).round(4).tolist(),
                        "gold": gold.get(kind, [])}
-    return {"sentence": probe.sentence, "reference": probe.reference,
-            "translation": translation,
+    return {"sentence": probe.sentence, "reference": probe.reference, "translation": translation,
             "forced": "reference" if forced_reference else "translation",
             "step": int(step), "scale": SCALE, "kinds": kinds}
 
@@ -121,10 +109,9 @@ def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
 def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool) -> dict:
     """``{kind: [[row, col, label], ...]}`` from the probe's gold words (none without)."""
     gold: dict[str, list] = {}
-    src_w = pieces_to_words(list(src_pieces), probe.src_words) + [-1] \
-        if probe.src_words else None
+    src_w = pieces_to_words(src_pieces, probe.src_words) + [-1] if probe.src_words else None
     # target words only when the decoder read the reference those words spell
-    tgt_w = pieces_to_words(list(tgt_pieces), probe.tgt_words) \
+    tgt_w = pieces_to_words(tgt_pieces, probe.tgt_words) \
         if probe.tgt_words and forced_reference else None
     if src_w is not None:
         gold["encoder_self"] = _relation_cells(src_w, src_w, probe.src_relations, False)
@@ -147,20 +134,12 @@ def _relation_cells(row_words: list[int], col_words: list[int], relations,
         name = RELATIONS[int(rel)]
         pairs.setdefault((int(dep), int(head)), f"{name} →")
         pairs.setdefault((int(head), int(dep)), f"{name} ←")
-    cells = []
-    for i, qw in enumerate(row_words):
-        for j, kw in enumerate(col_words):
-            if qw < 0 or kw < 0 or qw == kw or (causal and j > i):
-                continue
-            label = pairs.get((qw, kw))
-            if label:
-                cells.append([i, j, label])
-    return cells
+    return [[i, j, pairs[qw, kw]] for i, qw in enumerate(row_words)
+            for j, kw in enumerate(col_words)
+            if (qw, kw) in pairs and qw >= 0 and kw >= 0 and qw != kw and not (causal and j > i)]
 
 
 def jsonable(doc: dict) -> dict:
     """The document with its weight arrays as nested lists (what the views receive)."""
-    out = dict(doc)
-    out["kinds"] = {k: {**v, "weights": np.asarray(v["weights"]).tolist()}
-                    for k, v in doc["kinds"].items()}
-    return out
+    return {**doc, "kinds": {k: {**v, "weights": np.asarray(v["weights"]).tolist()}
+                             for k, v in doc["kinds"].items()}}

@@ -1,11 +1,9 @@
 """The attention view as one self-contained HTML file: no server, nothing fetched.
 
-``translate.py attention=maps.html "<sentence>"`` and the tour notebook build it here:
-``static/view.js`` inlined as a module script, the view documents inlined as JSON, and the
-font Noto Sans CJK SC cut down to the characters the page shows
-(:func:`tinymt.fonts.sc_subset`: Simplified Chinese glyph forms) and inlined as a
-``data:`` URL, so Chinese renders in any browser and the file stays small enough to mail
-(a few hundred KB).
+``translate.py attention=maps.html`` and the tour notebook build it here: ``static/view.js``
+inlined as a module script, the view documents as JSON, and Noto Sans CJK SC cut to the
+characters the page shows (:func:`tinymt.fonts.sc_subset`) as a ``data:`` URL: Chinese
+renders in any browser, and the file stays a few hundred KB.
 """
 
 from __future__ import annotations
@@ -16,10 +14,13 @@ import json
 from collections.abc import Sequence
 
 from tinymt.fonts import SC_FAMILY, sc_subset
-from tinymt.viewer.assets import STATIC
+from tinymt.viewer import STATIC
 from tinymt.viewer.document import jsonable
 
 _SEP = "\u0000"  # joins run, tag and step into the inline source's keys (view.js)
+# inside an inline <script>, "</script", "<!--" and (old parsers) U+2028/2029 change how
+# the page is read: every such character goes in as a JSON escape, which JSON.parse undoes
+_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
 
 
 def inline_data(run: str, docs: Sequence[dict]) -> dict:
@@ -39,7 +40,8 @@ def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -
     data = inline_data(run, docs)
     text = json.dumps(data, ensure_ascii=False)
     font = base64.b64encode(sc_subset(text)).decode("ascii")
-    data_js = script_json(data)
+    data_js = json.dumps(data, ensure_ascii=False, separators=(",", ":")
+                         ).translate(_SCRIPT_ESCAPES)
     view_js = (STATIC / "view.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -59,17 +61,6 @@ mountView(document.getElementById("tinymt-attention"),
 </script>
 </body></html>
 """
-
-
-# inside an inline <script>, "</script", "<!--" and (old parsers) U+2028/2029 change how
-# the page is read: every such character goes in as a JSON escape, which JSON.parse undoes
-_SCRIPT_ESCAPES = {ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"}
-
-
-def script_json(obj) -> str:
-    """``obj`` as JSON safe to inline in a ``<script>`` element: no ``<``, ``>``, ``&``,
-    U+2028 or U+2029 in it (each escaped as ``\\u00XX``)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
 def iframe(page: str, height: int = 760) -> str:

@@ -8,16 +8,14 @@ through TensorBoard's data provider and serves them to the static ES module
 self-contained HTML file (:mod:`tinymt.viewer.html`) inlines.
 
 Routes (under ``/data/plugin/tinymt_attention/``): ``index.js``, ``view.js``,
-``font.otf?text=`` (Noto Sans CJK SC cut to those characters, at most 4,096: Chinese in
-Simplified Chinese glyph forms without system fonts); ``runs`` (every run
-and its probes; a probe whose tag metadata is not ours carries an ``error``), ``steps?run=&
-tag=`` (the steps logged; no record decoded), ``step?run=&tag=&step=`` (one view document,
-decoded and checked by :func:`tinymt.viewer.summary.decode`, weights as integers 0..255),
-``trend?run=&tag=`` (every head's entropy and gold share at every step; each record is
-decoded once, its small result kept in a bounded cache; a record the reader refuses is
-``null`` at its step, its reason in ``errors``). A bad request is an HTTP 400 or 404, an
-unreadable record a 422 (``/step``), with a one-line text;
-one run's data never breaks another's, and nothing crashes the server.
+``font.otf?text=`` (Noto Sans CJK SC cut to those characters, at most 4,096); ``runs``
+(every run and its probes; a probe whose tag metadata is not ours carries an ``error``),
+``steps?run=&tag=`` (the steps logged; no record decoded), ``step?run=&tag=&step=`` (one
+view document, checked by :func:`tinymt.viewer.summary.decode`, weights 0..255),
+``trend?run=&tag=`` (every head's entropy and gold share at every step, each record's
+result cached). A bad request is an HTTP 400 or 404, an unreadable record a 422
+(``/step``), with a one-line text; one run's data never breaks another's, and nothing
+crashes the server.
 """
 
 from __future__ import annotations
@@ -37,14 +35,17 @@ from werkzeug import wrappers
 
 from tinymt.errors import first_line
 from tinymt.fonts import font_for_query
-from tinymt.viewer.assets import STATIC, asset_bytes
-from tinymt.viewer.metadata import PLUGIN_NAME, parse_meta
-from tinymt.viewer.summary import KINDS, decode
+from tinymt.viewer import STATIC
+from tinymt.viewer.summary import KINDS, PLUGIN_NAME, decode, parse_meta
 
 logger = logging.getLogger(__name__)
 _ALL = 1_000_000  # read every logged step (the loader keeps them all: samples_per_plugin)
 TREND_RECORDS = 8192  # /trend's cache: at most this many records' results ...
 TREND_VALUES = 1 << 22  # ... holding at most this many numbers (32 MiB of float64)
+
+
+class _Refused(Exception):
+    """A request answered with HTTP status ``args[0]`` and the one-line text ``args[1]``."""
 
 
 def _route(method):
@@ -54,6 +55,8 @@ def _route(method):
     def route(self, request):
         try:
             return method(self, request)
+        except _Refused as e:
+            return _error(request, *e.args)
         except Exception as e:  # noqa: BLE001  (the request's answer says what it was)
             logger.exception("tinymt_attention %s", request.path)
             return _error(request, 500, f"{request.path}: {type(e).__name__}: {first_line(e)}")
@@ -82,10 +85,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     # ------------------------------------------------------------------ static files
     def _static(self, name: str):
-        @wrappers.Request.application
-        def serve(request):
-            return http_util.Respond(request, asset_bytes(STATIC / name), "text/javascript")
-        return serve
+        body = (STATIC / name).read_bytes()  # read once, not per request
+        return wrappers.Request.application(
+            lambda request: http_util.Respond(request, body, "text/javascript"))
 
     @_route
     def _font(self, request):
@@ -94,7 +96,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         try:
             font = font_for_query(request.args.get("text"))
         except ValueError as e:
-            return _error(request, 400, str(e))
+            raise _Refused(400, str(e)) from None
         return http_util.Respond(request, font, "font/otf", expires=24 * 3600)
 
     # ------------------------------------------------------------------ data
@@ -117,28 +119,24 @@ class AttentionPlugin(base_plugin.TBPlugin):
     @_route
     def _steps(self, request):
         data = self._series(request)
-        if not isinstance(data, list):
-            return data
         return _json(request, {"steps": sorted({d.step for d in data})})  # nothing decoded
 
     @_route
     def _step(self, request):
         data = self._series(request)
-        if not isinstance(data, list):
-            return data
         raw = request.args.get("step", "")
         try:
             step = int(raw)
         except ValueError:
-            return _error(request, 400, f"step={raw[:40]!r} is not an integer")
+            raise _Refused(400, f"step={raw[:40]!r} is not an integer") from None
         found = [d for d in data if d.step == step]
         if not found:
-            return _error(request, 404, f"no step {step} in this run and tag")
+            raise _Refused(404, f"no step {step} in this run and tag")
         where = f"run {request.args['run'][:80]!r}, tag {request.args['tag'][:80]!r}, step {step}"
         try:
             doc = decode(_record(found[-1].numpy))  # the last one logged at that step
         except ValueError as e:
-            return _error(request, 422, f"{where}: unreadable record: {e}")
+            raise _Refused(422, f"{where}: unreadable record: {e}") from None
         return http_util.Respond(request, _document_json(doc), "application/json")
 
     @_route
@@ -154,17 +152,17 @@ class AttentionPlugin(base_plugin.TBPlugin):
         first step with that kind, is ``null`` at its step for every kind, its reason in
         ``errors``; a kind a record lacks is ``null`` there."""
         data = self._series(request)
-        if not isinstance(data, list):
-            return data
-        run, tag = request.args["run"], request.args["tag"]
-        eid = _context(request)[1]
+        key = (_context(request)[1], request.args["run"], request.args["tag"])
         last = {d.step: d for d in data}  # the last one logged at a step, as /step reads
-        steps = sorted(last)
         found, errors, first = [], [], {}  # first: {kind: ((layers, heads), step)}
-        for step in steps:
-            trend = self._trends.get((eid, run, tag), last[step])
-            if not isinstance(trend, str):
-                trend = _same_heads(trend, first, step)
+        for step in sorted(last):
+            trend = self._trends.get(key, last[step])
+            for kind, (entropy, _) in ({} if isinstance(trend, str) else trend).items():
+                shape, at = first.get(kind, (entropy.shape, step))
+                if entropy.shape != shape:
+                    trend = (f"{kind} has {entropy.shape[0]}x{entropy.shape[1]} (layers x "
+                             f"heads), not {shape[0]}x{shape[1]} as at step {at}")
+                    break
             if isinstance(trend, str):
                 errors.append({"step": step, "error": trend})
                 found.append(None)
@@ -172,30 +170,24 @@ class AttentionPlugin(base_plugin.TBPlugin):
             for kind, (entropy, _) in trend.items():
                 first.setdefault(kind, (entropy.shape, step))
             found.append(trend)
-        kinds = {}
-        for kind in (k for k in KINDS if k in first):
-            series = [t.get(kind) if t else None for t in found]
-            kinds[kind] = {
-                "entropy": [_heads_json(v[0]) if v else None for v in series],
-                "gold": [_heads_json(v[1]) if v and v[1] is not None else None
-                         for v in series]}
-        return _json(request, {"steps": steps, "kinds": kinds, "errors": errors})
+        kinds = {kind: {name: [_heads_json(t[kind][i]) if t and kind in t else None
+                               for t in found] for i, name in enumerate(("entropy", "gold"))}
+                 for kind in KINDS if kind in first}
+        return _json(request, {"steps": sorted(last), "kinds": kinds, "errors": errors})
 
-    def _series(self, request):
-        """The logged data of ``run=`` / ``tag=`` (records not decoded), or an error
-        response. TensorBoard's data provider has no way to read one step: it hands over
-        every record of the tag (which it holds in memory anyway)."""
+    def _series(self, request) -> list:
+        """The logged data of ``run=`` / ``tag=`` (records not decoded). TensorBoard's data
+        provider has no way to read one step: it hands over every record of the tag."""
         run, tag = request.args.get("run"), request.args.get("tag")
         if not run or not tag:
-            return _error(request, 400, "run= and tag= are required")
+            raise _Refused(400, "run= and tag= are required")
         ctx, eid = _context(request)
         data = self._provider.read_tensors(
             ctx, experiment_id=eid, plugin_name=PLUGIN_NAME, downsample=self._downsample,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]))
         series = data.get(run, {}).get(tag)
         if not series:
-            return _error(request, 404, f"no attention data for run {run[:80]!r}, "
-                                        f"tag {tag[:80]!r}")
+            raise _Refused(404, f"no attention data for run {run[:80]!r}, tag {tag[:80]!r}")
         return list(series)
 
 
@@ -266,23 +258,9 @@ def _gold_share(w: np.ndarray, gold: list):
         return np.where(n > 0, share.sum(-1) / n, np.nan).round(4)
 
 
-def _same_heads(trend: dict, first: dict, step: int):
-    """``trend``, or why its heads of a kind are not those of the run's first record
-    with that kind."""
-    for kind, (entropy, _) in trend.items():
-        shape, at = first.get(kind, (entropy.shape, step))
-        if entropy.shape != shape:
-            return (f"{kind} has {entropy.shape[0]}x{entropy.shape[1]} (layers x heads), "
-                    f"not {shape[0]}x{shape[1]} as at step {at}")
-    return trend
-
-
-def _heads_json(a: np.ndarray) -> list:
-    """A (layers, heads) array as nested lists, NaN as ``None``."""
-    rows = a.tolist()
-    if np.isnan(a).any():
-        rows = [[None if x != x else x for x in row] for row in rows]
-    return rows
+def _heads_json(a: np.ndarray | None) -> list | None:
+    """A (layers, heads) array as nested lists, NaN as ``None`` (no array: ``None``)."""
+    return None if a is None else [[None if x != x else x for x in row] for row in a.tolist()]
 
 
 class AttentionLoader(base_plugin.TBLoader):

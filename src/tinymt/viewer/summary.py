@@ -1,18 +1,15 @@
-"""View documents as TensorBoard summaries, and back.
+"""View documents as TensorBoard summaries, and back (no torch: the plugin imports this).
 
-Each probe is one tag, ``probe_<k>``, whose summaries are string tensors (one per
-validation step) under our plugin's name; the tag's summary metadata carries the probe's
-sentence and reference (:mod:`tinymt.viewer.metadata`), so listing the probes needs no
-tensor. The tensor holds the document packed: zlib over ``MAGIC``, the JSON header's
+Each probe is one tag, ``probe_<k>``, of string tensors (one per validation step) under our
+plugin's name; the tag's metadata carries the probe's sentence and reference
+(:func:`summary_metadata`, version-checked by :func:`parse_meta`), so listing the probes
+needs no tensor. A tensor holds the document packed: zlib over ``MAGIC``, the JSON header's
 length (4 bytes, little-endian), the JSON header (everything but the weights, plus each
 kind's weight shape) and every kind's uint8 weights, kind by kind.
 
-:func:`decode` is the one reader of a record, and trusts nothing in it: the header is
-checked field by field before a weight is inflated, and no more bytes are inflated than
-the header declares (at most :data:`MAX_CELLS`), so a small record cannot make the
-reader hold more than its bounds.
-
-No torch here: the TensorBoard plugin imports this module.
+:func:`decode`, the one reader of a record, trusts nothing in it: the header is checked
+field by field before a weight is inflated, and no more bytes are inflated than the header
+declares (at most :data:`MAX_CELLS`).
 """
 
 from __future__ import annotations
@@ -25,8 +22,11 @@ import zlib
 import numpy as np
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from tinymt.viewer.metadata import MAX_JSON_BYTES, load_json, summary_metadata
+from tinymt.files import MAX_JSON_BYTES, parse_json
 
+PLUGIN_NAME = "tinymt_attention"
+VERSION = 1  # of the tag metadata's JSON: {"version", "sentence", "reference"}
+MAX_DEPTH = 8  # JSON nesting (a record's header nests 5 deep: kinds.cross.gold[0][2])
 MAGIC = b"TMAV1"  # tinymt attention view, format 1
 KINDS = ("encoder_self", "decoder_self", "cross")  # model.KINDS (no torch here)
 MAX_TOKENS = 4096  # rows or columns of one kind
@@ -62,7 +62,7 @@ def decode(blob: bytes) -> dict:
     (n,) = struct.unpack_from("<I", prefix, len(MAGIC))
     if n > MAX_JSON_BYTES:
         raise ValueError(f"the record's header is {n:,} bytes (at most {MAX_JSON_BYTES:,})")
-    doc = load_json(stream.read(n), "the record's header")
+    doc = parse_json(stream.read(n), "the record's header", MAX_DEPTH, ValueError)
     shapes = check_header(doc)
     raw = stream.read(sum(math.prod(s) for s in shapes.values()))
     stream.finish()
@@ -91,14 +91,13 @@ class _Inflater:
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` more bytes, or ``ValueError``."""
-        chunks, got = [], 0
-        while got < n:
-            chunk = self._inflate(n - got)
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._inflate(n - len(out))
             if not chunk:
-                raise ValueError(f"the record is truncated ({got:,} of {n:,} bytes)")
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+                raise ValueError(f"the record is truncated ({len(out):,} of {n:,} bytes)")
+            out += chunk
+        return bytes(out)
 
     def finish(self) -> None:
         """The stream must end here: no byte more, nothing missing, nothing after."""
@@ -203,7 +202,37 @@ def _number(value) -> bool:
         return False
 
 
-# ----------------------------------------------------------------------------- writing
+# ----------------------------------------------------------------------------- the tag
+def summary_metadata(sentence: str, reference: str | None) -> summary_pb2.SummaryMetadata:
+    """The metadata of a probe's tag: its sentence and reference, under our plugin."""
+    content = {"version": VERSION, "sentence": sentence, "reference": reference}
+    return summary_pb2.SummaryMetadata(
+        summary_description=sentence, data_class=summary_pb2.DATA_CLASS_TENSOR,
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(content, ensure_ascii=False).encode("utf-8")))
+
+
+def parse_meta(content: bytes) -> dict:
+    """A tag's metadata -> ``{"sentence", "reference"}``; ``ValueError`` unless it is
+    version 1 of what :func:`summary_metadata` writes."""
+    if len(content) > MAX_JSON_BYTES:
+        raise ValueError(f"the tag's metadata is {len(content):,} bytes (at most "
+                         f"{MAX_JSON_BYTES:,})")
+    meta = parse_json(bytes(content), "the tag's metadata", MAX_DEPTH, ValueError)
+    if not isinstance(meta, dict):
+        raise ValueError(f"the tag's metadata is a JSON {type(meta).__name__}, not an object")
+    if type(meta.get("version")) is not int or meta["version"] != VERSION:
+        raise ValueError(f"the tag's metadata has version {meta.get('version')!r} "
+                         f"(this viewer reads {VERSION})")
+    sentence, reference = meta.get("sentence"), meta.get("reference")
+    if not isinstance(sentence, str):
+        raise ValueError("the tag's metadata has no sentence (a string)")
+    if reference is not None and not isinstance(reference, str):
+        raise ValueError("the tag's metadata has a reference that is not a string")
+    return {"sentence": sentence, "reference": reference}
+
+
 def probe_summary(tag: str, doc: dict, sentence: str, reference: str | None
                   ) -> summary_pb2.Summary:
     """A ``Summary`` with one value: ``doc`` as a string tensor under our plugin."""

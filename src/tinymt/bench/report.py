@@ -22,10 +22,6 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(r) + " |" for r in rows), ""]
 
 
-def where(m: dict) -> str:
-    return m.get("gpu") or f"{m['cpu']}, {m['torch_threads']} threads"
-
-
 def measured_by(section: dict) -> str:
     m, data, quick = section["machine"], section.get("data"), section["settings"].get("quick")
     line = (f"Measured by `{m['command']}` on {m['date']} at git {m['git']}"
@@ -40,7 +36,7 @@ def measured_by(section: dict) -> str:
 
 def render_training(tr: dict) -> list[str]:
     s = tr["settings"]
-    L = [f"### Training throughput ({where(tr['machine'])})", "", measured_by(tr), "",
+    L = ["### Training throughput", "", measured_by(tr), "",
          (f"{s['precision']}{', torch.compile' if s['compile'] else ''}; {s['timed_batches']} "
           f"batches of ≤ {s['max_tokens']:,} tokens ({s['timed_target_tokens_per_run']:,} "
           f"target tokens) after {s['warmup']} warm-up steps; median of {s['repeats']} rounds; "
@@ -62,7 +58,7 @@ def render_training(tr: dict) -> list[str]:
 
 def render_decoding(de: dict) -> list[str]:
     s = de["settings"]
-    L = [f"### Decoding throughput ({where(de['machine'])})", "", measured_by(de), "",
+    L = ["### Decoding throughput", "", measured_by(de), "",
          (f"{s['sentences']:,} test sentences, batches of ≤ {s['batch_tokens']:,} source "
           f"tokens, median of {s['repeats']} passes; {s['length_rule']}."), ""]
     rows, ratios = [], []

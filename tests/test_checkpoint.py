@@ -39,6 +39,28 @@ def test_roundtrip(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
+def test_a_tensor_must_own_the_bytes_its_shape_needs(tmp_path):
+    """A few bytes cannot describe a big model: a weight saved as an expanded view of one
+    row (stride 0) is refused in one line naming it, before any model is built."""
+    d = MC["d_model"]
+    big = {**MC, "d_ff": 4096}
+    state = _state(1.0, 1)
+    state["model_config"] = big
+    for name, w in list(state["model"].items()):
+        if name.endswith("ff.linear1.weight"):  # (d_ff, d): one row expanded
+            state["model"][name] = torch.ones(1, d).expand(4096, d)
+        elif name.endswith("ff.linear1.bias"):
+            state["model"][name] = torch.zeros(1).expand(4096)
+        elif name.endswith("ff.linear2.weight"):
+            state["model"][name] = torch.ones(d, 1).expand(d, 4096)
+    save_checkpoint(state, tmp_path / "x.pt")
+    assert (tmp_path / "x.pt").stat().st_size < 50_000
+    with pytest.raises(TinyMTError, match=r"ff\.linear1\.weight: shape \(4096, 8\) needs "
+                       r"131,072 bytes, its storage holds 32") as e:
+        load_checkpoint(tmp_path / "x.pt")
+    assert "\n" not in str(e.value)
+
+
 def test_missing_checkpoint_is_one_line_error(tmp_path):
     with pytest.raises(TinyMTError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.pt")

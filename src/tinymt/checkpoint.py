@@ -162,6 +162,12 @@ def _tensors(model: Any) -> bool | str:
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             found = value.layout if isinstance(value, torch.Tensor) else type(value).__name__
             return f".{_name(name)}: expected a dense tensor, found {found}"
+        # the file must hold every weight it describes: a view whose shape outgrows its
+        # storage (an expanded or overlapping one) would let a few KB describe a huge model
+        if value.untyped_storage().nbytes() < value.numel() * value.element_size():
+            return (f".{_name(name)}: shape {tuple(value.shape)} needs "
+                    f"{value.numel() * value.element_size():,} bytes, its storage holds "
+                    f"{value.untyped_storage().nbytes():,}")
     return True
 
 

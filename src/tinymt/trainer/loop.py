@@ -1,4 +1,6 @@
-"""The training loop: ``train(cfg) -> metrics``, readable top to bottom.
+"""The training loop: ``train(cfg) -> metrics``. The loop comes first (steps 2-4, each
+step the core's :mod:`tinymt.step` with accumulation, several processes and the CPU's fast
+loss around it); the set-up (step 1) is at the end of the file.
 
 1. :func:`setup`: devices and ranks, the run dir, the data (tokenizer, batches), the
    model, optimizer and schedule; on resume everything is restored and checked before
@@ -115,106 +117,6 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
         for lock in locks:
             lock.release()
         runtime.teardown(rt)
-
-
-# ----------------------------------------------------------------------------- 1. setup
-def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
-    shared = data.src_tokenizer is data.tgt_tokenizer
-    longest = max((int(side.max()) for side in data.lengths("train") if len(side)), default=0)
-    if longest + 1 > cfg.model.max_positions:
-        raise TinyMTError(
-            f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "
-            f"model.max_positions={cfg.model.max_positions}: lower data.max_len to "
-            f"{cfg.model.max_positions - 1} or raise model.max_positions")
-    model = Transformer(cfg.model, data.src_tokenizer.vocab_size,
-                        data.tgt_tokenizer.vocab_size, shared_vocab=shared)
-    return use_bit_dropout(model)  # the same dropout, its CPU mask drawn faster
-
-
-def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
-          locks: list[RunLock]) -> Training:
-    """Steps 1–2 of the module docstring. Nothing is written into the run dir until
-    every check (data, model size, the checkpoint and tokenizer of a resumed run) passed.
-    Rank 0 holds the run dir's lock (appended to ``locks``) from here to the end."""
-    tc, oc = cfg.trainer, cfg.optim
-    run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
-    if rt.distributed:
-        check_same_config(cfg, rt)
-    resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
-    runtime.seed_everything(tc.seed)
-
-    log = print if rt.is_main else (lambda *a, **k: None)
-    if rt.is_main:  # rank 0 builds the data cache, the others then read it
-        data = prepare(cfg.data, log=log)
-    runtime.barrier(rt)
-    if not rt.is_main:
-        data = prepare(cfg.data, log=log)
-
-    model = build_model(cfg, data).to(rt.device)
-    log(f"model: {cfg.model.name}, {count_parameters(model):,} parameters "
-        f"(d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
-        f"layers={cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers}); device {rt.device}"
-        + (f", {rt.world_size} process{'es' if rt.world_size > 1 else ''} "
-           f"({runtime.backend_for(rt.device)})" if rt.distributed else ""))
-    optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
-    segments = TrainSegments(data, cfg.data.sampling_alpha, cfg.data.sampling_nbest_size,
-                             tc.seed, max_len=cfg.model.max_positions - 1)
-    sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
-                                shuffle=True,
-                                lengths_of=segments.lengths if segments.sampling else None)
-    if segments.sampling:
-        log(f"data: subword regularization: alpha {cfg.data.sampling_alpha}, every epoch's "
-            f"train pieces drawn from (seed {tc.seed}, epoch)")
-    t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, segments,
-                 None, probe_sentences(cfg, data))
-    if resume is not None:
-        restore(t, resume)
-        if rt.is_main:
-            finish_publishing(resume, run_dir, tc.keep_last, t.log)
-    else:
-        sampler.set_epoch(0)
-    if tc.compile:
-        t.train_model = torch.compile(model)
-    if rt.distributed:
-        t.train_model = torch.nn.parallel.DistributedDataParallel(
-            t.train_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
-    if rt.is_main:
-        _write_run_files(t, resuming=resume is not None)
-    return t
-
-
-def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[RunLock]) -> Path:
-    """Rank 0 claims the run dir (or locks the resumed one); every rank uses its path."""
-    if cfg.trainer.resume:
-        run_dir = Path(cfg.trainer.resume)
-        check_resumable(run_dir)
-        if rt.is_main:
-            locks.append(lock_run(run_dir, "resume"))
-    elif rt.is_main:
-        if cfg.run_dir is None:
-            cfg.run_dir, unique = clock_run_dir(), True
-        run_dir, lock = claim_run_dir(cfg.run_dir, unique)
-        locks.append(lock)
-    else:
-        run_dir = None
-    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
-    cfg.run_dir = str(run_dir)
-    return run_dir
-
-
-def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
-    if rt.is_main:
-        clean_stale_temps(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
-    return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
-
-
-def _write_run_files(t: Training, resuming: bool) -> None:
-    """The tokenizer (new runs), config.yaml and the TensorBoard writer."""
-    write_run_files(t.run_dir, t.cfg, t.data, resuming)
-    # purge_step drops events a killed run wrote after its last checkpoint
-    t.writer = SummaryWriter(str(t.run_dir),
-                             purge_step=t.state["step"] + 1 if resuming else None)
-    t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])
 
 
 # ----------------------------------------------------------------------------- 2. loop
@@ -432,3 +334,104 @@ def _average(t: Training) -> Path | None:
         save_checkpoint(average_checkpoints(steps), avg, owner=t.run_dir)
     runtime.barrier(t.rt)
     return avg
+
+
+# ----------------------------------------------------------------------------- 1. setup
+# devices, the run dir and its lock, the data, the model; nothing written before every check
+def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
+    shared = data.src_tokenizer is data.tgt_tokenizer
+    longest = max((int(side.max()) for side in data.lengths("train") if len(side)), default=0)
+    if longest + 1 > cfg.model.max_positions:
+        raise TinyMTError(
+            f"training pairs of up to {longest} tokens (+1 for bos/eos) do not fit "
+            f"model.max_positions={cfg.model.max_positions}: lower data.max_len to "
+            f"{cfg.model.max_positions - 1} or raise model.max_positions")
+    model = Transformer(cfg.model, data.src_tokenizer.vocab_size,
+                        data.tgt_tokenizer.vocab_size, shared_vocab=shared)
+    return use_bit_dropout(model)  # the same dropout, its CPU mask drawn faster
+
+
+def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
+          locks: list[RunLock]) -> Training:
+    """Steps 1–2 of the module docstring. Nothing is written into the run dir until
+    every check (data, model size, the checkpoint and tokenizer of a resumed run) passed.
+    Rank 0 holds the run dir's lock (appended to ``locks``) from here to the end."""
+    tc, oc = cfg.trainer, cfg.optim
+    run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
+    if rt.distributed:
+        check_same_config(cfg, rt)
+    resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
+    runtime.seed_everything(tc.seed)
+
+    log = print if rt.is_main else (lambda *a, **k: None)
+    if rt.is_main:  # rank 0 builds the data cache, the others then read it
+        data = prepare(cfg.data, log=log)
+    runtime.barrier(rt)
+    if not rt.is_main:
+        data = prepare(cfg.data, log=log)
+
+    model = build_model(cfg, data).to(rt.device)
+    log(f"model: {cfg.model.name}, {count_parameters(model):,} parameters "
+        f"(d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
+        f"layers={cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers}); device {rt.device}"
+        + (f", {rt.world_size} process{'es' if rt.world_size > 1 else ''} "
+           f"({runtime.backend_for(rt.device)})" if rt.distributed else ""))
+    optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
+    segments = TrainSegments(data, cfg.data.sampling_alpha, cfg.data.sampling_nbest_size,
+                             tc.seed, max_len=cfg.model.max_positions - 1)
+    sampler = TokenBatchSampler(*data.lengths("train"), max_tokens=tc.max_tokens, seed=tc.seed,
+                                shuffle=True,
+                                lengths_of=segments.lengths if segments.sampling else None)
+    if segments.sampling:
+        log(f"data: subword regularization: alpha {cfg.data.sampling_alpha}, every epoch's "
+            f"train pieces drawn from (seed {tc.seed}, epoch)")
+    t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, segments,
+                 None, probe_sentences(cfg, data))
+    if resume is not None:
+        restore(t, resume)
+        if rt.is_main:
+            finish_publishing(resume, run_dir, tc.keep_last, t.log)
+    else:
+        sampler.set_epoch(0)
+    if tc.compile:
+        t.train_model = torch.compile(model)
+    if rt.distributed:
+        t.train_model = torch.nn.parallel.DistributedDataParallel(
+            t.train_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+    if rt.is_main:
+        _write_run_files(t, resuming=resume is not None)
+    return t
+
+
+def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[RunLock]) -> Path:
+    """Rank 0 claims the run dir (or locks the resumed one); every rank uses its path."""
+    if cfg.trainer.resume:
+        run_dir = Path(cfg.trainer.resume)
+        check_resumable(run_dir)
+        if rt.is_main:
+            locks.append(lock_run(run_dir, "resume"))
+    elif rt.is_main:
+        if cfg.run_dir is None:
+            cfg.run_dir, unique = clock_run_dir(), True
+        run_dir, lock = claim_run_dir(cfg.run_dir, unique)
+        locks.append(lock)
+    else:
+        run_dir = None
+    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
+    cfg.run_dir = str(run_dir)
+    return run_dir
+
+
+def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
+    if rt.is_main:
+        clean_stale_temps(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
+    return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
+
+
+def _write_run_files(t: Training, resuming: bool) -> None:
+    """The tokenizer (new runs), config.yaml and the TensorBoard writer."""
+    write_run_files(t.run_dir, t.cfg, t.data, resuming)
+    # purge_step drops events a killed run wrote after its last checkpoint
+    t.writer = SummaryWriter(str(t.run_dir),
+                             purge_step=t.state["step"] + 1 if resuming else None)
+    t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])

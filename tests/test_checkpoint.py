@@ -46,7 +46,7 @@ def test_a_tensor_must_own_the_bytes_its_shape_needs(tmp_path):
     big = {**MC, "d_ff": 4096}
     state = _state(1.0, 1)
     state["model_config"] = big
-    for name, w in list(state["model"].items()):
+    for name in list(state["model"]):
         if name.endswith("ff.linear1.weight"):  # (d_ff, d): one row expanded
             state["model"][name] = torch.ones(1, d).expand(4096, d)
         elif name.endswith("ff.linear1.bias"):

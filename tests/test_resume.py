@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
-from conftest import compose_train, run_script_with_fault
+from conftest import compose_train, copy_run, run_script_with_fault
 from tinymt.checkpoint import load_checkpoint
-from tinymt.errors import Stopped
+from tinymt.errors import Stopped, TinyMTError
 from tinymt.rundir import step_checkpoints
 from tinymt.trainer import resume_config, train
 
@@ -272,3 +273,29 @@ def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
                            cwd=ROOT, capture_output=True, text=True)
     assert third.returncode == 0, third.stderr[-2000:]
     assert "resumed" in third.stdout
+
+
+# ----------------------------------------------------------------------------- edited config
+@pytest.mark.parametrize("group, key, value", [("model", "activation", "gelu"),
+                                               ("model", "dropout", 0.5),
+                                               ("data", "max_len", 20)])
+def test_resume_trusts_the_checkpoint_not_an_edited_config_yaml(tiny_run, tmp_path, group,
+                                                                key, value):
+    """config.yaml edited after the run (a model or data setting): the resume is refused in
+    one line naming the key, before any file of the run changes or a data cache is built."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg[group][key] != value
+    cfg[group][key] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    cache = Path(cfg["data"]["cache_dir"])
+
+    def files():
+        return {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+    before, cached = files(), set(cache.iterdir())
+    with pytest.raises(TinyMTError) as e:
+        train(resume_config(compose_train(tmp_path, f"trainer.resume={run}"),
+                            [f"trainer.resume={run}"]))
+    assert "\n" not in str(e.value) and f"{group}.{key} (" in str(e.value)
+    assert files() == before and set(cache.iterdir()) == cached

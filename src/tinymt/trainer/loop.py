@@ -52,6 +52,7 @@ from tinymt.step import update
 from tinymt.trainer import validation
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
+    check_against_checkpoint,
     check_resumable,
     check_same_config,
     checkpoint_state,
@@ -361,6 +362,8 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     if rt.distributed:
         check_same_config(cfg, rt)
     resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
+    if resume is not None:  # before the data is built: an edited config.yaml changes nothing
+        check_against_checkpoint(cfg, resume, checkpoint_path(run_dir, "last"))
     runtime.seed_everything(tc.seed)
 
     log = print if rt.is_main else (lambda *a, **k: None)

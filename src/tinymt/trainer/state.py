@@ -118,6 +118,25 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
 
 
 # ----------------------------------------------------------------------------- run files
+def check_against_checkpoint(cfg: DictConfig, ckpt: dict, path: Path) -> None:
+    """The run's ``config.yaml`` can be edited; the checkpoint's config is what its weights
+    and data were made with, so a resume whose model or data settings differ from it (a
+    key both know; ``data.cache_dir`` may move) is refused before anything is written."""
+    stored = ckpt.get("config") or {}
+    changed = []
+    for group in FROZEN_ON_RESUME:
+        now, then = OmegaConf.to_container(cfg[group]), stored.get(group) or {}
+        changed += [f"{group}.{k} ({then[k]!r} there, {now[k]!r} here)"
+                    for k in sorted(set(now) & set(then))
+                    if now[k] != then[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
+    if changed:
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise TinyMTError(
+            f"trainer.resume: {path.parents[1] / CONFIG} disagrees with {path}, whose weights "
+            f"were trained with other settings: {changed[0]}{more}; put config.yaml back as "
+            "the checkpoint has it, or start a new run")
+
+
 def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
     """torchrun ranks must agree on everything but where they were told to write."""
     mine = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "run_dir"}

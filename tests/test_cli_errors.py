@@ -217,3 +217,41 @@ def test_split_args():
     assert split(["run=r", "他", "decode.beam=5", "-m"]) == (["run=r", "decode.beam=5", "-m"], ["他"])
     assert split(["run=r", "--", "x=1", "-5 a", "--"]) == (["run=r"], ["x=1", "-5 a", "--"])
     assert split(["--", "a"]) == ([], ["a"]) and split([]) == ([], [])
+
+
+# ----------------------------------------------------------------------------- internal faults
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), ValueError("two\nlines"), KeyError("k"),
+                                 OSError(5, "Input/output error"), AssertionError(),
+                                 MemoryError(), TypeError("'int' object is not subscriptable")])
+def test_any_other_exception_is_one_line_and_exit_1(exc, capsys, monkeypatch):
+    """Not only our own error type: whatever a script raises ends as one ``error:`` line,
+    exit status 1 (a fault, not the user's input); ``TINYMT_TRACEBACK=1`` re-raises it."""
+    from tinymt.cli import TRACEBACK, one_line_errors
+
+    def fails():
+        raise exc
+
+    monkeypatch.delenv(TRACEBACK, raising=False)
+    with pytest.raises(SystemExit) as e:
+        one_line_errors(fails)()
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"error: internal error ({type(exc).__name__}") and TRACEBACK in err
+    monkeypatch.setenv(TRACEBACK, "1")
+    with pytest.raises(type(exc)):
+        one_line_errors(fails)()
+
+
+@pytest.mark.slow  # random tiny models decoded: ~6 s
+def test_a_fault_after_the_work_is_one_line_through_the_real_script(tmp_path):
+    """benchmark.py --merge of a JSON whose sections are not what it wrote: the fault comes
+    after the measuring, as one line and exit 1, not a traceback."""
+    bad = tmp_path / "m.json"
+    bad.write_text('{"devices": {"cpu": {"training": 5}}}')
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
+                        "--quick", "--sections", "decoding", "--sizes", "tiny", "--sentences", "4",
+                        "--merge", str(bad), "--out", "x.md", "--json", "x.json"],
+                       cwd=tmp_path, capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "TINYMT_TRACEBACK"})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: internal error (TypeError")

@@ -1,5 +1,6 @@
-"""What every script does with a user error: one line on stderr, exit status 2 -- ours
-(:func:`one_line_errors`) and Hydra's composition errors (:func:`run_hydra`)."""
+"""What every script does with a failure: one line on stderr -- a user error exit status 2
+(ours, :func:`one_line_errors`, and Hydra's composition errors, :func:`run_hydra`), any
+other exception exit status 1 (``TINYMT_TRACEBACK=1`` shows its traceback instead)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from hydra.errors import HydraException
 from tinymt.errors import Stopped, TinyMTError
 
 _FAILED_JOBS: list[str] = []  # jobs of this ``-m`` sweep that ended in a TinyMTError
+TRACEBACK = "TINYMT_TRACEBACK"  # set to 1: an internal fault shows its traceback
 
 
 def _sweep_job() -> str | None:
@@ -31,7 +33,7 @@ def one_line_errors(fn):
     """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2 (in
     a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2 at its end), Ctrl-C
     ``interrupted`` and 130, a :class:`~tinymt.errors.Stopped` run its message and 128 +
-    the signal's number."""
+    the signal's number, any other exception ``error: internal error (...)`` and 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -52,6 +54,13 @@ def one_line_errors(fn):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             sys.exit(130)
+        except Exception as e:  # not the user's doing: a fault of ours or of a library
+            if os.environ.get(TRACEBACK) == "1":
+                raise
+            what = (str(e).strip().splitlines() or [""])[0][:300]
+            print(f"error: internal error ({type(e).__name__}{': ' + what if what else ''}); "
+                  f"{TRACEBACK}=1 shows where", file=sys.stderr)
+            sys.exit(1)
 
     return wrapper
 

@@ -298,6 +298,30 @@ def test_averaging_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, t
     assert snapshot(run) == before
 
 
+def test_no_output_replaces_any_other_file_of_the_run(tiny_run, tmp_path, capsys):
+    """Any file of a run outside checkpoints/ is its training's (events, metrics.json,
+    images, ...): average_checkpoints.py output= and analyze_heads.py prune_output= naming
+    one, directly or through a link to the run, are refused in one line, nothing changed."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    (tmp_path / "link").symlink_to(run)
+    files = [p.relative_to(run) for p in sorted(run.rglob("*"))
+             if p.is_file() and p.parts[len(run.parts)] != "checkpoints"]
+    assert any(f.name.startswith("events.out.tfevents") for f in files)
+    assert Path("metrics.json") in files
+    before = snapshot(run)
+    targets = [("average_checkpoints", ["last=2"], "output", run / f) for f in files]
+    targets += [("average_checkpoints", ["last=2"], "output", tmp_path / "link" / "metrics.json"),
+                ("analyze_heads", ["prune=0.5"], "prune_output", run / "metrics.json"),
+                ("analyze_heads", ["prune=0.5"], "prune_output", run / files[0])]
+    for script, args, key, target in targets:
+        status, err = run_script_in_process(script, [f"run={run}", *args, f"{key}={target}"],
+                                            capsys)
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and lines[0].startswith(f"error: {key}="), (
+            target, err[-2000:])
+        assert snapshot(run) == before, target
+
+
 def test_averaging_into_avg_pt_stays_allowed(tiny_run, tmp_path, capsys):
     run = copy_run(tiny_run, tmp_path / "run")
     before = snapshot(run)

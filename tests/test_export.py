@@ -460,3 +460,33 @@ def test_every_bit_flip_of_the_description_is_caught(exports, tmp_path):
                 pass
             f.seek(i)
             f.write(bytes([byte]))
+
+
+VOCAB_FORGERIES = {  # shared_vocabulary.json / config.json rewritten, digests recomputed
+    "an empty vocabulary": ("shared_vocabulary.json", lambda v: []),
+    "all <unk>": ("shared_vocabulary.json", lambda v: ["<unk>"] * len(v)),
+    "cut to 5 tokens": ("shared_vocabulary.json", lambda v: v[:5]),
+    "two pieces swapped": ("shared_vocabulary.json", lambda v: [v[0], v[1], v[2], v[3], v[5],
+                                                                v[4], *v[6:]]),
+    "another decoder start": ("config.json", lambda c: {**c, "decoder_start_token": "</s>"}),
+    "another unk": ("config.json", lambda c: {**c, "unk_token": "<pad>"}),
+}
+
+
+@pytest.mark.parametrize("forgery", VOCAB_FORGERIES)
+def test_a_forged_vocabulary_is_refused_before_ctranslate2_reads_it(exports, tmp_path, capsys,
+                                                                     forgery):
+    """The export's files re-signed by a forger (the digests match): CTranslate2 would
+    translate through whatever vocabulary and special tokens it finds; checked against the
+    export's own sentencepiece model first, one line naming the file, exit 2."""
+    import hashlib
+
+    export = private_export(exports, tmp_path)
+    name, change = VOCAB_FORGERIES[forgery]
+    file = export / name
+    file.write_text(json.dumps(change(json.loads(file.read_text(encoding="utf-8")))))
+    meta = _meta(export)
+    meta["files"][name] = hashlib.sha256(file.read_bytes()).hexdigest()
+    (export / "tinymt_export.json").write_text(json.dumps(sign(meta)))
+    line = translate_ct2_refused(export, capsys)
+    assert str(file) in line and "export the model again" in line, line

@@ -150,6 +150,7 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     if meta.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
         raise TinyMTError(f"the sentencepiece model(s) in {path} are not the ones the model "
                           "was exported with: export it again")
+    check_vocabularies(path, src_tok, tgt_tok)
     ct2 = require_ct2()
     m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)  # our device= as CTranslate2's
     if not m:
@@ -161,6 +162,34 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
         raise TinyMTError(f"model_dir={path}: CTranslate2 cannot load it ({first_line(e)})"
                           ) from None
     return LoadedExport(translator, src_tok, tgt_tok, meta, path)
+
+
+# CTranslate2's special tokens as our tokenizers number them (pad, unk, bos, eos = 0-3)
+SPECIALS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
+            "decoder_start_token": "<s>"}
+
+
+def check_vocabularies(path: Path, src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
+    """CTranslate2 maps its output through the export's own vocabulary files and
+    ``config.json``: they must be our tokenizers' pieces in id order, and the special
+    tokens ours, or it would translate into other words (even with the digests
+    recomputed); checked before it loads them, one line naming the file."""
+    shared = path / "shared_vocabulary.json"
+    pairs = [(shared, tgt_tok)] if shared.exists() else [
+        (path / "source_vocabulary.json", src_tok), (path / "target_vocabulary.json", tgt_tok)]
+    for file, tok in pairs:
+        vocab = (load_json(file, "the export's vocabulary", max_bytes=64 << 20, top=list)
+                 if file.exists() else None)
+        if vocab != tok.pieces(range(tok.vocab_size)):
+            n = "missing" if vocab is None else f"{len(vocab):,} entries"
+            raise TinyMTError(f"{file} is not the vocabulary of the sentencepiece model the "
+                              f"export holds ({n}, expected its {tok.vocab_size:,} pieces in id "
+                              "order): export the model again")
+    config = load_json(path / "config.json", "the export's CTranslate2 config", top=dict)
+    for key, token in SPECIALS.items():
+        if config.get(key) != token:
+            raise TinyMTError(f"{path / 'config.json'}: {key} is {config.get(key)!r}, not "
+                              f"{token!r}: export the model again")
 
 
 def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,

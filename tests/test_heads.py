@@ -45,7 +45,16 @@ from tinymt.heads.stats import AlignmentCounts, aer, attention_links
 from tinymt.model import KINDS, Transformer
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.translate import translate
-from tinymt.words import one_hot, piece_word_weights, pieces_to_words
+from tinymt.words import piece_word_weights, pieces_to_words
+
+
+def one_hot(mapping, n_words: int) -> np.ndarray:
+    """``(len(mapping), n_words)`` weights of a hard position -> word map (-1: none)."""
+    out = np.zeros((len(mapping), n_words))
+    for i, w in enumerate(mapping):
+        if w >= 0:
+            out[i, w] = 1.0
+    return out
 
 
 @pytest.fixture(autouse=True)

@@ -60,12 +60,3 @@ def pieces_to_words(pieces: Sequence[str], words: Sequence[str]) -> list[int]:
     :func:`piece_word_weights`."""
     weights = piece_word_weights(pieces, words)
     return [int(row.argmax()) if row.sum() > 0 else -1 for row in weights]
-
-
-def one_hot(mapping: Sequence[int], n_words: int) -> np.ndarray:
-    """``(len(mapping), n_words)`` weights of a hard position -> word map (-1: none)."""
-    out = np.zeros((len(mapping), n_words))
-    for i, w in enumerate(mapping):
-        if w >= 0:
-            out[i, w] = 1.0
-    return out

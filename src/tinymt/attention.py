@@ -82,11 +82,15 @@ class MultiHeadAttention(nn.Module):
         into heads ``(B, h, T, d_head)``. Self-attention does the three in one matmul."""
         if key_value is None:
             q, k, v = self.in_proj(query).chunk(3, dim=-1)  # 3 x (B, T, d)
-        else:
-            d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
-            q = F.linear(query, w[:d], None if b is None else b[:d])  # (B, T_q, d)
-            k, v = F.linear(key_value, w[d:], None if b is None else b[d:]).chunk(2, dim=-1)
-        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+            return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+        d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
+        k, v = F.linear(key_value, w[d:], None if b is None else b[d:]).chunk(2, dim=-1)
+        return self.project_queries(query), self.split_heads(k), self.split_heads(v)
+
+    def project_queries(self, query: Tensor) -> Tensor:
+        """``Q = query W_Q`` alone, split into heads ``(B, h, T_q, d_head)``."""
+        d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
+        return self.split_heads(F.linear(query, w[:d], None if b is None else b[:d]))
 
     @torch.no_grad()
     def load_from_torch(self, ref: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -94,7 +94,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if problem:
         raise TinyMTError(f"checkpoint {path} is not one tinymt wrote: {problem}; use another "
                           "checkpoint of the run (last.pt / best.pt)")
-    _fold_head_masks(state["model"], state["model_config"]["n_heads"])
+    masks = {key: state["model"].pop(key) for key in HEAD_MASKS if key in state["model"]}
+    state["model"] = fold_head_masks(state["model"], masks, state["model_config"]["n_heads"])
     return state
 
 
@@ -103,19 +104,22 @@ HEAD_MASKS = {"head_mask_encoder_self": ("encoder", "self_attn"),
               "head_mask_cross": ("decoder", "cross_attn")}
 
 
-def _fold_head_masks(model: dict, n_heads: int) -> None:
-    """A checkpoint may store switched-off heads as ``head_mask_<kind>`` tensors
-    ``(n_layers, h)``; a head masked 0 is the same as its ``W_O`` columns zeroed, which is
-    how the model holds it: fold them in (in place) and drop the masks."""
-    for key, (side, attn) in HEAD_MASKS.items():
-        mask = model.pop(key, None)
-        for layer, row in enumerate([] if mask is None else mask.float()):  # (h,)
+def fold_head_masks(model: dict, masks: dict, n_heads: int) -> dict:
+    """``model`` (a state dict) with each head's ``W_O`` columns times its mask,
+    ``masks``: ``{head_mask_<kind>: (n_layers, h)}``. A head masked 0 is then switched off,
+    as a gate of 0 would: how the model holds pruned heads (and how a checkpoint storing
+    ``head_mask_*`` tensors is read)."""
+    model = dict(model)
+    for key, mask in masks.items():
+        side, attn = HEAD_MASKS[key]
+        for layer, row in enumerate(mask.float()):  # (h,)
             name = f"{side}_layers.{layer}.{attn}.out_proj.weight"
             w = model.get(name)  # (d, h * d_head)
             if not (isinstance(w, torch.Tensor) and w.dim() == 2 and w.size(1) % n_heads == 0):
                 continue  # no such layer: loading the state dict names what is missing
             heads = w.reshape(w.size(0), n_heads, w.size(1) // n_heads)  # (d, h, d_head)
             model[name] = (heads * row[:, None].to(w)).reshape(w.shape)
+    return model
 
 
 def _damaged(path: Path, why: str) -> TinyMTError:

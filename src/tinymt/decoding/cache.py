@@ -20,7 +20,6 @@ values instead of holding ``beam`` copies that move on every reorder.
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor
 
 from tinymt.attention import MultiHeadAttention
@@ -95,9 +94,7 @@ class CachedCrossAttention:
         self.beam = 1
 
     def project(self, query: Tensor, key_value: Tensor | None = None):
-        d, w, b = self.mha.d_model, self.mha.in_proj.weight, self.mha.in_proj.bias
-        q = F.linear(query, w[:d], None if b is None else b[:d])  # W_Q only: (N, T, d)
-        return self.mha.split_heads(q), self.k, self.v  # (N, h, T, d_head), keys, values
+        return self.mha.project_queries(query), self.k, self.v  # (N, h, T, d_head), K, V
 
     def __call__(self, query: Tensor, memory=None, mask: Tensor | None = None,
                  need_weights: bool = False) -> tuple[Tensor, Tensor | None]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from tqdm import tqdm
 
+from tinymt.checkpoint import fold_head_masks
 from tinymt.model import Transformer
 
 SELF_KINDS = ("encoder_self", "decoder_self")
@@ -82,17 +83,14 @@ def gated_heads(model: Transformer, gates: dict[str, torch.Tensor] | None) -> It
 def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_heads: int
                   ) -> dict:
     """A copy of the state dict ``model_state`` with the ``W_O`` columns of ``heads``
-    zeroed: those heads then contribute nothing, exactly as a gate of 0."""
-    state = dict(model_state)
+    zeroed (:func:`tinymt.checkpoint.fold_head_masks`): those heads then contribute
+    nothing, exactly as a gate of 0."""
+    masks = {}
     for kind, layer, h in heads:
-        side = "encoder" if kind == "encoder_self" else "decoder"
-        attn = "cross_attn" if kind == "cross" else "self_attn"
-        key = f"{side}_layers.{layer}.{attn}.out_proj.weight"
-        w = state[key].clone()  # (d, h * d_head)
-        d_head = w.size(1) // n_heads
-        w[:, h * d_head:(h + 1) * d_head] = 0.0
-        state[key] = w
-    return state
+        mask = masks.setdefault(f"head_mask_{kind}", torch.ones(max(
+            layer for k, layer, _ in heads if k == kind) + 1, n_heads))  # (n_layers, h)
+        mask[layer, h] = 0.0
+    return fold_head_masks(model_state, masks, n_heads)
 
 
 def pruned_heads(model: Transformer) -> list[tuple[str, int, int]]:

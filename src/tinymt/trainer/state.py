@@ -101,10 +101,8 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
                               "only key=value overrides of existing keys "
                               "(e.g. trainer.max_steps=4000)")
     merged = as_train_config(OmegaConf.merge(base, OmegaConf.from_dotlist(mine)))
-    changed = [f"{group}.{k}" for group in FROZEN_ON_RESUME
-               for k in sorted(set(base[group]) | set(merged[group]))
-               if base[group].get(k) != merged[group].get(k)
-               and f"{group}.{k}" not in MOVABLE_ON_RESUME]
+    changed = [key for key, _, _ in frozen_changes(OmegaConf.to_container(base),
+                                                   OmegaConf.to_container(merged))]
     if changed:
         raise TinyMTError(f"trainer.resume: {', '.join(changed)} would change the run's data or "
                           "model; start a new run instead")
@@ -118,23 +116,27 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
 
 
 # ----------------------------------------------------------------------------- run files
+def frozen_changes(before: dict, after: dict) -> list[tuple[str, object, object]]:
+    """``(group.key, before, after)`` of each data or model setting (a key both configs
+    know; ``data.cache_dir`` may move) that differs between two plain configs."""
+    return [(f"{group}.{k}", then[k], now[k]) for group in FROZEN_ON_RESUME
+            for then, now in [(before.get(group) or {}, after.get(group) or {})]
+            for k in sorted(set(then) & set(now))
+            if then[k] != now[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
+
+
 def check_against_checkpoint(cfg: DictConfig, ckpt: dict, path: Path) -> None:
     """The run's ``config.yaml`` can be edited; the checkpoint's config is what its weights
-    and data were made with, so a resume whose model or data settings differ from it (a
-    key both know; ``data.cache_dir`` may move) is refused before anything is written."""
-    stored = ckpt.get("config") or {}
-    changed = []
-    for group in FROZEN_ON_RESUME:
-        now, then = OmegaConf.to_container(cfg[group]), stored.get(group) or {}
-        changed += [f"{group}.{k} ({then[k]!r} there, {now[k]!r} here)"
-                    for k in sorted(set(now) & set(then))
-                    if now[k] != then[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
+    and data were made with, so a resume whose model or data settings differ from it is
+    refused before anything is written."""
+    changed = frozen_changes(ckpt.get("config") or {}, OmegaConf.to_container(cfg))
     if changed:
-        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        (key, then, now), more = changed[0], len(changed) - 1
         raise TinyMTError(
             f"trainer.resume: {path.parents[1] / CONFIG} disagrees with {path}, whose weights "
-            f"were trained with other settings: {changed[0]}{more}; put config.yaml back as "
-            "the checkpoint has it, or start a new run")
+            f"were trained with other settings: {key} ({then!r} there, {now!r} here)"
+            + (f" and {more} more" if more else "") + "; put config.yaml back as the "
+            "checkpoint has it, or start a new run")
 
 
 def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:

@@ -103,7 +103,8 @@ def gpu_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu_run")
     train(compose_train(tmp, "trainer.device=cuda", "trainer.precision=bf16",
                         "trainer.compile=true", "optim.fused=true", "trainer.max_steps=60",
-                        "trainer.valid_every=30", "trainer.num_threads=0"))
+                        "trainer.valid_every=30", "trainer.num_threads=0",
+                        "trainer.attention_images=true"))
     return tmp / "run"
 
 

@@ -59,6 +59,11 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
         raise TinyMTError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TinyMTError(f"device={name} asked for, but torch sees no CUDA GPU (use device=auto)")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)  # torchrun: each rank its own GPU
+    if device.type == "cuda" and device.index >= torch.cuda.device_count():
+        raise TinyMTError(f"device={name} asked for, but torch sees {torch.cuda.device_count()} "
+                          f"CUDA GPU(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise TinyMTError(f"device={name} asked for, but MPS is not available (use device=auto)")
     return device

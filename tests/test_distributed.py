@@ -168,3 +168,18 @@ def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
     assert [m["stop_reason"] for m in ranks] == ["max_minutes"] * 2
     assert ranks[0]["steps"] == ranks[1]["steps"] > 5
     assert ranks[0]["train_seconds"] == ranks[1]["train_seconds"] >= 3.0
+
+
+def test_each_torchrun_rank_takes_its_own_gpu(monkeypatch):
+    """``device=cuda`` names no GPU: rank ``LOCAL_RANK`` takes ``cuda:LOCAL_RANK`` (NCCL
+    needs an index for ``torch.cuda.set_device``); an index past the GPUs is one line. The
+    GPU count is faked: the rule is arithmetic, and tests/test_cuda.py runs it on a GPU."""
+    from tinymt.errors import TinyMTError
+    from tinymt.runtime import pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("cuda", 1) == torch.device("cuda", 1)
+    assert pick_device("cuda:0", 1) == torch.device("cuda", 0)
+    with pytest.raises(TinyMTError, match="2 CUDA GPU"):
+        pick_device("cuda:2")

@@ -36,6 +36,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# The hostile-input properties: a fixed, bounded profile, the same draws on every run (a
+# failure found once is found again, and CI's time does not wander). HYPOTHESIS_PROFILE=deep
+# draws more, with fresh randomness, for a hunt by hand.
+settings.register_profile("tinymt", max_examples=60, deadline=None, derandomize=True,
+                          print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tinymt"))
 
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -206,16 +216,37 @@ def compose_translate(*overrides: str):
 TINY_FRAMES = list(range(2, 41, 2))  # the steps tiny_run records its probes at (probe_every=2)
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` once per session, whatever the number of workers: under ``make
+    test`` the first worker to ask builds it in the folder all workers share, the others
+    wait on its lock and read it. What it builds is read-only to the tests (a test that
+    writes copies it: :func:`copy_run`)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if WORKERS > 1 else root  # xdist: pytest-N/ holds each worker's popen-gwK/
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny run dir (40 steps, validations at 20 and 40, a frame of the probes
-    every 2 steps, step checkpoints kept)."""
+    every 2 steps, step checkpoints kept), trained once per session."""
     from tinymt.trainer import train
 
-    tmp = tmp_path_factory.mktemp("tiny_run")
-    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20", "trainer.probe_every=2",
-                        "trainer.keep_last=2", "trainer.attention_images=true"))
-    return tmp / "run"
+    def build(tmp):
+        train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
+                            "trainer.probe_every=2", "trainer.keep_last=2",
+                            "trainer.attention_images=true"))
+
+    return built_once(tmp_path_factory, "tiny_run", build) / "run"
 
 
 # A briefly but truly trained run: the built-in corpus, the tiny model, TRAINED_STEPS steps
@@ -687,8 +718,8 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
 # ----------------------------------------------------------------------------- order
 # the longest files first (make test keeps this order: --no-loadscope-reorder), so none of
 # them runs alone at the end while the other workers wait; the trained run's file leads
-FIRST = ("test_tour.py", "test_resume.py", "test_distributed.py", "test_trainer.py",
-         "test_fuzz.py", "test_benchmark.py", "test_serve.py", "test_export.py", "test_precision.py",
+FIRST = ("test_tour.py", "test_resume.py", "test_distributed.py", "test_serve.py",
+         "test_precision.py", "test_export.py", "test_trainer.py", "test_benchmark.py",
          "test_rundir.py", "test_data.py")
 
 

@@ -143,3 +143,61 @@ def test_fused_kernel_matches_explicit_in_float32():
         a, _ = mha(x, mask=mask)
         b, _ = mha(x, mask=mask, need_weights=True)
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_half_precision_scores_and_weights_are_float32():
+    """bf16 queries and keys: their product scaled, the softmax and the weights in float32
+    (as fused kernels do); the context back in the values' dtype."""
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 5, 8).to(torch.bfloat16) for _ in range(3))
+    ctx, w = dot_product_attention(q, k, v)
+    ref_w = torch.softmax((q @ k.transpose(-1, -2)).float() / math.sqrt(8), dim=-1)
+    assert w.dtype == torch.float32 and ctx.dtype == torch.bfloat16
+    torch.testing.assert_close(w, ref_w, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(ctx, ref_w.to(torch.bfloat16) @ v)
+
+
+def test_attention_dropout_zeroes_weights_and_rescales_the_rest():
+    """Dropout on the attention weights (training): each weight of the context is either
+    dropped or scaled by 1 / (1 - p); the returned weights are those before dropout."""
+    torch.manual_seed(8)
+    T = 6
+    q, k = torch.randn(2, 2, T, T, dtype=DT), torch.randn(2, 2, T, T, dtype=DT)
+    v = torch.eye(T, dtype=DT).expand(2, 2, T, T)  # context = the dropped-out weights
+    ctx, w = dot_product_attention(q, k, v, dropout=0.5)
+    ref_w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(T), dim=-1)
+    torch.testing.assert_close(w, ref_w)
+    kept = ctx != 0
+    torch.testing.assert_close(ctx[kept], 2 * ref_w[kept])
+    assert 0.3 < kept.double().mean() < 0.7  # about half of 144 kept
+    ctx, _ = dot_product_attention(q, k, v, dropout=0.0)
+    torch.testing.assert_close(ctx, ref_w)
+
+
+def test_without_biases_it_matches_torch():
+    torch.manual_seed(10)
+    ref = nn.MultiheadAttention(D, H, bias=False, batch_first=True, dtype=DT).eval()
+    ours = MultiHeadAttention(D, H, bias=False).to(DT).eval().load_from_torch(ref)
+    assert ours.in_proj.bias is None and ours.out_proj.bias is None
+    y, mem = torch.randn(2, 3, D, dtype=DT), torch.randn(2, 5, D, dtype=DT)
+    for kv in (None, mem):
+        out, w = ours(y, kv, need_weights=True)
+        ref_out, ref_w = ref(y, y if kv is None else kv, y if kv is None else kv,
+                             average_attn_weights=False)
+        torch.testing.assert_close(out, ref_out, atol=1e-10, rtol=0)
+        torch.testing.assert_close(w, ref_w, atol=1e-10, rtol=0)
+
+
+def test_no_dropout_by_default():
+    torch.manual_seed(12)
+    mha = MultiHeadAttention(D, H).to(DT)
+    x = torch.randn(2, 5, D, dtype=DT)
+    torch.testing.assert_close(mha.train()(x)[0], mha.eval()(x)[0], atol=1e-12, rtol=0)
+
+
+def test_no_dropout_in_eval_mode():
+    ours, ref = make_pair(seed=11, dropout=0.5)  # both in eval mode
+    x = torch.randn(2, 5, D, dtype=DT)
+    ref_out, _ = ref(x, x, x)
+    for need in (False, True):
+        torch.testing.assert_close(ours(x, need_weights=need)[0], ref_out, atol=1e-10, rtol=0)

@@ -131,3 +131,110 @@ def test_collate_respects_budget_of_sampler(lens):
 def test_collate_errors():
     with pytest.raises(ValueError):
         collate([[1]], [])
+
+
+# ----------------------------------------------------- batch composition, by brute force
+def reference_batches(src, tgt, max_tokens):
+    """The documented rule written plainly: pairs sorted by (longer side, source, target,
+    index), cut greedily; a batch of n pairs whose longest side is L costs n * (L + 1) and
+    must stay within max_tokens (a pair alone always makes a batch)."""
+    order = sorted(range(len(src)), key=lambda i: (max(src[i], tgt[i]), src[i], tgt[i], i))
+    batches, cur = [], []
+    for i in order:
+        longest = max([max(src[j], tgt[j]) for j in cur + [i]])
+        if cur and (len(cur) + 1) * (longest + 1) > max_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    return batches + ([cur] if cur else [])
+
+
+def _signature(batch, src, tgt):
+    return sorted((src[i], tgt[i]) for i in batch)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 12, 30, 61])
+def test_batches_are_exactly_the_greedy_cut_of_the_sorted_pairs(max_tokens):
+    rng = np.random.default_rng(max_tokens)
+    src = rng.integers(1, 9, size=60).tolist()
+    tgt = rng.integers(1, 9, size=60).tolist()
+    src[7], tgt[7] = 20, 3  # over budget alone: a batch of its own
+    want = reference_batches(src, tgt, max_tokens)
+    evaluation = TokenBatchSampler(src, tgt, max_tokens=max_tokens, shuffle=False)
+    assert evaluation.batches() == want == list(evaluation)
+    assert len(evaluation) == len(want)
+    # training: ties shuffled and the batches in another order, the same compositions
+    training = TokenBatchSampler(src, tgt, max_tokens=max_tokens, seed=5)
+    got = training.batches(3)
+    assert sorted(_signature(b, src, tgt) for b in got) == sorted(
+        _signature(b, src, tgt) for b in want)
+    assert len(training) == len(want)
+
+
+def test_an_exactly_full_batch_is_kept_whole():
+    # 3 pairs of longest side 3 cost 3 * 4 = 12 tokens: within 12, one batch
+    s = TokenBatchSampler([3, 1, 2], [1, 3, 2], max_tokens=12, shuffle=False)
+    assert s.batches() == [[2, 1, 0]]  # by (longer side, source): (2, 2), (1, 3), (3, 1)
+    assert TokenBatchSampler([3, 1, 2], [1, 3, 2], max_tokens=11, shuffle=False).batches() == [
+        [2, 1], [0]]
+
+
+def test_lengths_per_epoch_cut_each_epoch_by_its_own_lengths():
+    base = [4, 4, 4, 4]
+    by_epoch = {0: ([1, 1, 5, 5], [1, 1, 5, 5]), 1: ([5, 1, 5, 1], [5, 1, 5, 1])}
+    s = TokenBatchSampler(base, base, max_tokens=12, shuffle=False,
+                          lengths_of=lambda e: by_epoch[e])
+    assert s.batches(0) == [[0, 1], [2, 3]] == reference_batches(*by_epoch[0], 12)
+    assert s.batches(1) == [[1, 3], [0, 2]] == reference_batches(*by_epoch[1], 12)
+    shuffled = TokenBatchSampler(base, base, max_tokens=12, seed=2, lengths_of=lambda e: by_epoch[e])
+    assert sorted(sorted(b) for b in shuffled.batches(1)) == [[0, 2], [1, 3]]
+
+
+def test_length_batches_and_eval_batches():
+    from tinymt.batching import eval_batches, length_batches
+
+    lengths = [5, 2, 9, 2, 5, 1]
+    assert length_batches(lengths, 18) == [[5, 1, 3], [0, 4], [2]]  # 3*3=9, 2*6=12, 1*10
+    assert length_batches([0, 0, 0], 3) == [[0, 1, 2]]  # empty sources: 3 * (0 + 1) tokens
+    src = [[4] * n for n in lengths]
+    tgt = [[4] * n for n in [1, 1, 1, 1, 1, 6]]
+    got = eval_batches(src, tgt, 18)
+    assert [idx for idx, _ in got] == reference_batches(lengths, [1, 1, 1, 1, 1, 6], 18)
+    for idx, batch in got:
+        assert torch.equal(batch.src, collate([src[i] for i in idx], [tgt[i] for i in idx]).src)
+        assert batch.tgt_out.tolist() == collate([src[i] for i in idx],
+                                                 [tgt[i] for i in idx]).tgt_out.tolist()
+
+
+def test_a_position_past_the_epoch_is_refused_naming_it(lens):
+    src, tgt = lens
+    s = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
+    n = len(s)
+    with pytest.raises(ValueError, match=rf"sampler position {n + 1} outside 0\.\.{n}"):
+        s.load_state_dict({"epoch": 0, "position": n + 1})
+    with pytest.raises(ValueError, match=r"sampler position -1 outside"):
+        s.load_state_dict({"epoch": 0, "position": -1})
+    assert s.state_dict() == {"epoch": 0, "position": 0}  # unchanged by the refusals
+
+
+def test_bad_lengths_and_budgets_are_refused():
+    with pytest.raises(ValueError, match=r"src_lens and tgt_lens must be 1-D of equal length"):
+        TokenBatchSampler([1, 2], [1], max_tokens=10)
+    with pytest.raises(ValueError, match=r"max_tokens must be positive, got 0"):
+        TokenBatchSampler([1], [1], max_tokens=0)
+    with pytest.raises(ValueError, match=r"collate: 1 sources but 0 targets"):
+        collate([[1]], [])
+
+
+def test_a_batch_moved_to_a_device_keeps_its_padding_id():
+    b = collate([[5, 6], [7]], [[8], [9, 10, 11]]).to("cpu")
+    assert b.pad_id == 0 and b.n_tgt_tokens == 2 + 4
+    assert b.src_pad_mask.tolist() == [[False, False, False], [False, False, True]]
+    assert b.tgt_pad_mask.tolist() == [[False, False, True, True], [False] * 4]
+
+
+def test_the_default_seed_is_zero(lens):
+    src, tgt = lens
+    default = TokenBatchSampler(src, tgt, max_tokens=1000)
+    assert default.batches(1) == TokenBatchSampler(src, tgt, max_tokens=1000, seed=0).batches(1)
+    assert default.batches(1) != TokenBatchSampler(src, tgt, max_tokens=1000, seed=1).batches(1)

@@ -1,67 +1,127 @@
-"""The benchmark's measurements against independent references, its nn.Transformer peer
-against our model, and runs of scripts/benchmark.py itself."""
+"""The benchmark's numbers against references that do not share its code: the FLOP count
+against torch's FlopCounterMode, the timing harnesses against workloads of known duration,
+the peer against our model with the same weights, the decoding rows against the core's
+searches; and one run of scripts/benchmark.py itself."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import REPO_ROOT
-from tinymt.bench.measure import (
-    MIB,
-    MemoryMeter,
-    matmul_peak,
-    proc_status,
-    process_tree,
-    tensor_mib,
-    timed,
-    training_flops,
-)
+from tinymt.bench import measure
+from tinymt.bench.measure import MIB, MemoryMeter, proc_status, process_tree, tensor_mib, timed
 
 CPU = torch.device("cpu")
 
 
-# --------------------------------------------------------------------------- measurements
-def test_training_flops_of_a_tiny_model_match_a_hand_count():
-    cfg = SimpleNamespace(d_model=4, d_ff=8, n_encoder_layers=1, n_decoder_layers=1)
-    src = torch.tensor([[5, 6, 7, 0]])  # 3 source tokens and a pad
-    tgt_out = torch.tensor([[5, 3, 0]])  # 2 target tokens and a pad; vocabulary 10
-    # by hand, a (m, k) @ (k, n) matmul being 2 m k n, over the real tokens only:
-    encoder = (4 * 2 * 3 * 4 * 4  # Q, K, V, O of 3 tokens
-               + 2 * 3 * 4 * 8 + 2 * 3 * 8 * 4  # the feed-forward's two matmuls
-               + 2 * (2 * 3 * 3 * 4))  # scores and weighted sum, 3 x 3
-    decoder = (4 * 2 * 2 * 4 * 4  # self-attention's Q, K, V, O of 2 tokens
-               + 2 * 2 * 2 * 4 * 4 + 2 * 2 * 3 * 4 * 4  # cross: Q, O of 2; K, V of 3
-               + 2 * 2 * 4 * 8 + 2 * 2 * 8 * 4  # feed-forward
-               + 2 * (2 * 2 * 2 * 4) + 2 * (2 * 2 * 3 * 4))  # self 2 x 2, cross 2 x 3
-    output = 2 * 2 * 4 * 10
-    assert (encoder, decoder, output) == (912, 992, 160)
-    # forward + backward = 3 x forward
-    assert training_flops(cfg, 10, src, tgt_out, pad_id=0) == 3 * (912 + 992 + 160)
+def small_config(**options):
+    from tinymt.config import ModelConfig
+    return ModelConfig(**{"d_model": 16, "n_heads": 2, "n_encoder_layers": 2,
+                          "n_decoder_layers": 2, "d_ff": 32, "dropout": 0.1,
+                          "max_positions": 32, **options})
 
 
-def test_matmul_peak_agrees_with_a_timed_reference_matmul():
-    n = 1024
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b  # warm
-    best = min(_seconds(lambda: a @ b) for _ in range(5))
-    reference = 2 * n**3 / best
-    peak = statistics.median(matmul_peak(CPU, repeats=3))
-    assert reference / 5 < peak < reference * 5, (peak / 1e9, reference / 1e9)
+class Clock:
+    """``time.perf_counter`` for tinymt.bench.measure: time passes only when a workload
+    says how long it took, so every rate the harness reports is known exactly."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
-def _seconds(work) -> float:
-    t0 = time.perf_counter()
-    work()
-    return time.perf_counter() - t0
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Models of a few thousand weights: a second thread only waits, the more so on a
+    loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(measure, "time", SimpleNamespace(perf_counter=c))
+    return c
+
+
+# --------------------------------------------------------------------------- FLOPs
+# distinct widths, so that a term with one width in place of another is off
+FLOP_CFG = small_config(n_encoder_layers=1, n_decoder_layers=2, d_ff=40, dropout=0.0)
+FLOP_VOCAB = (40, 2**17)  # source, target: the output projection is the target's, ~8 MiB
+PAIR_A = ((5, 6, 7, 8, 9), (5, 6, 7))  # 6 source tokens with EOS, 4 target tokens
+PAIR_B = ((5, 6), (8,))  # padded in both, in a batch with PAIR_A
+
+
+@functools.cache
+def counted_flops(pair: tuple[tuple[int, ...], tuple[int, ...]]) -> int:
+    """torch's own count of a training step's FLOPs (forward, then backward from the
+    logits) on one pair alone (no padding), our model of FLOP_CFG."""
+    from tinymt.batching import collate
+    from tinymt.model import Transformer
+
+    model = Transformer(FLOP_CFG, *FLOP_VOCAB, shared_vocab=False)
+    b = collate([list(pair[0])], [list(pair[1])])
+    with FlopCounterMode(display=False) as counter:
+        # the attention written out: the counter does not see the CPU's fused kernel
+        hidden, _ = model(b.src, b.tgt_in, need_weights=True)
+        model.logits(hidden).sum().backward()
+    return counter.get_total_flops()
+
+
+def test_training_flops_are_torchs_count_on_the_real_tokens():
+    from tinymt.batching import collate
+
+    b = collate([list(PAIR_A[0]), list(PAIR_B[0])], [list(PAIR_A[1]), list(PAIR_B[1])])
+    assert b.src.eq(0).any() and b.tgt_out.eq(0).any()  # padding, which must not count
+    assert measure.training_flops(FLOP_CFG, FLOP_VOCAB[1], b.src, b.tgt_out, pad_id=0) == (
+        counted_flops(PAIR_A) + counted_flops(PAIR_B))
+
+
+# --------------------------------------------------------------------------- timing
+def test_matmul_peak_is_the_flops_of_each_timed_matmul_after_two_warm_ups(clock, monkeypatch):
+    n, seconds = 64, iter([50.0, 50.0, 0.5, 0.25, 2.0])  # what each matmul takes
+
+    def mm(a, b, out):
+        assert a.shape == b.shape == out.shape == (n, n)
+        clock.advance(next(seconds))
+
+    monkeypatch.setattr(torch, "mm", mm)
+    assert measure.matmul_peak(CPU, repeats=3, n=n) == pytest.approx(
+        [2 * n**3 / s for s in (0.5, 0.25, 2.0)], rel=1e-9)
+
+
+def test_the_harness_clock_is_wall_time(monkeypatch):
+    """The real clock: a sleep of a known length, timed by ``timed`` and as the matmul of
+    ``matmul_peak``. A sleep lasts at least its length; a loaded machine may add to it."""
+    nap = 0.03
+    result, seconds, _ = timed(lambda: time.sleep(nap) or "done", MemoryMeter(CPU))
+    assert result == "done" and nap <= seconds < nap + 0.5
+    monkeypatch.setattr(torch, "mm", lambda a, b, out: time.sleep(nap))
+    for flops in measure.matmul_peak(CPU, repeats=2, n=8):
+        assert 2 * 8**3 / (nap + 0.5) < flops <= 2 * 8**3 / nap
 
 
 def test_memory_meter_sees_the_memory_a_measurement_touches():
@@ -98,17 +158,92 @@ def test_tensor_mib_counts_a_tied_weight_once():
     assert tensor_mib([w, w, b]) == pytest.approx(1 + 1 / 256)
 
 
+# --------------------------------------------------------------------------- training rows
+class FakeData:
+    """What the benchmark reads of a PreparedData: the same pairs for every split."""
+
+    def __init__(self, src: list[list[int]], tgt: list[list[int]]):
+        self.src, self.tgt = src, tgt
+        self.tgt_tokenizer = SimpleNamespace(pad_id=0)
+        self.splits = {"test": range(len(src))}  # its len() is what is read
+
+    def lengths(self, split: str) -> tuple[list[int], list[int]]:
+        return [len(s) for s in self.src], [len(t) for t in self.tgt]
+
+    def ids(self, split: str) -> tuple[list[list[int]], list[list[int]]]:
+        return self.src, self.tgt
+
+
+def test_training_rows_report_a_known_workloads_rate_share_and_memory(clock, monkeypatch):
+    """Each timed step takes ``its target tokens / rate`` seconds, the rate known for what
+    the step runs (our model with bit dropout and the fused loss, our model plain, the
+    peer) and the round, and writes 32 MiB; warm-up steps are real steps (the optimizer's
+    state) that take 1,000 s and must not be timed; the matmul peak's runs are given."""
+    from tinymt.bench import train_speed
+    from tinymt.bench.peer import PeerTransformer
+    from tinymt.model import Transformer
+    from tinymt.speed import BitDropout, linear_cross_entropy
+
+    rates = {"ours": [3000.0, 2000.0, 4500.0], "plain": [1500.0, 1000.0, 1200.0],
+             "peer": [900.0, 400.0, 600.0]}  # target tokens/s in rounds 1, 2, 3
+    P = 4e9
+    peaks = iter([[P, 3 * P, P / 3], [P, 2 * P, P / 2], [P, P, 5 * P]])  # median P, mean not
+    warmup, steps, repeats = 1, 2, 3
+    calls, losses, real_step = {}, {}, train_speed._step
+
+    def runs(c) -> str:
+        if isinstance(c.model, PeerTransformer):
+            return "peer"
+        bits = any(isinstance(m, BitDropout) for m in c.model.modules())
+        return {(True, True): "ours", (False, False): "plain"}[
+            bits, c.loss_fn is linear_cross_entropy]
+
+    def step(c, b, pad, device):
+        name = runs(c)
+        k = calls[id(c)] = calls.get(id(c), -1) + 1  # this contender's k-th step
+        rnd, i = divmod(k, warmup + steps)
+        if i < warmup:
+            clock.advance(1000.0)
+            return real_step(c, b, pad, device) if rnd == 0 else torch.tensor(0.0)
+        clock.advance(b.n_tgt_tokens / rates[name][rnd])
+        assert float(torch.ones(32 * MIB // 4)[-1]) == 1.0  # 32 MiB written
+        losses[name] = 1.0 + k
+        return torch.tensor(losses[name])
+
+    monkeypatch.setattr(train_speed, "_step", step)
+    monkeypatch.setattr(train_speed, "model_config", lambda size: FLOP_CFG)
+    monkeypatch.setattr(measure, "matmul_peak", lambda device: next(peaks))
+    monkeypatch.setattr(measure, "machine_info", lambda device, argv: {})  # no git calls
+    monkeypatch.setattr(measure, "gc", SimpleNamespace(collect=int))  # ~0.3 s a pass here
+    data = FakeData([list(PAIR_A[0])] * 10, [list(PAIR_A[1])] * 10)  # one FLOP count a pair
+    args = SimpleNamespace(max_tokens=20, warmup=warmup, steps=steps, repeats=repeats,
+                           sizes=["test"], compile=False, quick=True)
+    info = {"vocab": list(FLOP_VOCAB), "shared_vocab": False}
+    out = train_speed.bench_training(args, CPU, data, info, ["--quick"])
+
+    row, flops_per_token = out["sizes"]["test"], counted_flops(PAIR_A) / (len(PAIR_A[1]) + 1)
+    assert row["flops_per_target_token"] == pytest.approx(flops_per_token, rel=1e-12)
+    assert out["settings"]["matmul_peak_flops"] == P
+    params = sum(p.numel() for p in Transformer(FLOP_CFG, *FLOP_VOCAB, False).parameters())
+    assert row["params"] == params
+    for name, rate in rates.items():
+        e = row[name]
+        assert e["runs"] == pytest.approx(rate, rel=1e-9)
+        assert e["tokens_per_s"] == pytest.approx(statistics.median(rate), rel=1e-9)
+        assert e["share_of_peak"] == pytest.approx(
+            statistics.median(rate) * flops_per_token / P, rel=1e-9)
+        assert e["final_loss"] == losses[name]  # the last timed step's
+        weights = 4 * params / MIB  # float32, ~8 MiB; AdamW keeps two more of each
+        assert e["peak_mib"] is None or abs(e["peak_mib"] - (3 * weights + 32)) < 6
+
+
 # --------------------------------------------------------------------------- the peer
 def pair(dtype=torch.float64, vocab=(40, 40), shared=True, **options):
     from tinymt.bench.peer import PeerTransformer
-    from tinymt.config import ModelConfig
     from tinymt.model import Transformer
 
-    cfg = ModelConfig(**{"d_model": 16, "n_heads": 2, "n_encoder_layers": 2,
-                         "n_decoder_layers": 2, "d_ff": 32, "dropout": 0.1,
-                         "max_positions": 32, **options})
     torch.manual_seed(0)
-    ours = Transformer(cfg, *vocab, shared_vocab=shared).to(dtype).eval()
+    ours = Transformer(small_config(**options), *vocab, shared_vocab=shared).to(dtype).eval()
     return ours, PeerTransformer.copy_of(ours).to(dtype).eval()
 
 
@@ -143,32 +278,6 @@ def test_peer_has_our_parameters_and_computes_our_function(options):
     torch.testing.assert_close(peer.logits(hidden), ours.logits(hidden))
 
 
-def scrambled_pair():
-    """Our weights scrambled (fresh tiny models repeat one token), copied into the peer."""
-    ours, _ = pair()
-    g = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        for p in ours.parameters():
-            p.mul_(1 + 2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    from tinymt.bench.peer import PeerTransformer
-    return ours, PeerTransformer.copy_of(ours).to(torch.float64).eval()
-
-
-@pytest.mark.parametrize("beam", [1, 5])
-def test_the_peers_recompute_loop_translates_as_our_kv_cache(beam):
-    from tinymt.decoding import translate_ids
-
-    ours, peer = scrambled_pair()
-    src_ids = [[t for t in row if t] for row in batch()[0].tolist()]
-    kw = {"beam": beam, "max_len_a": 0.0, "max_len_b": 8}
-    theirs = translate_ids(peer, src_ids, use_cache=False, **kw)
-    mine = translate_ids(ours, src_ids, use_cache=True, **kw)
-    assert [h[0][0] for h in theirs] == [h[0][0] for h in mine]
-    assert len({tuple(h[0][0]) for h in mine}) >= 2  # varied outputs: the check can fail
-    if beam > 1:
-        assert [h[0][1] for h in theirs] == pytest.approx([h[0][1] for h in mine], rel=1e-5)
-
-
 def test_the_three_training_steps_compute_the_same_loss():
     """ours (bit dropout, the fused loss), plain, peer: the same loss from the same weights
     with dropout off, so the race compares the same work."""
@@ -195,6 +304,131 @@ def test_peer_refuses_what_it_cannot_do():
     bigger, _ = pair(d_model=32)
     with pytest.raises(TinyMTError, match="does not match"):
         peer.load_from_ours(bigger)
+
+
+# --------------------------------------------------------------------------- decoding rows
+def test_decoding_rows_are_the_cores_translations_at_a_known_pace(clock, monkeypatch):
+    """Every method's translations (greedy, beam 5) are greedy_decode's / beam_search's on
+    our model; each pass takes a known time (the median of three is reported) and writes
+    16 MiB."""
+    from tinymt.batching import collate
+    from tinymt.bench import decode_speed
+    from tinymt.bench.peer import PeerTransformer
+    from tinymt.decoding import beam_search, greedy_decode
+
+    ours, _ = pair()
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # scrambled: fresh tiny models repeat one token
+        for p in ours.parameters():
+            p.mul_(1 + 2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    peer = PeerTransformer.copy_of(ours).to(torch.float64).eval()
+    src = [[5, 9, 14], [20, 7, 31, 8, 11], [6, 6], [33, 12, 25, 17, 9, 10]]
+    tgt = [[5] * 2, [5] * 5, [5] * 3, [5] * 6]  # the mean length, 4, is the length decoded
+    seconds = {"ours_cache": 0.5, "ours_nocache": 2.0, "peer": 4.0}  # greedy; beam 5: x2
+    slower = {"greedy": 1.0, "beam5": 2.0}
+    pace = [3.0, 1.0, 0.5]  # pass 1, 2, 3: median 1, unlike the first, last and mean
+    translations: dict[tuple[str, str], list] = {}
+    translate_ids = decode_speed.translate_ids
+
+    def spy(model, src_ids, *, beam, use_cache, **kw):
+        hyps = translate_ids(model, src_ids, beam=beam, use_cache=use_cache, **kw)
+        search = {1: "greedy", 5: "beam5"}[beam]
+        method = ("peer" if model is peer else "ours_cache" if use_cache else "ours_nocache")
+        assert model in (ours, peer)
+        done = translations.setdefault((search, method), [])
+        done.append([h[0][0] for h in hyps])
+        clock.advance(seconds[method] * slower[search] * pace[len(done) - 1])
+        assert float(torch.ones(16 * MIB // 4)[-1]) == 1.0  # and 16 MiB written
+        return hyps
+
+    monkeypatch.setattr(decode_speed, "translate_ids", spy)
+    monkeypatch.setattr(decode_speed, "model_config", lambda size: None)
+    monkeypatch.setattr(decode_speed, "build_pair", lambda cfg, info, device: (ours, peer))
+    monkeypatch.setattr(measure, "machine_info", lambda device, argv: {})  # no git calls
+    monkeypatch.setattr(measure, "gc", SimpleNamespace(collect=int))  # ~0.3 s a pass here
+    args = SimpleNamespace(sentences=10, run=None, decode_len=None, sizes=["test"],
+                           decode_repeats=3, batch_tokens=4096, quick=True)
+    out = decode_speed.bench_decoding(args, CPU, FakeData(src, tgt), {}, ["--quick"])
+
+    padded = collate(src, [[] for _ in src]).src
+    core = {"greedy": greedy_decode(ours, padded, max_len_a=0.0, max_len_b=4),
+            "beam5": [h[0][0] for h in beam_search(ours, padded, beam=5, max_len_a=0.0,
+                                                   max_len_b=4)]}
+    assert len({tuple(t) for t in core["greedy"]}) >= 2  # varied: the check can fail
+    row = out["sizes"]["test"]
+    assert set(row) == set(core)
+    for search, entries in row.items():
+        assert set(entries) == set(seconds)
+        for method, e in entries.items():
+            assert translations[search, method] == [core[search]] * 3, (search, method)
+            assert e["output_tokens"] == sum(len(t) for t in core[search])
+            assert e["seconds"] == pytest.approx(seconds[method] * slower[search], rel=1e-9)
+            assert e["sentences_per_s"] == pytest.approx(
+                4 / (seconds[method] * slower[search]), rel=1e-9)
+            mib = tensor_mib(ours.parameters()) + 16
+            assert e["peak_mib"] is None or abs(e["peak_mib"] - mib) < 6
+
+
+# --------------------------------------------------------------------------- serving
+DELAY_S = 0.03  # what the stand-in server takes to answer
+
+
+class SlowTranslator(BaseHTTPRequestHandler):
+    """POST /translate: after DELAY_S, the text reversed; 503 for a text starting "fail"."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real server
+
+    def do_POST(self):
+        q = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["q"]
+        time.sleep(DELAY_S)
+        code, answer = (503, {"error": "busy"}) if q.startswith("fail") else (
+            200, {"translatedText": q[::-1]})
+        body = json.dumps(answer).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowTranslator)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("clients", [1, 3])
+def test_serve_load_measures_a_server_of_known_latency(slow_server, clients):
+    """Closed-loop clients, each request taking at least DELAY_S: the timed span at least
+    the rounds of requests and within the wall time less the untimed warm-up round;
+    latencies in ms; only answered requests counted; every answer where its request was."""
+    from tinymt.bench.serve_speed import _load
+
+    texts = [f"{word} {i}" for i in range(4) for word in ("sentence", "fail")]
+    t0 = time.perf_counter()
+    row = asyncio.run(_load(slow_server, [{"q": t} for t in texts], clients))
+    wall = time.perf_counter() - t0
+    assert row["answers"] == [None if t.startswith("fail") else t[::-1] for t in texts]
+    assert row["errors"] == 4 and row["first_error"].startswith("503")
+    assert 1000 * DELAY_S <= row["p50_ms"] <= row["p99_ms"] < 1000 * DELAY_S + 500
+    rounds = -(-len(texts) // clients)  # a client's requests go one after another
+    assert rounds * DELAY_S <= row["seconds"] <= wall - DELAY_S
+    assert row["sentences_per_s"] == pytest.approx(4 / row["seconds"], rel=1e-9)  # 4 answered
+
+
+def test_percentile_is_numpys_default():
+    from tinymt.bench.serve_speed import percentile
+
+    xs = np.random.default_rng(0).exponential(size=37).tolist()
+    for q in (1, 50, 90, 99):
+        assert percentile(xs, q) == pytest.approx(np.percentile(xs, q), rel=1e-12)
+    assert percentile([7.0], 99) == 7.0 and np.isnan(percentile([], 50))
 
 
 # --------------------------------------------------------------------------- the script
@@ -234,30 +468,47 @@ def test_docs_are_written_from_a_clean_working_tree_only(monkeypatch, tmp_path, 
     assert {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")} == docs
 
 
-@pytest.mark.slow  # the built-in corpus prepared, two tiny races: ~1 min on 2 cores
-def test_a_quick_run_measures_every_row_and_merge_keeps_the_rest(tmp_path):
-    common = ["--quick", "--device", "cpu", "--steps", "2", "--warmup", "0", "--sentences",
-              "6", "--data-path", str(tmp_path / "no-multi30k"), "--cache-dir",
-              str(tmp_path / "cache")]
-    first = benchmark(*common, "--out", "a.md", "--json", "a.json", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    res = json.loads((tmp_path / "a.json").read_text())["devices"]["cpu"]
+def test_merge_keeps_what_was_not_measured_and_the_page_keeps_its_prose(monkeypatch, tmp_path):
+    from tinymt.bench import main as bench_main
+    from tinymt.bench.report import BEGIN, END
+
+    monkeypatch.chdir(tmp_path)
+    earlier = {"schema": 2, "devices": {"cpu": {"training": {"old": 1}, "decoding": {"old": 1}},
+                                        "cuda": {"training": {"gpu": 1}}}}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    (tmp_path / "page.md").write_text(f"prose before\n{BEGIN}\nold figures\n{END}\nprose after\n")
+    monkeypatch.setattr(bench_main, "measure", lambda args, device, argv: {"decoding": {"new": 1}})
+    monkeypatch.setattr(bench_main, "render", lambda results: "new figures\n")
+    assert bench_main.main(["--device", "cpu", "--sections", "decoding", "--merge",
+                            "earlier.json", "--out", "page.md", "--json", "new.json"]) == 0
+    assert json.loads((tmp_path / "new.json").read_text())["devices"] == {
+        "cpu": {"training": {"old": 1}, "decoding": {"new": 1}}, "cuda": {"training": {"gpu": 1}}}
+    page = (tmp_path / "page.md").read_text()
+    assert "old figures" not in page and all(
+        page.count(text) == 1 for text in ("prose before", "new figures", "prose after"))
+
+
+@pytest.mark.slow  # the built-in corpus prepared, a tiny race: ~40 s on 2 cores
+def test_a_quick_run_writes_its_report_and_json(tmp_path):
+    proc = benchmark("--quick", "--device", "cpu", "--steps", "2", "--warmup", "0",
+                     "--sentences", "6", "--data-path", str(tmp_path / "no-multi30k"),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", "r.md", "--json", "r.json",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "r.md").read_text().strip()
+    res = json.loads((tmp_path / "r.json").read_text())["devices"]["cpu"]
     row = res["training"]["sizes"]["tiny"]
-    for name in ("ours", "plain", "peer"):
+    assert row["params"] > 0 and row["flops_per_target_token"] > 0
+    for name in ("ours", "plain", "peer"):  # a share of the matmul peak well over 1 is wrong
         assert row[name]["tokens_per_s"] > 0 and 0 < row[name]["share_of_peak"] < 2
+        mib = row[name]["peak_mib"]
+        assert row[name]["final_loss"] > 0 and (mib is None or mib > 0)
     dec = res["decoding"]["sizes"]["tiny"]
-    for search in ("greedy", "beam5"):  # random models decode a fixed length: equal work
+    for search in ("greedy", "beam5"):  # the same translations: the same output tokens
         tokens = {m: e["output_tokens"] for m, e in dec[search].items()}
         assert set(tokens) == {"ours_cache", "ours_nocache", "peer"}
         assert len(set(tokens.values())) == 1 and tokens["peer"] > 0
-    md = (tmp_path / "a.md").read_text()
-    assert any(line.startswith("| tiny |") and f"{row['ours']['tokens_per_s']:,.0f}" in line
-               for line in md.splitlines())  # the row exists, with its own numbers
-    second = benchmark(*common, "--sections", "decoding", "--merge", "a.json", "--out", "b.md",
-                       "--json", "b.json", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr[-3000:]
-    merged = json.loads((tmp_path / "b.json").read_text())["devices"]["cpu"]
-    assert merged["training"] == res["training"] and merged["decoding"] != res["decoding"]
+        assert all(e["sentences_per_s"] > 0 for e in dec[search].values())
 
 
 @pytest.mark.slow  # four servers and the CTranslate2 child: ~1 min on 2 cores

@@ -124,6 +124,51 @@ def test_average_checkpoints(tmp_path):
     assert "optimizer" not in avg
 
 
+def test_average_is_the_mean_of_every_weight_in_its_own_dtype(tmp_path):
+    """Each floating tensor the plain mean of the checkpoints' (computed in float64, stored
+    in the tensor's dtype); integer buffers, the step and the trainer state the last one's;
+    the optimizer's state and the rest of the training state dropped."""
+    states = []
+    for i, v in enumerate([1.0, 2.0, 4.5]):
+        s = _state(v, 10 * (i + 1))
+        s["model"]["h"] = torch.full((3,), v / 3, dtype=torch.float16)
+        s["model"]["n"] = torch.tensor([i, 7 * i])
+        s.update(optimizer={"x": 1}, scheduler={"y": 2}, trainer_state={"epoch": i})
+        states.append(s)
+        save_checkpoint(s, tmp_path / f"ckpt_{i}.pt")
+    paths = [tmp_path / f"ckpt_{i}.pt" for i in range(3)]
+    avg = average_checkpoints(paths)
+    assert torch.equal(avg["model"]["w"], torch.full((4, 4), 2.5))  # (1 + 2 + 4.5) / 3
+    assert avg["model"]["h"].dtype == torch.float16
+    h = sum(s["model"]["h"][0].item() for s in states) / 3  # of the stored half values
+    assert torch.equal(avg["model"]["h"], torch.full((3,), h).half())
+    assert avg["model"]["n"].tolist() == [2, 14]  # the last one's
+    for k, w in states[0]["model"].items():  # every weight, by hand
+        if w.is_floating_point():
+            mean = sum(s["model"][k].double() for s in states) / 3
+            torch.testing.assert_close(avg["model"][k], mean.to(w.dtype), msg=k)
+    assert avg["step"] == 30 and avg["trainer_state"] == {"epoch": 2}
+    assert "optimizer" not in avg and "scheduler" not in avg
+    assert avg["averaged_from"] == [str(p) for p in paths]
+    assert avg["model_config"] == MC and avg["vocab"] == states[-1]["vocab"]
+    one = average_checkpoints(paths[1:2])  # one checkpoint: itself
+    assert torch.equal(one["model"]["w"], torch.full((4, 4), 2.0))
+
+
+def test_average_names_the_checkpoint_that_differs_from_the_last(tmp_path):
+    other = {**MC, "dropout": 0.2}
+    for name, cfg in (("a", MC), ("b", other), ("c", MC)):  # only b differs from the last
+        s = _state(1.0, 1)
+        s["model_config"] = dict(cfg)
+        save_checkpoint(s, tmp_path / f"{name}.pt")
+    with pytest.raises(TinyMTError, match=rf"^{tmp_path / 'b.pt'} is from a different model or "
+                                          rf"tokenizer than {tmp_path / 'c.pt'}: its model_config "
+                                          r"differs \(dropout=0.2 vs 0.0\); cannot average"):
+        average_checkpoints([tmp_path / f"{n}.pt" for n in "abc"])
+    with pytest.raises(TinyMTError, match=r"^no checkpoints to average$"):
+        average_checkpoints([])
+
+
 def test_average_refuses_different_models(tmp_path):
     save_checkpoint(_state(1.0, 1), tmp_path / "a.pt")
     other = _state(1.0, 2)

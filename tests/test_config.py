@@ -1,19 +1,26 @@
 """Hydra composition: every shipped config composes; typos and wrong types are errors;
 the schemas' defaults are the YAML's; every value is checked in tinymt.config."""
 
+import functools
+import math
 import re
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
+from hypothesis import example, given
+from hypothesis import strategies as st
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 import tinymt.config  # noqa: F401  (registers schemas)
 from tinymt.config import (
     ATTENTION_KINDS,
+    MAX_BEAM_TOKENS,
+    MAX_PARAMETERS,
     AnalyzeConfig,
     AverageConfig,
     DataConfig,
@@ -25,12 +32,17 @@ from tinymt.config import (
     TrainConfig,
     TrainerConfig,
     TranslateConfig,
+    apply_rules,
     as_train_config,
     check_analyze,
     check_average,
     check_data,
     check_export,
+    check_serve,
+    check_train,
     check_translate,
+    estimated_parameters,
+    rules_of,
 )
 from tinymt.errors import TinyMTError
 
@@ -238,3 +250,285 @@ def test_translate_engine_checks():
                              (["engine=ct2", "model_dir=m", "device=mps"], "cpu or cuda")):
         with pytest.raises(TinyMTError, match=words):
             check_translate(_compose(overrides, name="translate"))
+
+
+# ----------------------------------------------------------------------------- properties
+# The rule tables, stated once as properties: the keys come from the schemas themselves
+# (every int / float field of every script's schema), the values are drawn (bounded
+# strategies, the "tinymt" profile of conftest.py). These replace the per-script tables of
+# numeric values that tests/test_fuzz.py and tests/test_cli_errors.py ran through every
+# script (each script's wiring to its check: tests/test_cli_errors.py, one row a script).
+CHECKS = {  # schema -> the check its script runs right after composition
+    TrainConfig: check_train, PrepareConfig: lambda c: check_data(c.data),
+    TranslateConfig: check_translate, ServeConfig: check_serve, ExportConfig: check_export,
+    AnalyzeConfig: check_analyze, AverageConfig: check_average,
+}
+BOUNDS = re.compile(r"must be (an integer|a finite number) in ([\[(])([^,]+), ([^\])]+)([\])])"
+                    r"( \(.*\))?")
+
+
+def _field_type(schema, key: str):
+    head, _, rest = key.partition(".")
+    f = next(f for f in fields(schema) if f.name == head)
+    return _field_type(f.default_factory, rest) if rest else typing.get_type_hints(schema)[head]
+
+
+def _numeric_kind(annotation) -> type | None:
+    """``int`` or ``float`` for a number field (``int | None`` too), None for the rest
+    (strings, lists of numbers: ``optim.betas``)."""
+    if typing.get_origin(annotation) in (list, dict):
+        return None
+    kinds = [k for k in (typing.get_args(annotation) or (annotation,)) if k in (int, float)]
+    return kinds[0] if kinds else None
+
+
+def _numeric_rules() -> list[tuple[type, str, type, tuple]]:
+    """``(schema, key, int or float, (lo, hi, lo_open, hi_open))`` of every number field
+    of every script's schema: the interval read from the rule's own message."""
+    out = []
+    for schema in CHECKS:
+        for key, (_, allowed) in rules_of(schema).items():
+            kind = _numeric_kind(_field_type(schema, key))
+            if kind is None:
+                continue
+            m = BOUNDS.fullmatch(allowed)
+            assert m, f"{schema.__name__}.{key}: a number without a stated interval: {allowed!r}"
+            assert (m.group(1) == "an integer") == (kind is int), key
+            lo, hi = (int(x) if kind is int else float(x) for x in m.group(3, 4))
+            out.append((schema, key, kind, (lo, hi, m.group(2) == "(", m.group(5) == ")")))
+    return out
+
+
+NUMERIC = _numeric_rules()
+
+
+def test_every_number_field_has_a_finite_stated_interval():
+    """The generator's own check: it sees every script's numbers (the fuzz covered these),
+    and no number is unbounded (every ``hi`` finite and within what the libraries take)."""
+    keys = {(s.__name__, k) for s, k, _, _ in NUMERIC}
+    assert {("TrainConfig", "trainer.seed"), ("TrainConfig", "optim.lr"),
+            ("TranslateConfig", "decode.len_penalty"), ("ServeConfig", "port"),
+            ("AnalyzeConfig", "prune"), ("AverageConfig", "last"),
+            ("PrepareConfig", "data.vocab_size")} <= keys
+    assert not any(k in ("trainer.resume", "optim.betas") for _, k in keys)
+    assert len(keys) >= 70
+    for _, key, _, (lo, hi, _, _) in NUMERIC:
+        assert math.isfinite(lo) and math.isfinite(hi) and hi <= 2**32, key
+
+
+def _inside(value, kind, bounds) -> bool:
+    lo, hi, lo_open, hi_open = bounds
+    types = int if kind is int else (int, float)  # a float field takes an int (finite)
+    return (isinstance(value, types) and not isinstance(value, bool)
+            and (kind is int or math.isfinite(value))
+            and (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi))
+
+
+@st.composite
+def _numeric_case(draw, hostile: bool | None = None):
+    """``(schema, key, kind, bounds, value)``: a number field and a value drawn around and
+    beyond its interval (its ends, one past them, huge, non-finite, the other number type,
+    a bool, a string); ``hostile``: only values outside (True), only inside (False)."""
+    schema, key, kind, bounds = draw(st.sampled_from(NUMERIC))
+    lo, hi, _, _ = bounds
+    ends = [lo, hi] if kind is int else [float(lo), float(hi)]
+    near = [e + d for e in ends for d in ((-1, 1) if kind is int else (-1e-9, 1e-9))]
+    values = st.one_of(
+        st.sampled_from(ends + near),
+        st.integers(min_value=int(hi) + 1, max_value=2**80),  # past the top, to 2**80
+        st.integers(min_value=-2**80, max_value=math.ceil(lo) - 1),
+        st.sampled_from([10**30, 2**64, math.inf, -math.inf, math.nan, 1e308, -1e308]),
+        st.floats(min_value=float(lo), max_value=float(hi)),  # inside (a float: kind's?)
+        st.integers(min_value=math.ceil(lo), max_value=math.floor(hi)),
+        st.booleans(), st.text(max_size=6))
+    if hostile is not None:
+        values = values.filter(lambda v: _inside(v, kind, bounds) != hostile)
+    return schema, key, kind, bounds, draw(values)
+
+
+def _untyped(schema) -> DictConfig:
+    """The schema's defaults as a plain DictConfig (any value can be set, as a run's saved
+    config or a dict can hold it: the checks are the rules, not the types)."""
+    return OmegaConf.create(_defaults(schema))
+
+
+@functools.cache
+def _defaults(schema) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(schema))
+
+
+@given(_numeric_case())
+@example((TrainConfig, "trainer.seed", int, (0, 2**32 - 1, False, False), 2**64))
+@example((TranslateConfig, "decode.len_penalty", float, (-10.0, 10.0, False, False), 1e308))
+def test_a_number_rule_allows_exactly_its_stated_interval(case):
+    """Every number field's rule accepts a value iff it is of its type (no bool), finite
+    and inside the interval its message states: 0, -1, huge, inf, nan, a float for an int,
+    "5" are refused wherever the message says so, the interval's own ends accepted."""
+    schema, key, kind, bounds, value = case
+    check = rules_of(schema)[key][0]
+    assert (check(value) is True) == _inside(value, kind, bounds), (key, value)
+
+
+FUZZ_VALUES = (0, -1, 10**30, 2**64, math.inf, -math.inf, math.nan, True, "5", 1.5)
+
+
+def test_every_number_key_at_its_ends_and_the_fuzz_values():
+    """Every number key of every script (not a sample): its interval's ends and one past
+    them, and the values users get wrong (the old fuzz's 0 / -1 / 10**30 / 2**64 / inf /
+    nan, a bool, a string, a fraction), accepted by its rule iff inside, and each refused
+    one exactly ``<key>=<value!r>: <what it may be>`` (through each script's whole check:
+    the property after this test)."""
+    for schema, key, kind, bounds in NUMERIC:
+        lo, hi, _, _ = bounds
+        step = 1 if kind is int else 1e-9
+        rule = rules_of(schema)[key]
+        for value in (lo, hi, lo - step, hi + step, *FUZZ_VALUES):
+            inside = _inside(value, kind, bounds)
+            assert (rule[0](value) is True) == inside, (key, value)
+            if not inside:  # the table's own application (the whole check: the property below)
+                cfg: dict = {}
+                *groups, last = key.split(".")
+                node = cfg
+                for g in groups:
+                    node = node.setdefault(g, {})
+                node[last] = value
+                with pytest.raises(TinyMTError) as e:
+                    apply_rules(cfg, {key: rule})
+                assert str(e.value) == f"{key}={value!r}: {rule[1]}", (key, value, str(e.value))
+
+
+@given(_numeric_case(hostile=True))
+def test_a_hostile_number_is_one_line_naming_the_key_from_the_script_s_check(case):
+    """Through the very check each script calls (``check_translate``, ``check_train``...)
+    on a config that is valid but for the drawn key: exactly ``<key>=<value!r>: <what it
+    may be>``, one line, before any cross rule or any work."""
+    schema, key, _, _, value = case
+    cfg = _untyped(schema)
+    OmegaConf.update(cfg, key, value, force_add=False)
+    with pytest.raises(TinyMTError) as e:
+        CHECKS[schema](cfg)
+    shown = OmegaConf.select(cfg, key)
+    assert str(e.value) == f"{key}={shown!r}: {rules_of(schema)[key][1]}", str(e.value)
+
+
+KEY_PARTS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)
+
+
+@given(st.sampled_from(["data", "model", "optim", "trainer", None]), KEY_PARTS,
+       st.one_of(st.integers(), st.text(max_size=5), st.none()))
+def test_an_unknown_key_is_one_line_naming_it(group, name, value):
+    """``+trainer.foo=1`` (Hydra may add keys no schema has): a run holding one could not
+    be resumed, so it is refused by name; a known key never is."""
+    schema = GROUP_SCHEMAS[group] if group else TrainConfig
+    known = {f.name for f in fields(schema)}
+    cfg = {group: {name: value}} if group else {name: value}
+    if name in known:
+        return
+    with pytest.raises(TinyMTError) as e:
+        as_train_config(cfg)
+    dotted, message = f"{group}.{name}" if group else name, str(e.value)
+    assert message.startswith((f"{dotted} is not a tinymt setting",  # added at the top
+                               f"bad config: {dotted}: Key '{name}' not in")), message
+    assert "\n" not in message
+
+
+@given(st.sampled_from([(s, k) for s, k, kind, _ in NUMERIC if s is TrainConfig and kind is int]),
+       st.one_of(st.text(alphabet="abcxyz -", min_size=1, max_size=6), st.lists(st.integers(), max_size=2)))
+def test_a_value_of_another_type_is_one_line_naming_the_key(case, value):
+    """A run's config (or a dict) with a word or a list for an integer: ``bad config:
+    <key>: ...`` in one line (OmegaConf's multi-line error cut to its first)."""
+    _, key = case
+    group, name = key.split(".")
+    with pytest.raises(TinyMTError) as e:
+        as_train_config({group: {name: value}})
+    assert str(e.value).startswith(f"bad config: {key}: ") and "\n" not in str(e.value)
+
+
+CHOICES = [(s, k, rule) for s in CHECKS for k, rule in rules_of(s).items()
+           if rule[1].startswith("choose one of ")]
+
+
+@given(st.sampled_from(CHOICES), st.one_of(st.text(max_size=12), st.sampled_from(
+    ["cpu", "cuda:0", "cuda:x", "CPU", "torch ", "bpe", "meta", "auto", "fp16", "valid"])))
+def test_a_choice_takes_only_its_words(case, word):
+    """Every choice key (``engine``, ``trainer.device``, ``data.source``...) takes exactly
+    the words its message lists (``cuda:N`` for a device), and nothing else."""
+    schema, key, (check, allowed) = case
+    words = allowed.removeprefix("choose one of ").split(", ")
+    if "cuda:N" in words:
+        expected = re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", word) is not None
+    else:
+        expected = word in words
+    assert (check(word) is True) == expected, (key, word)
+
+
+SIZES = st.fixed_dictionaries({
+    "d_model": st.integers(1, 2**16), "d_ff": st.integers(1, 2**16),
+    "n_encoder_layers": st.integers(1, 256), "n_decoder_layers": st.integers(1, 256),
+    "max_positions": st.integers(2, 2**16)})
+
+
+@given(SIZES, st.integers(8, 2**20))
+@example({"d_model": 16384, "d_ff": 65536, "n_encoder_layers": 64, "n_decoder_layers": 2,
+          "max_positions": 256}, 2000)  # each size allowed, together far beyond memory
+def test_a_model_too_large_for_memory_is_refused_whatever_sizes_make_it(sizes, vocab):
+    """Each size inside its own bound, the model refused iff its estimated parameters
+    exceed MAX_PARAMETERS, in one line giving the estimate and every size it counts."""
+    cfg = _untyped(TrainConfig)
+    cfg.model.update(sizes, n_heads=1)
+    cfg.data.vocab_size = vocab
+    n = estimated_parameters(cfg)
+    if n <= MAX_PARAMETERS:
+        check_train(cfg)
+        return
+    with pytest.raises(TinyMTError) as e:
+        check_train(cfg)
+    assert str(e.value).startswith(f"the model would have about {n:,} parameters (model.d_model="
+                                   f"{sizes['d_model']}") and "\n" not in str(e.value)
+
+
+@given(st.integers(1, 256), st.integers(1, 2**18), st.integers(1, 256),
+       st.sampled_from([TrainConfig, TranslateConfig, ServeConfig]))
+@example(256, 262144, 1, TrainConfig)
+@example(256, 4096, 256, TranslateConfig)  # the largest search the limits allow
+def test_a_batch_of_hypotheses_is_bounded(beam, tokens, nbest, schema):
+    """beam x batch tokens (training's test set: test_beam x max_tokens) is at most
+    MAX_BEAM_TOKENS; n-best lists at most the beam (the server: none, it takes them from
+    each request). Refused iff past them, one line naming both keys."""
+    cfg = _untyped(schema)
+    if schema is TrainConfig:
+        cfg.trainer.test_beam, cfg.trainer.max_tokens = beam, tokens
+        bad = beam * tokens > MAX_BEAM_TOKENS
+        names = ("trainer.test_beam", "trainer.max_tokens")
+    else:
+        cfg.decode.beam, cfg.decode.batch_tokens, cfg.decode.nbest = beam, tokens, nbest
+        bad = beam * tokens > MAX_BEAM_TOKENS or nbest > beam or (
+            schema is ServeConfig and nbest != 1)
+        names = ("decode.nbest",) if nbest > beam else ("decode.beam", "decode.batch_tokens") \
+            if beam * tokens > MAX_BEAM_TOKENS else ("decode.nbest",)  # the rules' order
+    if not bad:
+        CHECKS[schema](cfg)
+        return
+    with pytest.raises(TinyMTError) as e:
+        CHECKS[schema](cfg)
+    assert all(f"{n}=" in str(e.value) for n in names) and "\n" not in str(e.value), str(e.value)
+
+
+def test_parameter_estimate_bounds_the_model():
+    """The cross rule's estimate is the real count plus exactly what it counts on purpose:
+    the tables tied away after they were made, sinusoidal positions (buffers as large) and
+    the final norms of pre-LN (counted for post-LN too)."""
+    from tinymt.model import Transformer, count_parameters
+
+    for overrides in ({}, {"model": {"tie_embeddings": False, "positional": "learned"}},
+                      {"data": {"joint_vocab": False}},
+                      {"model": {"d_model": 64, "n_heads": 8, "d_ff": 32, "norm_first": False,
+                                 "n_encoder_layers": 3, "n_decoder_layers": 1}}):
+        cfg = OmegaConf.merge(OmegaConf.structured(TrainConfig), overrides)
+        m, v = cfg.model, cfg.data.vocab_size
+        model = Transformer(m, v, v, shared_vocab=cfg.data.joint_vocab)
+        tables = {id(t.weight) for t in (model.src_embed, model.tgt_embed, model.output_proj)}
+        extra = ((3 - len(tables)) * v * m.d_model
+                 + (2 * m.max_positions * m.d_model if m.positional == "sinusoidal" else 0)
+                 + (0 if m.norm_first else 4 * m.d_model))
+        assert estimated_parameters(cfg) == count_parameters(model) + extra, overrides

@@ -171,6 +171,7 @@ def test_sizes_unique_and_disjoint(splits):
                 seen[text] = name
 
 
+@pytest.mark.slow
 def test_each_chinese_sentence_has_one_translation(samples):
     more = sample_pairs(5, 14000)
     by_zh = collections.defaultdict(set)

@@ -341,3 +341,95 @@ def test_kv_cache_grows_past_its_buffer_with_reorders():
             cached.kv.reorder(index)
             rows = rows[index]
     assert len(grown) >= 3  # started small and was reallocated at least twice
+
+
+# --------------------------------------------------------------------------- translate_ids
+def greedy_by_hand(model, ids, max_len):
+    """Greedy search written plainly: the whole prefix through the model every step, the
+    most likely token that is neither pad nor bos, until EOS or max_len tokens."""
+    src = torch.tensor([list(ids) + [EOS]])
+    out = []
+    with torch.no_grad():
+        while len(out) < max_len:
+            hidden, _ = model(src, torch.tensor([[BOS] + out]))
+            logits = model.logits(hidden)[0, -1]
+            logits[[PAD, BOS]] = float("-inf")
+            tok = int(logits.argmax())
+            if tok == EOS:
+                break
+            out.append(tok)
+    return out
+
+
+def test_translate_ids_defaults_are_greedy_with_the_documented_length_cap(capsys):
+    model = tiny_model(5)
+    with torch.no_grad():
+        model.output_proj.weight[EOS] = 0.0  # EOS scores 0, below the best of 22 others
+    ids = [[5, 6, 7], [], [8]]
+    got = translate_ids(model, ids)  # beam 1, max_len_a 1.5, max_len_b 10
+    for i, hyps in zip(ids, got):
+        cap = int(1.5 * (len(i) + 1) + 10)  # src_len counts the EOS collate appends
+        assert len(hyps) == 1 and math.isnan(hyps[0][1])
+        assert hyps[0][0] == greedy_by_hand(model, i, cap)
+        assert len(hyps[0][0]) == cap  # EOS never wins: every sentence runs to its cap
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    again = translate_ids(model, ids, progress=True)
+    assert [h[0][0] for h in again] == [h[0][0] for h in got]
+    bar = capsys.readouterr().err
+    assert bar.startswith("\rtranslate: ") and "?batch/s]" in bar  # tqdm's first frame
+    with pytest.raises(TinyMTError, match=r"beam_rule='wide': choose one of shrink, full$"):
+        translate_ids(model, ids, beam=3, beam_rule="wide")
+    short = translate_ids(model, ids, max_len_a=0.5, max_len_b=2)  # caps 4, 2, 3
+    assert [h[0][0] for h in short] == [greedy_by_hand(model, i, int(0.5 * (len(i) + 1) + 2))
+                                        for i in ids]
+
+
+def test_translate_ids_beam_passes_its_options_to_the_search():
+    """len_penalty, the length cap and nbest reach the beam search: with a beam wider than
+    every candidate it returns the exhaustive top nbest, in input order."""
+    V = 6
+    model = tiny_model(2, vocab=V, sharpen=3.0)
+    with torch.no_grad():
+        model.output_proj.weight[EOS] = 0.0  # rarely likely: the best outputs are the longest
+    ids = [[4, 5, 4], [5, 5, 4]]  # 4 source tokens with EOS: cap int(0.5 * 4 + 1) = 3
+    got = translate_ids(model, ids, beam=64, nbest=3, len_penalty=0.6, max_len_a=0.5,
+                        max_len_b=1, batch_tokens=8)
+    assert [len(h) for h in translate_ids(model, ids, beam=3)] == [1, 1]  # nbest 1 by default
+    for i, hyps in zip(ids, got):
+        table = exhaustive(model, torch.tensor(i + [EOS]), 3, 0.6, [UNK, 4, 5])
+        ranked = sorted(table.items(), key=lambda kv: -kv[1])[:3]
+        assert [tuple(t) for t, _ in hyps] == [t for t, _ in ranked]
+        assert [s for _, s in hyps] == pytest.approx([s for _, s in ranked], abs=1e-9)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_batch_equals_greedy_by_hand_as_sentences_leave(use_cache):
+    """A negative max_len_a gives the shorter (padded) sources the longer caps, so they go
+    on alone after the unpadded one has left the batch: still their own greedy outputs."""
+    model = tiny_model(7)
+    with torch.no_grad():
+        model.output_proj.weight[EOS] = 0.0  # every sentence runs to its cap
+    ids = [[4, 5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(i + [EOS]) for i in ids],
+                                          batch_first=True, padding_value=PAD)
+    got = greedy_decode(model, src, max_len_a=-1.0, max_len_b=12, use_cache=use_cache)
+    for i, out in zip(ids, got):
+        assert out == greedy_by_hand(model, i, 12 - (len(i) + 1))  # caps 4, 9, 7
+
+
+def test_greedy_defaults_are_the_documented_length_cap():
+    model = tiny_model(8)
+    with torch.no_grad():
+        model.output_proj.weight[EOS] = 0.0
+    got = greedy_decode(model, torch.tensor([[4, 5, EOS]]))  # 1.5 * 3 + 10: 14 tokens
+    assert got == [greedy_by_hand(model, [4, 5], 14)] and len(got[0]) == 14
+
+
+def test_a_sentence_with_no_room_gets_no_tokens():
+    model = tiny_model(9)
+    with torch.no_grad():
+        model.output_proj.weight[EOS] = 0.0
+    src = sources([4, 1], seed=9)  # caps int(-1 * 4 + 4) = 0 and int(-1 * 1 + 4) = 3
+    got = greedy_decode(model, src, max_len_a=-1.0, max_len_b=4)
+    assert got[0] == [] and len(got[1]) == 3
+    assert greedy_decode(model, src, max_len_a=0.0, max_len_b=0) == [[], []]

@@ -10,6 +10,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from tinymt.errors import TinyMTError
 from tinymt.files import (
@@ -17,6 +19,9 @@ from tinymt.files import (
     TEMP_PREFIX,
     check_output,
     check_outputs,
+    output_problem,
+    read_bytes,
+    write_file,
     write_folder,
     write_text,
 )
@@ -144,3 +149,100 @@ def test_a_second_writer_is_told_who_writes(run):
         holder.kill()
         holder.wait()
     lock_run(run, "average the checkpoints of").release()  # the kill released it
+
+
+# ----------------------------------------------------------------------------- properties
+FAULTS = [OSError(errno.EIO, "Input/output error"), OSError(errno.ENOSPC, "No space left on device"),
+          RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+          OSError(errno.EACCES, "Permission denied")]
+
+
+@given(st.lists(st.binary(max_size=2000), max_size=6), st.none() | st.integers(0, 6),
+       st.sampled_from(FAULTS), st.none() | st.binary(max_size=100))
+@example([b"a" * 2000] * 3, 2, FAULTS[1], b"old")
+def test_a_write_is_whole_or_leaves_the_old_file(tmp_path_factory, chunks, fail_at, fault, old):
+    """write_file publishes all the bytes written, or -- a fault at any point of the writing
+    (an I/O error, a full disk, torch's writer failing) -- leaves the old file exactly as it
+    was (or none, if there was none), says so in one line, and leaves no temp file."""
+    folder = tmp_path_factory.mktemp("write")
+    path = folder / "out.bin"
+    if old is not None:
+        path.write_bytes(old)
+
+    def write(f):
+        for n, chunk in enumerate(chunks):
+            if n == fail_at:
+                raise fault
+            f.write(chunk)
+        if fail_at is not None and fail_at >= len(chunks):
+            raise fault
+
+    if fail_at is None:
+        write_file(path, write)
+        assert path.read_bytes() == b"".join(chunks)
+    else:
+        with pytest.raises(TinyMTError) as e:
+            write_file(path, write)
+        message = str(e.value)
+        assert "\n" not in message and str(path) in message, message
+        assert message.endswith("; the previous version is intact" if old is not None
+                                else "; nothing was left there"), message
+        assert ("no space left on device" in message) == (fault.args[:1] == (errno.ENOSPC,)), message
+        assert (path.read_bytes() if path.exists() else None) == old
+    assert [p.name for p in folder.iterdir()] == (["out.bin"] if path.exists() else [])
+
+
+RUN_FILES = ["checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_{n}.pt",
+             "checkpoints/../checkpoints/last.pt", "config.yaml", "tokenizer/spm.model",
+             "tokenizer/{name}", RUN_MARKER, "metrics.json", "events.out.tfevents.{n}",
+             "{name}", "heads/{name}.png", "checkpoints/avg.pt", "checkpoints/{name}.pt"]
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    """A run's folder as training leaves it (its marker, config, tokenizer, checkpoints)."""
+    run = tmp_path_factory.mktemp("a_run") / "run"
+    for name in ("checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_20.pt",
+                 "config.yaml", "tokenizer/spm.model", RUN_MARKER, "metrics.json"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"state")
+    return run
+
+
+@given(st.sampled_from(RUN_FILES), st.integers(0, 10**6),
+       st.text("abcxyz_-", min_size=1, max_size=12), st.booleans(), st.booleans())
+def test_a_run_s_files_are_written_only_where_its_owner_may(a_run, tmp_path_factory, pattern, n,
+                                                            name, owned, through_link):
+    """Into a run (directly or through a link to it), an output is refused when it is the
+    run's own state (marker, config, tokenizer, last / best / step checkpoints), when the
+    command does not own the run, and, for its owner, anywhere but checkpoints/ (the rest is
+    its training's: events, metrics.json, images). Only a new checkpoint file of the owner
+    passes. Nothing is written by asking."""
+    run, rel = a_run, pattern.format(n=n, name=name)
+    base = run
+    if through_link:
+        link = tmp_path_factory.mktemp("link") / "to-run"
+        link.symlink_to(run)
+        base = link
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    why = output_problem(base / rel, owner=run if owned else None)
+    state = rel.startswith(("checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_",
+                            "checkpoints/../", "config.yaml", "tokenizer/", RUN_MARKER))
+    allowed = owned and not state and rel.startswith("checkpoints/")
+    assert (why is None) == allowed, (rel, owned, why)
+    if why is not None:
+        assert "\n" not in why and str(run) in why, why
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
+
+
+@given(st.integers(0, 5000), st.integers(0, 5000))
+def test_a_read_is_capped(tmp_path_factory, size, cap):
+    """read_bytes returns the file's bytes when they are at most the cap, else one line
+    saying so: never more than cap + 1 bytes read."""
+    path = tmp_path_factory.mktemp("read") / "f.bin"
+    path.write_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    if size <= cap:
+        assert read_bytes(path, "the file", cap) == path.read_bytes()
+    else:
+        with pytest.raises(TinyMTError, match=f"the file {path} is larger than {cap:,} bytes"):
+            read_bytes(path, "the file", cap)

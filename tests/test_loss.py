@@ -120,3 +120,23 @@ def test_the_training_step_fused_loss_equals_the_core_loss():
     assert grads[0][1].keys() == grads[1][1].keys()
     for name in grads[0][1]:
         torch.testing.assert_close(grads[0][1][name], grads[1][1][name], msg=name)
+
+
+def test_the_core_loss_is_the_definition_and_smooths_only_when_asked():
+    hidden, weight, targets = _case(7)
+    logits = hidden @ weight.T
+    torch.testing.assert_close(sequence_loss(hidden, weight, targets, PAD),  # default: no smoothing
+                               smoothed_nll_by_definition(logits, targets, 0.0))
+    torch.testing.assert_close(token_nll(logits, targets, PAD),
+                               smoothed_nll_by_definition(logits, targets, 0.0))
+    torch.testing.assert_close(sequence_loss(hidden, weight, targets, PAD, 0.1),
+                               smoothed_nll_by_definition(logits, targets, 0.1))
+
+
+def test_bfloat16_logits_are_scored_in_float32():
+    hidden, weight, targets = _case(8, dtype=torch.float32)
+    logits = (hidden @ weight.T).to(torch.bfloat16)
+    got = token_nll(logits, targets, PAD, 0.1)
+    assert got.dtype == torch.float32  # not rounded to bf16's 8 bits of mantissa
+    want = smoothed_nll_by_definition(logits.double(), targets, 0.1)
+    assert abs(got.item() - want.item()) < 1e-4 * want.item()

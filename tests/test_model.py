@@ -1,4 +1,6 @@
-"""The Transformer: layers against torch's reference layers, masking, caching, options."""
+"""The Transformer: masking, caching, options (its layers against torch's: test_layers.py)."""
+
+import math
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ from torch import nn
 from tinymt.config import ModelConfig
 from tinymt.decoding.cache import DecoderCache, decode_step
 from tinymt.errors import TinyMTError
-from tinymt.layers import DecoderLayer, EncoderLayer, LearnedPositions
+from tinymt.layers import LearnedPositions
 from tinymt.model import Transformer, count_parameters
 
 DT = torch.float64
@@ -45,78 +47,6 @@ def tokens(lengths, T, vocab=23, bos=False):
     if bos:
         x[:, 0] = 2
     return x.masked_fill(pad_mask(lengths, T), 0)
-
-
-def randomize_(module):
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0.0, 0.3)
-    return module
-
-
-# --------------------------------------------------------------------------- layers vs torch
-def copy_encoder_layer(ours: EncoderLayer, ref: nn.TransformerEncoderLayer):
-    ours.self_attn.load_from_torch(ref.self_attn)
-    ours.ff.linear1.load_state_dict(ref.linear1.state_dict())
-    ours.ff.linear2.load_state_dict(ref.linear2.state_dict())
-    ours.norm1.load_state_dict(ref.norm1.state_dict())
-    ours.norm2.load_state_dict(ref.norm2.state_dict())
-
-
-def copy_decoder_layer(ours: DecoderLayer, ref: nn.TransformerDecoderLayer):
-    ours.self_attn.load_from_torch(ref.self_attn)
-    ours.cross_attn.load_from_torch(ref.multihead_attn)
-    ours.ff.linear1.load_state_dict(ref.linear1.state_dict())
-    ours.ff.linear2.load_state_dict(ref.linear2.state_dict())
-    for i in (1, 2, 3):
-        getattr(ours, f"norm{i}").load_state_dict(getattr(ref, f"norm{i}").state_dict())
-
-
-@pytest.mark.parametrize("norm_first", [True, False])
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_encoder_layer_matches_torch(norm_first, activation):
-    torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(
-        D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first,
-        dtype=DT,
-    )
-    randomize_(ref)
-    ours = EncoderLayer(D, H, FF, 0.0, 0.0, activation, norm_first).to(DT)
-    copy_encoder_layer(ours, ref)
-    x = torch.randn(3, 6, D, dtype=DT)
-    kpm = pad_mask([6, 4, 1], 6)
-    expected = ref(x, src_key_padding_mask=kpm)  # grad enabled: torch's slow, exact path
-    for need in (False, True):
-        out, w = ours(x, ~kpm[:, None, None, :], need_weights=need)
-        torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
-        assert (w is not None) == need
-
-
-@pytest.mark.parametrize("norm_first", [True, False])
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_decoder_layer_matches_torch(norm_first, activation):
-    torch.manual_seed(1)
-    ref = nn.TransformerDecoderLayer(
-        D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first,
-        dtype=DT,
-    )
-    randomize_(ref)
-    ours = DecoderLayer(D, H, FF, 0.0, 0.0, activation, norm_first).to(DT)
-    copy_decoder_layer(ours, ref)
-    T, S = 5, 7
-    y = torch.randn(3, T, D, dtype=DT)
-    mem = torch.randn(3, S, D, dtype=DT)
-    tpm, mpm = pad_mask([5, 3, 2], T), pad_mask([7, 2, 5], S)
-    expected = ref(
-        y, mem, tgt_mask=torch.ones(T, T, dtype=torch.bool).triu(1),
-        tgt_key_padding_mask=tpm, memory_key_padding_mask=mpm,
-    )
-    for need in (False, True):
-        tgt_mask = ~tpm[:, None, None, :] & torch.ones(T, T, dtype=torch.bool).tril()
-        out, sw, cw = ours(y, mem, ~mpm[:, None, None, :], tgt_mask, need_weights=need)
-        torch.testing.assert_close(out, expected, atol=1e-10, rtol=0)
-        if need:
-            assert sw.shape == (3, H, T, T) and cw.shape == (3, H, T, S)
 
 
 # --------------------------------------------------------------------------- masking
@@ -296,6 +226,29 @@ def test_tied_embeddings():
         Transformer(tiny_cfg(), 30, 25, shared_vocab=True)
 
 
+def test_attention_weights_only_when_asked():
+    model = tiny_model()
+    src, tgt = tokens([5, 3], 5), tokens([4, 2], 4, bos=True)
+    hidden, attn = model(src, tgt)
+    assert attn is None
+    same, attn = model(src, tgt, need_weights=True)
+    torch.testing.assert_close(same, hidden, atol=1e-12, rtol=0)
+    assert sorted(attn) == ["cross", "decoder_self", "encoder_self"]
+    memory, attn = model.encode(src)
+    assert attn is None
+    assert model.decode(tgt, memory, model.padding_mask(src))[1] is None
+
+
+def test_count_parameters_counts_each_tensor_once_and_frozen_ones_on_request():
+    model = tiny_model(vocab=(30, 30), shared=True, tie_embeddings=True)
+    unique = {id(p): p.numel() for p in model.parameters()}  # tied matrices: one entry
+    assert count_parameters(model) == count_parameters(model, trainable_only=False) == sum(
+        unique.values())
+    model.src_embed.weight.requires_grad_(False)  # the tied embedding and output matrix
+    assert count_parameters(model) == sum(unique.values()) - 30 * D
+    assert count_parameters(model, trainable_only=False) == sum(unique.values())
+
+
 def test_learned_positions_and_checkpoint_rebuild():
     model = tiny_model(seed=6, positional="learned")
     assert isinstance(model.src_pos, LearnedPositions)
@@ -332,14 +285,19 @@ def test_too_long_sequences_raise():
     model = tiny_model(max_positions=8)
     ok_src, ok_tgt = tokens([8], 8), tokens([8], 8, bos=True)
     model(ok_src, ok_tgt)
-    with pytest.raises(TinyMTError, match="max_positions=8"):
+    with pytest.raises(TinyMTError, match=r"^a source sentence of 9 tokens is longer than "
+                                          r"model.max_positions=8; shorten the input \(e.g. "
+                                          r"data.max_len\) or train a model with a larger "
+                                          r"model.max_positions$"):
         model.encode(tokens([9], 9))
-    with pytest.raises(TinyMTError, match="max_positions"):
+    with pytest.raises(TinyMTError, match="^a target sentence of 9 tokens is longer than "
+                                          "model.max_positions=8"):
         model(ok_src, tokens([9], 9, bos=True))
     cache = cache_for(model, ok_src)
     for t in range(8):
         decode_step(model, ok_tgt[:, t : t + 1], cache)
-    with pytest.raises(TinyMTError, match="max_positions"):
+    with pytest.raises(TinyMTError, match="^a target prefix of 9 tokens is longer than "
+                                          "model.max_positions=8"):
         decode_step(model, ok_tgt[:, :1], cache)
 
 
@@ -350,3 +308,52 @@ def test_bad_config_values_raise():
         Transformer(tiny_cfg(positional="rope"), 10, 10, True)
     with pytest.raises(TinyMTError, match="divisible"):
         Transformer(tiny_cfg(d_model=10, n_heads=3), 10, 10, True)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_plus_the_papers_positions():
+    """What enters the first encoder and decoder layers (3.4, 3.5): the token's embedding
+    times sqrt(d_model) plus PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...);
+    decoding one token at a time, at the token's own position."""
+    model = tiny_model(seed=3)
+    assert (model.d_model, model.n_heads, model.max_positions, model.pad_id) == (D, H, 32, 0)
+    seen = []
+    for layer in (model.encoder_layers[0], model.decoder_layers[0]):
+        layer.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().clone()))
+    src, tgt = tokens([5, 3], 5), tokens([4, 4], 4, bos=True)
+    model(src, tgt)
+
+    def expected(embedding, toks, offset=0):
+        pe = torch.tensor([[math.sin(p / 10000 ** (2 * (j // 2) / D)) if j % 2 == 0 else
+                            math.cos(p / 10000 ** (2 * (j // 2) / D)) for j in range(D)]
+                           for p in range(offset, offset + toks.size(1))], dtype=DT)
+        return embedding.weight[toks] * math.sqrt(D) + pe
+
+    torch.testing.assert_close(seen[0], expected(model.src_embed, src))
+    torch.testing.assert_close(seen[1], expected(model.tgt_embed, tgt))
+    cache = cache_for(model, src)
+    seen.clear()
+    for t in range(3):
+        decode_step(model, tgt[:, t : t + 1], cache)
+    torch.testing.assert_close(seen[2], expected(model.tgt_embed, tgt[:, 2:3], offset=2))
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_final_norms_only_in_pre_ln(norm_first):
+    """Pre-LN normalises each stack's last output (LayerNorm, by its formula: fresh weights 1,
+    biases 0); post-LN's layers end in a norm already and nothing is added."""
+    model = tiny_model(seed=4, norm_first=norm_first)
+    outs = []
+    for layer in (model.encoder_layers[-1], model.decoder_layers[-1]):
+        layer.register_forward_hook(lambda m, args, out: outs.append(out[0].detach()))
+    src, tgt = tokens([5, 3], 5), tokens([4, 2], 4, bos=True)
+    memory, _ = model.encode(src)
+    hidden, _ = model(src, tgt)
+
+    def final(x):
+        if not norm_first:
+            return x
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5)
+
+    torch.testing.assert_close(memory, final(outs[0]))
+    torch.testing.assert_close(hidden, final(outs[2]))

@@ -1,43 +1,51 @@
-"""Every path-taking option of every script against a matrix of hostile targets.
+"""Every path-taking option of every script against every hostile target, at the rules
+themselves: the schema rule of each option (``tinymt.config``: the check each script runs
+right after composition, with its cross rules), the benchmark's ``check_paths``, and
+``tinymt.files`` below them (:func:`output_problem`, :func:`name_problem`,
+:func:`check_outputs`).
 
-Each case runs the script in this process (Hydra's composition and the script's ``main``;
-the benchmark's ``main``) from a working folder holding a copy of a trained run, a file
-"outside" and the targets. Every case must end with exit status 2 and exactly one
-``error:`` line, no traceback, and every file of the working folder as it was (hashed;
-links by their target, pipes and devices by kind). A target that is refused names its
-option; a target that may be used is let through, and the command then stops at the error
-its base arguments are built to reach (a corpus, run or export that does not exist), so
-no case does real work. Adding a script, or a path option to one, without a row here
-fails :func:`test_every_path_option_has_a_row`.
+A target that is refused is one ``TinyMTError`` line naming the option; a target that may
+be used (a link to replace, a folder to fill, a pipe to read) is let through; nothing is
+ever written, nor any pipe opened (a watchdog ends a check that blocks). Each script's
+wiring to its check (one line, exit status 2, nothing written, through the real script):
+tests/test_cli_errors.py, one row a script, and the benchmark's two rows here. Adding a
+script, or a path option to one, without a row here fails
+:func:`test_every_path_option_has_a_row`.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import dataclasses
+import faulthandler
+import functools
 import hashlib
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
-from conftest import REPO_ROOT, copy_run, run_script_in_process
+from conftest import REPO_ROOT
 from tinymt import config as C
+from tinymt.errors import TinyMTError
+from tinymt.files import NAME_MAX, check_outputs, name_problem, output_problem
 
-# script -> (its schema (None: argparse), base arguments, the error they reach when every
-# path given is let through)
+# script -> its schema (None: argparse) and the check its main runs first
 SCRIPTS = {
-    "train": (C.TrainConfig, ["data=text_files", "data.path={tmp}/no-corpus",
-                              "data.cache_dir={tmp}/cache"], "no-corpus"),
-    "prepare_data": (C.PrepareConfig, ["data=text_files", "data.path={tmp}/no-corpus",
-                                       "data.cache_dir={tmp}/cache"], "no-corpus"),
-    "translate": (C.TranslateConfig, ["run={tmp}/no-run"], "no-run"),
-    "serve": (C.ServeConfig, ["run={tmp}/no-run", "port=0"], "no-run"),
-    "export": (C.ExportConfig, ["run={tmp}/no-run", "out={tmp}/export"], "no-run"),
-    "analyze_heads": (C.AnalyzeConfig, ["run={tmp}/no-run"], "no-run"),
-    "average_checkpoints": (C.AverageConfig, ["run={tmp}/no-run"], "no-run"),
-    "benchmark": (None, ["--quick", "--sections", "serve", "--out", "{tmp}/bench.md"],
-                  "--sections serve needs --run"),
+    "train": (C.TrainConfig, C.check_train),
+    "prepare_data": (C.PrepareConfig, lambda c: C.check_data(c.data)),
+    "translate": (C.TranslateConfig, C.check_translate),
+    "serve": (C.ServeConfig, C.check_serve),
+    "export": (C.ExportConfig, C.check_export),
+    "analyze_heads": (C.AnalyzeConfig, C.check_analyze),
+    "average_checkpoints": (C.AverageConfig, C.check_average),
+    "benchmark": (None, None),
 }
 # (script, option) -> what it names: W a file to write, F a folder to write, R a file or
 # folder to read. The option is spelled as on the command line.
@@ -73,36 +81,33 @@ UNWRITABLE = "/sys/tinymt-test" if os.geteuid() == 0 else "{tmp}/ro/x"
 
 TARGETS = {  # name -> the value given (formatted with {tmp}, {run})
     "run state": "{run}/checkpoints/last.pt",
+    "run config": "{run}/config.yaml",
+    "run tokenizer": "{run}/tokenizer/spm.model",
     "in a run": "{run}/new.txt",
-    "same file": None,  # the command's other output, given the same value
     "link out": "{tmp}/link.html",  # a symbolic link to a file outside
     "pipe": "{tmp}/fifo",
+    "socket": "{tmp}/sock",
     "device": "{tmp}/null",  # a private copy of /dev/null (never the machine's own)
     "empty": "",
     "blank": "  ",
     "folder": "{tmp}/adir",
+    "a file": "{tmp}/afile",
+    "under a file": "{tmp}/afile/x.html",
     "unwritable": UNWRITABLE,
     "long name": "{tmp}/" + "n" * 300,
 }
-# targets that are a fine value: let through, the base error follows (a link is replaced,
-# never written through; an existing folder takes a new run, the cache, attention maps)
-LET_THROUGH = {"W": {"link out"}, "F": {"folder"}, "R": set()}
+# targets that are a fine value: let through (a link is replaced, never written through; an
+# existing folder takes a new run, the cache, attention maps)
+LET_THROUGH = {"W": {"link out", "a file"}, "F": {"folder"}, "R": set()}
 LET_THROUGH_OPTION = {("translate", "attention"): {"link out", "folder"},
                       ("export", "out"): set(),  # a new folder: an existing one is refused
                       ("translate", "input"): {"pipe"}, ("translate", "ref"): {"pipe"},
                       ("serve", "api_keys"): {"pipe"}}  # <(command) as a text file
 # reading: which targets a reader must refuse (others may be read, or not be there)
-READ_REFUSED = {"empty", "blank", "pipe", "device", "long name"}
-
-
-def _cases():
-    for (script, option), kind in OPTIONS.items():
-        for target in TARGETS:
-            if target == "same file" and (script, option) not in OTHER_OUTPUT:
-                continue
-            if kind == "R" and target in ("in a run", "unwritable", "same file"):
-                continue  # nothing is written: the reads' own matrix
-            yield pytest.param(script, option, kind, target, id=f"{script} {option} {target}")
+READ_REFUSED = {"empty", "blank", "pipe", "socket", "device", "long name"}
+# the base values of a check: a run that does not exist (owned outputs are checked against
+# it), an export folder to make
+BASE = {"run": "{tmp}/no-run", "out": "{tmp}/export"}
 
 
 def _schema_strings(schema, prefix=""):
@@ -128,7 +133,7 @@ def _argparse_strings():
 def test_every_path_option_has_a_row():
     scripts = {p.stem for p in (REPO_ROOT / "scripts").glob("*.py")}
     assert scripts == set(SCRIPTS), "a script without rows here (or rows of no script)"
-    for script, (schema, _, _) in SCRIPTS.items():
+    for script, (schema, _) in SCRIPTS.items():
         strings = set(_schema_strings(schema) if schema else _argparse_strings())
         paths = {o for (s, o) in OPTIONS if s == script}
         assert strings - NOT_PATHS == paths, f"{script}: options without a row (or gone)"
@@ -149,79 +154,173 @@ def _snapshot(root: Path) -> dict[str, str]:
     return out
 
 
+@contextlib.contextmanager
+def watchdog(seconds: float = 60):
+    """A check that opens a pipe blocks: the process ends after ``seconds`` with its stack."""
+    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture(scope="module")
-def shared_place(tiny_run, tmp_path_factory):
-    """The working folder: a run, a file outside it, and the targets (one for all the cases:
-    each checks that it changed nothing)."""
-    tmp_path = tmp_path_factory.mktemp("paths")
-    run = copy_run(tiny_run, tmp_path / "run")
-    outside = tmp_path / "outside"
+def place(tmp_path_factory):
+    """The working folder: a run (its marker, config, tokenizer, checkpoints), a file
+    outside it, and the targets."""
+    import socket
+
+    tmp = tmp_path_factory.mktemp("paths")
+    run = tmp / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    for name in (".tinymt-run", "config.yaml", "tokenizer/spm.model", "checkpoints/last.pt",
+                 "checkpoints/best.pt", "metrics.json"):
+        (run / name).write_text("state\n")
+    outside = tmp / "outside"
     outside.mkdir()
     (outside / "precious.html").write_text("not to be touched\n")
-    (tmp_path / "link.html").symlink_to(outside / "precious.html")
-    os.mkfifo(tmp_path / "fifo")
+    (tmp / "link.html").symlink_to(outside / "precious.html")
+    os.mkfifo(tmp / "fifo")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp / "sock"))
     try:
-        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        os.mknod(tmp / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
     except OSError:
-        (tmp_path / "null").symlink_to("/dev/null")  # not root: the device itself is safe
-    (tmp_path / "adir").mkdir()
+        (tmp / "null").symlink_to("/dev/null")  # not root: the device itself is safe
+    (tmp / "adir").mkdir()
+    (tmp / "afile").write_text("x\n")
     if "{tmp}" in UNWRITABLE:
-        (tmp_path / "ro").mkdir(mode=0o500)
-    return tmp_path, run
+        (tmp / "ro").mkdir(mode=0o500)
+    return tmp, run
 
 
-@pytest.fixture
-def place(shared_place, monkeypatch):
-    monkeypatch.chdir(shared_place[0])
-    return shared_place
+def _bench_check(option: str, value: str, tmp: Path, other: str | None = None) -> None:
+    """The benchmark's check of its path options (argparse: no schema)."""
+    from tinymt.bench.main import check_paths
+
+    args = argparse.Namespace(out=str(tmp / "bench.md"), json=None, merge=None, run=None,
+                              checkpoint=None, data_path=None, cache_dir=None)
+    setattr(args, option.lstrip("-").replace("-", "_"), value)
+    if other:
+        setattr(args, other.lstrip("-").replace("-", "_"), value)
+    check_paths(args, tmp)
 
 
-@pytest.mark.parametrize("script,option,kind,target", list(_cases()))
-def test_a_hostile_path_is_one_line_and_changes_nothing(place, capsys, monkeypatch, script,
-                                                        option, kind, target):
+def _check(script: str, option: str, value: str, tmp: Path, same: bool = False) -> None:
+    """The script's own check with ``option=value`` (and, ``same``, its other output
+    naming the same file), on a config otherwise at its defaults."""
+    schema, check = SCRIPTS[script]
+    if schema is None:
+        return _bench_check(option, value, tmp, OTHER_OUTPUT[(script, option)] if same else None)
+    cfg = OmegaConf.create(_defaults(schema, tmp))
+    OmegaConf.update(cfg, option, value)
+    check(cfg)
+    if same:  # the command's outputs, checked together (tinymt.translate)
+        other = OTHER_OUTPUT[(script, option)]
+        check_outputs((option, value), (other, C.attention_file(value) if other == "attention"
+                                        else value))
+
+
+@functools.cache
+def _defaults(schema, tmp: Path) -> dict:
+    out = OmegaConf.to_container(OmegaConf.structured(schema))
+    return {**out, **{k: v.format(tmp=tmp) for k, v in BASE.items() if k in out}}
+
+
+CASES = [(s, o, k, t) for (s, o), k in OPTIONS.items() for t in TARGETS]
+
+
+def test_every_option_against_every_target(place, monkeypatch):
+    """The whole matrix (every option of every script x every target, ~500 checks, each
+    a few stat calls): a refusal is one line naming its option; a usable target passes;
+    nothing in the working folder changes, no pipe is opened."""
     tmp, run = place
-    schema, base, later = SCRIPTS[script]
-    value = TARGETS[target]
-    value = ("{tmp}/same.html" if target == "same file" else value).format(tmp=tmp, run=run)
-    given = [(option, value)]
-    if target == "same file":
-        given.append((OTHER_OUTPUT[(script, option)], value))
-    args = [a.format(tmp=tmp) for a in base]
-    for opt, v in given:
-        args = _with(args, opt, v, argparse=schema is None)
+    monkeypatch.chdir(tmp)
     before = _snapshot(tmp)
-    status, err = _run(script, args, capsys, monkeypatch)
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert status == 2 and "Traceback" not in err, err[-3000:]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
-    if target in LET_THROUGH_OPTION.get((script, option), LET_THROUGH[kind]):
-        assert later in lines[0], lines[0]
-    elif kind != "R" or target in READ_REFUSED:
-        assert option.lstrip("-") in lines[0] and later not in lines[0], lines[0]
+    seen = {"refused": 0, "let through": 0}
+    with watchdog():
+        for script, option, kind, target in CASES:
+            value = TARGETS[target].format(tmp=tmp, run=run)
+            case = f"{script} {option}={target}"
+            try:
+                _check(script, option, value, tmp)
+                refused = None
+            except TinyMTError as e:
+                refused = str(e)
+                assert "\n" not in refused and refused.startswith(
+                    (f"{option}=", f"{option} ")), (case, refused)
+            if target in LET_THROUGH_OPTION.get((script, option), LET_THROUGH[kind]):
+                assert refused is None, (case, refused)
+                seen["let through"] += 1
+            elif kind != "R" or target in READ_REFUSED:
+                assert refused is not None, f"{case}: let through"
+                seen["refused"] += 1
     assert _snapshot(tmp) == before
+    assert seen["refused"] >= 200 and seen["let through"] >= 10, seen
 
 
-def _with(args: list[str], option: str, value: str, argparse: bool) -> list[str]:
-    """``args`` with ``option`` set to ``value`` (replacing the base's own)."""
-    if argparse:
-        if option in args:
-            i = args.index(option)
-            return args[:i] + [option, value] + args[i + 2:]
-        return [*args, option, value]
-    return [a for a in args if not a.startswith(f"{option}=")] + [f"{option}={value}"]
+@pytest.mark.parametrize("script,option", list(OTHER_OUTPUT))
+def test_two_outputs_naming_one_file_are_refused(place, monkeypatch, script, option):
+    tmp, _ = place
+    monkeypatch.chdir(tmp)
+    before = _snapshot(tmp)
+    with pytest.raises(TinyMTError, match="name the same file") as e:
+        _check(script, option, str(tmp / "same.html"), tmp, same=True)
+    assert "\n" not in str(e.value) and _snapshot(tmp) == before
 
 
-def _run(script: str, args: list[str], capsys, monkeypatch) -> tuple[int, str]:
-    if script == "translate":
-        args = [*args, "--", "他喜欢猫吗？"]  # something to translate, if it gets that far
-    if script != "benchmark":
-        return run_script_in_process(script, args, capsys)
+NAME_CHARS = st.sampled_from(["a", "é", "猫", " ", "/", ".", "..", "\t", "-", "~", "x" * 40])
+
+
+@given(st.lists(NAME_CHARS, max_size=80).map("".join))
+@example("")
+@example("   ")
+@example("/" + "n" * 300)
+@example("a/" * 2100)
+@example("猫" * 86)  # 258 bytes in one name
+@example("~nosuchuser-tinymt/x.txt")  # was a RuntimeError (exit 1, "internal error")
+def test_any_name_is_judged_in_one_line_and_nothing_is_made(place, text):
+    """Whatever string names an output (blank, a name over 255 bytes, a path over 4096,
+    any characters): :func:`output_problem` answers None or one line, never raises, and
+    leaves the folder as it was; a blank one and an over-long name are always refused."""
+    tmp, _ = place
+    with contextlib.chdir(tmp / "adir"):
+        why = output_problem(text)
+    assert why is None or (isinstance(why, str) and "\n" not in why)
+    if not text.strip():
+        assert why.startswith("empty")
+    elif text.startswith("~nosuchuser"):
+        assert why == "~nosuchuser-tinymt: no such user, so no such home folder", why
+    elif any(len(p.encode()) > NAME_MAX for p in Path(text).parts):
+        assert why == name_problem(text) and "too long" in why
+    assert not any((tmp / "adir").iterdir())
+
+
+@given(st.sampled_from(["--out", "--json"]), st.sampled_from(["pipe", "in a run", "folder"]))
+def test_benchmark_outputs_follow_the_same_rules(place, option, target):
+    """The benchmark's outputs go through the same :func:`check_outputs` (cheap: it is
+    argparse, not a schema rule)."""
+    tmp, run = place
+    with contextlib.chdir(tmp), pytest.raises(TinyMTError) as e:
+        _bench_check(option, TARGETS[target].format(tmp=tmp, run=run), tmp)
+    assert str(e.value).startswith(f"{option}=") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--out", "{tmp}/fifo"], "--out={tmp}/fifo: not a regular file"),
+    (["--out", "{tmp}/same.md", "--json", "{tmp}/same.md"], "name the same file"),
+])
+def test_the_benchmark_s_paths_through_its_main(place, capsys, monkeypatch, args, words):
+    """The benchmark's wiring (its main, in this process): one line, exit status 2."""
     from tinymt.bench.main import main
 
-    monkeypatch.chdir(Path.cwd())  # the benchmark moves to the repository; put it back
+    tmp, _ = place
+    monkeypatch.chdir(tmp)
+    before = _snapshot(tmp)
     capsys.readouterr()
-    try:
-        status = main(args)
-    except SystemExit as e:
-        status = e.code
-    return status, capsys.readouterr().err
+    with watchdog(), pytest.raises(SystemExit) as e:
+        main(["--quick", "--sections", "serve", *(a.format(tmp=tmp) for a in args)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert words.format(tmp=tmp) in err and _snapshot(tmp) == before

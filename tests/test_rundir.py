@@ -15,11 +15,10 @@ from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
 from conftest import TINY_TRAIN_OVERRIDES, compose_train, copy_run, run_script_in_process
-from tinymt.checkpoint import average_checkpoints, load_checkpoint
+from tinymt.checkpoint import load_checkpoint
 from tinymt.corpus import sample_pairs
 from tinymt.errors import TinyMTError
-from tinymt.heads import analyze
-from tinymt.rundir import RUN_MARKER, claim_run_dir, load_run, step_checkpoints
+from tinymt.rundir import RUN_MARKER, claim_run_dir, load_run
 from tinymt.tokenizer import Tokenizer
 from tinymt.trainer import resume_config, train
 from tinymt.translate import translate
@@ -177,23 +176,15 @@ def test_the_planted_object_would_run_if_loaded_unsafely(tiny_run, tmp_path):
     assert marker.is_dir()
 
 
+# every command reads checkpoints through load_checkpoint (the one unpickler of src/ and
+# scripts/: tests/test_loaders.py::test_only_the_checkpoint_loader_unpickles): the loader,
+# and one command through it
 LOADERS = {
     "load_checkpoint": lambda run, ckpt, tmp: load_checkpoint(ckpt),
     "translate checkpoint=": lambda run, ckpt, tmp: translate(
         compose_cfg("translate", f"run={run}", f"checkpoint={ckpt}", "device=cpu"), ["他"]),
-    "translate run=latest (best.pt)": lambda run, ckpt, tmp: translate(
-        compose_cfg("translate", "run=latest", f"outputs_root={run.parent}", "device=cpu"),
-        ["他"]),
-    "analyze_heads": lambda run, ckpt, tmp: analyze(
-        compose_cfg("analyze_heads", f"run={run}", "checkpoint=best", "device=cpu",
-                    "max_sentences=4"), progress=False, log=lambda m: None),
-    "train trainer.resume=": lambda run, ckpt, tmp: train(resume_config(
-        compose_train(tmp, f"trainer.resume={run}"), [f"trainer.resume={run}"])),
-    "average_checkpoints": lambda run, ckpt, tmp: average_checkpoints(step_checkpoints(run)),
 }
-PLANTED_FILE = {"load_checkpoint": "best.pt", "translate checkpoint=": "best.pt",
-                "translate run=latest (best.pt)": "best.pt", "analyze_heads": "best.pt",
-                "train trainer.resume=": "last.pt", "average_checkpoints": "ckpt_40.pt"}
+PLANTED_FILE = {"load_checkpoint": "best.pt", "translate checkpoint=": "best.pt"}
 
 
 @pytest.mark.parametrize("loader", list(LOADERS))
@@ -279,9 +270,10 @@ def test_disk_full_while_preparing_data(small_disk, text_corpus, capsys):
 
 
 # ----------------------------------------------------------------------------- outputs
-RUN_STATE = ["checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_20.pt",
-             "checkpoints/../checkpoints/last.pt", "config.yaml", "tokenizer/spm.model",
-             RUN_MARKER, "checkpoints"]
+# every file of a run's state, any owner, through links: the property
+# tests/test_files.py::test_a_run_s_files_are_written_only_where_its_owner_may; here the
+# script's wiring
+RUN_STATE = ["checkpoints/last.pt", "checkpoints"]
 
 
 @pytest.mark.parametrize("target", RUN_STATE)
@@ -301,18 +293,14 @@ def test_averaging_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, t
 def test_no_output_replaces_any_other_file_of_the_run(tiny_run, tmp_path, capsys):
     """Any file of a run outside checkpoints/ is its training's (events, metrics.json,
     images, ...): average_checkpoints.py output= and analyze_heads.py prune_output= naming
-    one, directly or through a link to the run, are refused in one line, nothing changed."""
+    one, directly or through a link to the run, are refused in one line, nothing changed.
+    (Every file and owner: the property in tests/test_files.py; here each script once.)"""
     run = copy_run(tiny_run, tmp_path / "run")
     (tmp_path / "link").symlink_to(run)
-    files = [p.relative_to(run) for p in sorted(run.rglob("*"))
-             if p.is_file() and p.parts[len(run.parts)] != "checkpoints"]
-    assert any(f.name.startswith("events.out.tfevents") for f in files)
-    assert Path("metrics.json") in files
+    events = next(p for p in run.iterdir() if p.name.startswith("events.out.tfevents"))
     before = snapshot(run)
-    targets = [("average_checkpoints", ["last=2"], "output", run / f) for f in files]
-    targets += [("average_checkpoints", ["last=2"], "output", tmp_path / "link" / "metrics.json"),
-                ("analyze_heads", ["prune=0.5"], "prune_output", run / "metrics.json"),
-                ("analyze_heads", ["prune=0.5"], "prune_output", run / files[0])]
+    targets = [("average_checkpoints", ["last=2"], "output", tmp_path / "link" / "metrics.json"),
+               ("analyze_heads", ["prune=0.5"], "prune_output", events)]
     for script, args, key, target in targets:
         status, err = run_script_in_process(script, [f"run={run}", *args, f"{key}={target}"],
                                             capsys)

@@ -67,6 +67,7 @@ def test_without_dropout_the_draw_is_sentencepieces_own_segmentation(data):
         data.src_tokenizer.encode_batch(texts)
 
 
+@pytest.mark.slow
 def test_another_process_draws_the_same_pieces(data):
     """What a resumed run or a second DDP rank does: the same (seed, epoch) in a fresh
     interpreter. (sentencepiece's own sampling fails this: its seed is not reproducible
@@ -125,6 +126,7 @@ def _losses(run):
     return [(e.step, e.value) for e in acc.Scalars("train/loss")]
 
 
+@pytest.mark.slow
 def test_training_samples_only_train_sentences_and_resumes_to_the_same_draws(
         tmp_path, monkeypatch):
     """A 100-pair corpus, a few steps an epoch: 14 steps cross two epoch boundaries, and the
@@ -164,3 +166,20 @@ def test_training_samples_only_train_sentences_and_resumes_to_the_same_draws(
                               "trainer.valid_every=4", "trainer.max_steps=8")
     train(unsampled)
     assert _losses(tmp_path / "plain" / "run") != _losses(tmp_path / "ref" / "run")[:8]
+
+
+def test_extreme_draws_against_sentencepiece(data):
+    """BPE with every merge dropped (alpha 1): one piece per character; unigram: every draw
+    one of sentencepiece's nbest segmentations. A character the vocabulary lacks: the fixed
+    segmentation, in either."""
+    tok = data.src_tokenizer
+    texts = data.splits["train"]["src"][:20]
+    unknown = texts[0] + " \u2603"  # a snowman: not in the built-in corpus
+    drawn = tok.encode_sampled(texts + [unknown], 1.0, 4, seed=5)
+    assert drawn[-1] == tok.encode(unknown)
+    for text, ids in zip(texts, drawn):
+        if tok._sampling_tables()["unigram"]:
+            assert ids in tok.sp.nbest_encode(text, nbest_size=4, out_type=int)
+        else:
+            assert ids == [tok.sp.piece_to_id(c) for c in tok.sp.normalize(text)]
+    assert tok.encode_sampled(texts, 1.0, 4, seed=5) == drawn[:-1]  # the same seed, the same

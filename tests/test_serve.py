@@ -267,33 +267,17 @@ def test_api_keys(beam, keys_file):
     assert json.loads(http_get(f"{beam.base}/health")[1])["api_keys"] is True
 
 
+# a few bad requests through the real server (the wiring: each is one JSON error, and the
+# server stays up); every field and body: the properties of "request parsing" below
 BAD = [  # (body, content type, status, words of the error)
-    (b'{"q": "", "source": "zh", "target": "en"}', "application/json", 400, "missing q"),
     (b'{"source": "zh", "target": "en"}', "application/json", 400, "missing q"),
-    (b'{"q": "x", "target": "en"}', "application/json", 400, "missing source"),
     (json.dumps({"q": "a" * 1_000_000, "source": "zh", "target": "en"}).encode(),
      "application/json", 400, "1,000,000 characters; at most 5,000"),
-    (json.dumps({"q": ["猫"] * 10_000, "source": "zh", "target": "en"}).encode(),
-     "application/json", 400, "10,000 items; at most 100"),
-    (b'{"q": 5, "source": "zh", "target": "en"}', "application/json", 400, "string or a list"),
-    (b'{"q": ["a", 1], "source": "zh", "target": "en"}', "application/json", 400, "string or"),
-    (b'{"q": "a", "source": 3, "target": "en"}', "application/json", 400, "missing source"),
-    (b'{"q": "a", "source": "zh", "target": "en", "alternatives": "x"}', "application/json",
-     400, "alternatives must be an integer"),
-    (b'{"q": "a", "source": "zh", "target": "en", "alternatives": 1}', "application/json",
-     400, "needs a beam of at least 2"),
-    (b'{"q": "a", "source": "zh", "target": "en", "format": "html"}', "application/json", 400,
-     "plain text only"),
     (b'{"q": "a", "source": "de", "target": "en"}', "application/json", 400,
      "de→en is not a language pair this server translates: it translates zh→en"),
-    (b'{"q": "a", "source": "zh", "target": "fr"}', "application/json", 400, "zh→fr"),
-    (b'{"q": "a", "source": "zh", "target": "en"', "application/json", 400, "not valid JSON"),
-    (b'[1, 2]', "application/json", 400, "must be an object"),
     (b"[" * 100_000 + b"]" * 100_000, "application/json", 400, "not valid JSON"),
-    (b'{"q": "\xff\xfe", "source": "zh", "target": "en"}', "application/json", 400, "UTF-8"),
     (b"q=%FF&source=zh&target=en", "application/x-www-form-urlencoded", 400, "UTF-8"),
     (b"q=a&source=zh&target=en", "text/plain", 400, "send JSON"),
-    (b'{"q": "a\\u0000b", "source": "zh", "target": "en"}', "application/json", 400, "NUL"),
 ]
 
 
@@ -432,3 +416,186 @@ def test_help_shows_the_examples_and_every_setting():
     config = r.stdout.split("== Config ==", 1)[1]
     for key in ServeConfig.__dataclass_fields__:
         assert f"\n{key}:" in config, key
+
+
+# ----------------------------------------------------------------------------- request parsing
+# The request's reading and checking (tinymt.serve.api), called as the /translate route
+# calls them, inside the route's own error wrapper (tinymt.serve.app._json_errors), on a
+# Starlette Request made in this process: no model, no port.
+from hypothesis import example, given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import JSONResponse  # noqa: E402
+
+from tinymt.serve.api import MAX_ALTERNATIVES, Limits, Pair, read_fields, translate_request  # noqa: E402
+from tinymt.serve.app import _json_errors  # noqa: E402
+
+PAIR = Pair("zh", "en")
+KINDS = ["application/json", "application/json; charset=utf-8", "application/x-www-form-urlencoded",
+         "multipart/form-data; boundary=xyz", "text/plain", "", "APPLICATION/JSON"]
+
+
+def _answer(body: bytes, kind: str, limits: Limits, beam: int = 1, keys=None,
+            declared: bool = True, pieces: int = 1, query: bytes = b"") -> tuple[int, dict]:
+    """``(status, JSON answer)`` of ``POST /translate`` with ``body`` (sent in ``pieces``
+    chunks; ``declared``: with its Content-Length), parsed and checked, not translated
+    (the fields checked are the answer)."""
+    headers = [(b"content-type", kind.encode())] if kind else []
+    if declared:
+        headers.append((b"content-length", str(len(body)).encode()))
+    size = max(1, -(-len(body) // pieces))
+    parts = [body[i:i + size] for i in range(0, len(body), size)] or [b""]
+
+    async def receive():
+        part = parts.pop(0) if parts else b""
+        return {"type": "http.request", "body": part, "more_body": bool(parts)}
+
+    @_json_errors
+    async def route(request):
+        fields = await read_fields(request, limits, keys)
+        req = translate_request(fields, limits, PAIR, beam)
+        return JSONResponse({"items": req.items, "single": req.single, "auto": req.auto,
+                             "alternatives": req.alternatives})
+
+    scope = {"type": "http", "method": "POST", "path": "/translate", "headers": headers,
+             "query_string": query}
+    response = asyncio.run(route(Request(scope, receive)))
+    return response.status_code, json.loads(response.body)
+
+
+def _is_error(status: int, answer: dict, code: int) -> str:
+    assert status == code and list(answer) == ["error"], (status, answer)
+    assert isinstance(answer["error"], str) and "\n" not in answer["error"], answer
+    return answer["error"]
+
+
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=100).map(str.encode),
+                 st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                              lambda inner: st.lists(inner, max_size=3)
+                              | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                              max_leaves=10).map(lambda v: json.dumps(v).encode())),
+       st.sampled_from(KINDS), st.integers(1024, 1400), st.booleans(), st.integers(1, 4))
+@example(b"[" * 100_000 + b"]" * 100_000, "application/json", 1 << 20, True, 1)
+@example(b'{"q": "\xff"}', "application/json", 1024, True, 1)
+@example(b"x" * 1500, "application/json", 1024, False, 3)  # streamed past the cap
+def test_any_body_is_an_answer_or_one_json_error(body, kind, cap, declared, pieces):
+    """Whatever the body (bytes, text, any JSON value, nested deep) and however it is sent
+    (declared or streamed, in pieces): a parsed request or ``{"error": <one line>}`` with
+    400; over the cap exactly 413 "the body is over N bytes" (declared or counted)."""
+    limits = Limits(max_body_bytes=cap)
+    status, answer = _answer(body, kind, limits, declared=declared, pieces=pieces)
+    if len(body) > cap:
+        assert _is_error(status, answer, 413) == f"Invalid request: the body is over {cap:,} bytes"
+    elif status != 200:
+        _is_error(status, answer, 400)
+    else:
+        assert set(answer) == {"items", "single", "auto", "alternatives"}, answer
+
+
+TEXTS = st.text(alphabet=st.sampled_from("猫a \x00é"), max_size=12)
+
+
+def _expected_error(f: dict, limits: Limits, beam: int) -> str | None:
+    """The documented order of /translate's checks (tinymt.serve.api's docstrings and
+    LibreTranslate's messages), written out on their own: the first error, or None."""
+    q = f.get("q")
+    if q is None or q == "" or q == []:
+        return "Invalid request: missing q parameter"
+    items = [q] if isinstance(q, str) else q
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
+        return "Invalid request: q must be a string or a list of strings"
+    if len(items) > limits.max_items:
+        return f"Invalid request: q has {len(items):,} items"
+    for n, t in enumerate(items, 1):
+        if len(t) > limits.max_chars:
+            return "Invalid request: q " + ("has" if isinstance(q, str) else f"item {n} has")
+        if "\x00" in t:
+            return "Invalid request: q holds a NUL character"
+    for name in ("source", "target"):
+        if not isinstance(f.get(name), str) or not f[name].strip():
+            return f"Invalid request: missing {name} parameter"
+    if f["source"].strip().lower() not in ("zh", "auto") or f["target"].strip().lower() != "en":
+        return f"{f['source']}→{f['target']} is not a language pair this server translates"
+    if f.get("format", "text") != "text":
+        return "Invalid request: format="
+    a = f.get("alternatives", 0)
+    if isinstance(a, str) and a.strip().lstrip("-").isdigit():
+        a = int(a.strip())
+    if type(a) is not int or not 0 <= a <= MAX_ALTERNATIVES:
+        return "Invalid request: alternatives must be an integer from 0 to 3"
+    if a >= beam:
+        return f"Invalid request: alternatives={a} needs a beam of at least {a + 1}"
+    return None
+
+
+VALID = st.fixed_dictionaries({  # a request that may be answered...
+    "q": st.one_of(TEXTS.filter(str.strip), st.lists(TEXTS, min_size=1, max_size=4)),
+    "source": st.sampled_from(["zh", "auto", " ZH", "Auto "]), "target": st.sampled_from(["en", "EN "]),
+}, optional={"format": st.just("text"), "alternatives": st.sampled_from([0, 1, 2, 3, "1", " 3"]),
+             "api_key": st.just("k1")})
+HOSTILE = {  # ...and what may be put in its place, a few fields at a time
+    "q": st.one_of(st.sampled_from(["", [], None, 5, ["a", 1], {"a": 1}]),
+                   st.lists(TEXTS, min_size=5, max_size=7), st.text(alphabet="猫", min_size=26, max_size=30),
+                   st.lists(st.text(alphabet="猫\x00", max_size=30), min_size=1, max_size=3)),
+    "source": st.sampled_from(["en", "de", "", " ", 3, None]),
+    "target": st.sampled_from(["zh", "fr", "", 5, None]),
+    "format": st.sampled_from(["html", 1, None]),
+    "alternatives": st.one_of(st.integers(-2, 6), st.sampled_from(["-1", "x", "", True, 1.0, "4"])),
+    "api_key": st.sampled_from(["k2", "", 7]),
+}
+
+
+@st.composite
+def _fields(draw) -> dict:
+    fields = draw(VALID)
+    for key in draw(st.lists(st.sampled_from(sorted(HOSTILE)), max_size=2, unique=True)):
+        value = draw(HOSTILE[key])
+        if value is None:
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+    return fields
+
+
+FIELDS = _fields()
+
+
+@given(FIELDS, st.integers(1, 4), st.booleans(), st.booleans())
+@example({"q": "猫", "source": "auto", "target": "en", "alternatives": "2"}, 3, False, False)
+@example({"q": "猫", "source": "zh", "target": "en", "alternatives": 3}, 4, False, False)
+@example({"q": "猫", "source": "zh", "target": "en", "alternatives": 4}, 4, False, False)
+@example({"q": "猫", "source": "zh", "target": "en", "alternatives": -1}, 4, True, False)
+@example({"q": "猫" * 25, "source": "zh", "target": "en"}, 1, False, False)  # the limits
+@example({"q": "猫" * 26, "source": "zh", "target": "en"}, 1, False, False)
+@example({"q": ["a"] * 4, "source": "zh", "target": "en"}, 1, False, False)
+@example({"q": ["a"] * 5, "source": "zh", "target": "en"}, 1, False, False)
+def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as_form, keys):
+    """Every field of /translate (q as a string or a list, its items and characters, the
+    pair, format, alternatives against the server's beam, the API key), sent as JSON or
+    as a form: the parsed request exactly (items, one string or a list, source=auto), or
+    the first error of the documented order as ``{"error": ...}`` with 400 (403 for the
+    key, checked first)."""
+    limits = Limits(max_chars=25, max_items=4)
+    if as_form:  # a form holds strings only, one each: what LibreTranslate's web form sends
+        fields = {k: v for k, v in fields.items() if isinstance(v, str)}
+        from urllib.parse import urlencode
+        body, kind = urlencode(fields).encode(), "application/x-www-form-urlencoded"
+    else:
+        body, kind = json.dumps(fields).encode(), "application/json"
+    status, answer = _answer(body, kind, limits, beam, frozenset({"k1"}) if keys else None)
+    if keys and fields.get("api_key") != "k1":
+        assert _is_error(status, answer, 403) in (
+            "Invalid API key", "Please contact the server operator to get an API key")
+        return
+    if as_form and not body:  # nothing sent: the fields are the (empty) query string
+        fields = {}
+    expected = _expected_error(fields, limits, beam)
+    if expected is None:
+        q = fields["q"]
+        a = fields.get("alternatives", 0)
+        assert (status, answer) == (200, {
+            "items": [q] if isinstance(q, str) else q, "single": isinstance(q, str),
+            "auto": fields["source"].strip().lower() == "auto",
+            "alternatives": int(a.strip()) if isinstance(a, str) else a}), (fields, answer)
+    else:
+        assert _is_error(status, answer, 400).startswith(expected), (fields, answer, expected)

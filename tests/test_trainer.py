@@ -4,11 +4,8 @@ tests/test_viewer.py), runs killed with SIGKILL resume exactly, and bad configs 
 one line (the script's bad values: tests/test_cli_errors.py)."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,7 @@ from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train
 from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
-from tinymt.trainer import lr_factor, train
+from tinymt.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -107,62 +104,12 @@ def _train_cmd(tmp_path, *overrides):
             f"data.cache_dir={tmp_path / 'cache'}", *overrides]
 
 
-@pytest.mark.slow
-def test_kill_and_resume_equals_uninterrupted(tmp_path):
-    """SIGKILL after the first checkpoint (step 8 of 16), resume: the losses are the
-    uninterrupted run's, step for step. The uninterrupted run trains beside the killed one
-    (its own data cache, so the two never prepare one folder at once)."""
-    common = ["trainer.max_steps=16", "trainer.valid_every=8", "trainer.valid_sentences=5"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
-    ref = subprocess.Popen(_train_cmd(tmp_path, *common, f"run_dir={ref_dir}",
-                                      f"hydra.run.dir={ref_dir}",
-                                      f"data.cache_dir={tmp_path / 'ref_cache'}"),
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           cwd=ROOT)
-    proc = subprocess.Popen(_train_cmd(tmp_path, *common, f"run_dir={cut_dir}",
-                                       f"hydra.run.dir={cut_dir}"),
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=ROOT)
-    last = cut_dir / "checkpoints" / "last.pt"
-    deadline = time.time() + 300
-    while not last.exists():
-        assert proc.poll() is None, "training ended before its first checkpoint"
-        assert time.time() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (cut_dir / "metrics.json").exists()
-
-    done = subprocess.run(_train_cmd(tmp_path, f"trainer.resume={cut_dir}"), env=env,
-                          capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "resumed" in done.stdout
-    assert not list((cut_dir / "checkpoints").glob("*.tmp-*"))  # the killed run's leftovers
-    assert ref.wait(timeout=300) == 0, ref.stderr.read()[-2000:]
-
-    ref = scalars(ref_dir, "train/loss")
-    cut = scalars(cut_dir, "train/loss")
-    assert [s for s, _ in cut] == list(range(1, 17))  # no gaps, no duplicates
-    assert [v for _, v in cut] == [v for _, v in ref]  # exactly equal, step for step
-    assert json.loads((cut_dir / "metrics.json").read_text())["test_bleu"] == pytest.approx(
-        json.loads((ref_dir / "metrics.json").read_text())["test_bleu"])
-
-
 def test_nan_loss_stops_naming_the_step(tmp_path):
     cfg = compose_train(tmp_path, "optim.lr=10", "optim.weight_decay=10", "optim.warmup_steps=0",
                         "optim.clip_grad_norm=0", "trainer.max_steps=20")
     # before the first validation: no "the last checkpoint is intact" (there is none)
     with pytest.raises(TinyMTError, match=r"at step \d+; no checkpoint was written yet"):
         train(cfg)
-
-
-def test_lr_schedule_shapes():
-    assert lr_factor(5, 10, "inverse_sqrt", 100, 0) == pytest.approx(0.5)
-    assert lr_factor(10, 10, "inverse_sqrt", 100, 0) == pytest.approx(1.0)
-    assert lr_factor(40, 10, "inverse_sqrt", 100, 0) == pytest.approx(0.5)
-    assert lr_factor(100, 10, "cosine", 100, 0.1) == pytest.approx(0.1)
-    assert lr_factor(55, 10, "cosine", 100, 0.0) == pytest.approx(0.5)
 
 
 def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):

@@ -353,6 +353,7 @@ def _events(run: Path) -> EventAccumulator:
     return acc
 
 
+@pytest.mark.slow
 def test_frames_between_validations_change_nothing_else(tiny_run, tmp_path):
     """``trainer.probe_every``: the probes' records (the Attention tab's frames) and their
     heads' entropy between validations, nothing else of a validation (no PNG grids, no

@@ -256,6 +256,7 @@ def asgi_get(app, path: str, query: str = "") -> tuple[int, dict, bytes]:
         return pool.submit(asyncio.run, go()).result()
 
 
+@pytest.mark.slow
 def test_the_server_serves_the_same_fonts(font_cache):
     from urllib.parse import quote
 
@@ -279,6 +280,7 @@ def test_the_server_serves_the_same_fonts(font_cache):
 
 
 # ----------------------------------------------------------------------------- matplotlib
+@pytest.mark.slow
 def test_matplotlib_draws_with_the_sc_file_built_once(font_cache, monkeypatch):
     from tinymt.plotting import cjk_font_name
 

@@ -139,7 +139,10 @@ def name_problem(text: str) -> str | None:
     4096), or None: asked before any ``stat`` (which raises on such names)."""
     if not text.strip():
         return "empty: name a file or folder"
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~name: no such user
+        return f"{text.split('/', 1)[0]}: no such user, so no such home folder"
     if len(os.fsencode(os.path.abspath(path))) >= PATH_MAX or any(
             len(os.fsencode(p)) > NAME_MAX for p in path.parts):
         return f"the name is too long for the file system (at most {NAME_MAX} bytes a name)"

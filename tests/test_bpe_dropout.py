@@ -108,7 +108,6 @@ def _check(word, scores, p, n, seed):
     return mean
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("p", [0.1, 0.3])
 def test_draws_follow_the_papers_distribution(model, p):
     """A real model's words of 5-9 characters, and repeating pairs, 4,000 draws each."""

@@ -216,37 +216,18 @@ def compose_translate(*overrides: str):
 TINY_FRAMES = list(range(2, 41, 2))  # the steps tiny_run records its probes at (probe_every=2)
 
 
-def built_once(tmp_path_factory, name: str, build) -> Path:
-    """``build(folder)`` once per session, whatever the number of workers: under ``make
-    test`` the first worker to ask builds it in the folder all workers share, the others
-    wait on its lock and read it. What it builds is read-only to the tests (a test that
-    writes copies it: :func:`copy_run`)."""
-    from filelock import FileLock
-
-    root = tmp_path_factory.getbasetemp()
-    root = root.parent if WORKERS > 1 else root  # xdist: pytest-N/ holds each worker's popen-gwK/
-    folder, done = root / name, root / f"{name}.done"
-    with FileLock(str(root / f"{name}.lock")):
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            build(folder)
-            done.touch()
-    return folder
-
-
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny run dir (40 steps, validations at 20 and 40, a frame of the probes
-    every 2 steps, step checkpoints kept), trained once per session."""
+    every 2 steps, step checkpoints kept). Each worker trains its own: a command that
+    takes a run's lock writes its pid into the run's marker, and the tests that check a
+    refused command changed nothing compare copies made by the process that trained it."""
     from tinymt.trainer import train
 
-    def build(tmp):
-        train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20",
-                            "trainer.probe_every=2", "trainer.keep_last=2",
-                            "trainer.attention_images=true"))
-
-    return built_once(tmp_path_factory, "tiny_run", build) / "run"
+    tmp = tmp_path_factory.mktemp("tiny_run")
+    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20", "trainer.probe_every=2",
+                        "trainer.keep_last=2", "trainer.attention_images=true"))
+    return tmp / "run"
 
 
 # A briefly but truly trained run: the built-in corpus, the tiny model, TRAINED_STEPS steps

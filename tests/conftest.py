@@ -699,9 +699,9 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
 # ----------------------------------------------------------------------------- order
 # the longest files first (make test keeps this order: --no-loadscope-reorder), so none of
 # them runs alone at the end while the other workers wait; the trained run's file leads
-FIRST = ("test_tour.py", "test_resume.py", "test_distributed.py", "test_serve.py",
-         "test_precision.py", "test_export.py", "test_trainer.py", "test_benchmark.py",
-         "test_rundir.py", "test_data.py")
+FIRST = ("test_tour.py", "test_resume.py", "test_precision.py", "test_benchmark.py",
+         "test_serve.py", "test_viewer_overview.py", "test_export.py", "test_distributed.py",
+         "test_viewer_browser.py", "test_data.py", "test_viewer.py", "test_viewer_fonts.py")
 
 
 def pytest_collection_modifyitems(config, items):

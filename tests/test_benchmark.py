@@ -6,7 +6,9 @@ searches; and one run of scripts/benchmark.py itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import io
 import json
 import os
 import statistics
@@ -20,6 +22,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import REPO_ROOT
@@ -452,6 +456,45 @@ def test_help_and_bad_input(capsys, monkeypatch, tmp_path):
             bench_main.main(["--device", "cpu", "--out", str(tmp_path / "r.md"), *bad])
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+
+
+# JSON of the report's own keys, nested: draws reach into devices, sections and their fields
+MERGE_KEYS = ["cpu", "cuda", "training", "decoding", "serve", "machine", "settings", "sizes",
+              "rows", "x"]
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(MERGE_KEYS), inner, max_size=3), max_leaves=12)
+
+
+@given(devices=JSON)
+@example(devices={"cpu": {"training": 5}})
+@example(devices={"tpu": {}})
+@example(devices={"cuda": {"decoding": {"settings": {}, "machine": {}}}})
+def test_merge_is_checked_before_anything_is_measured(devices, tmp_path_factory):
+    """``--merge`` of a JSON holding any ``devices``: one line naming the file and the field,
+    exit 2, before anything is measured, or one the report renders (then measured, and
+    written). Never a fault after the measuring."""
+    from tinymt.bench import main as bench_main
+
+    folder = tmp_path_factory.mktemp("merge")
+    merge = folder / "m.json"
+    merge.write_text(json.dumps({"devices": devices}))
+    measured = []
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(io.StringIO()) as err:
+        mp.chdir(folder)
+        mp.setattr(bench_main, "measure", lambda *a: measured.append(a) or {})
+        try:
+            code = bench_main.main(["--device", "cpu", "--sizes", "tiny", "--merge", str(merge),
+                                    "--out", str(folder / "r.md")])
+        except SystemExit as e:
+            code = e.code
+    lines = err.getvalue().splitlines()
+    if code == 2:
+        assert not measured and len(lines) == 1, lines
+        assert lines[0].startswith(f"error: --merge {merge}: devices"), lines
+    else:  # of known devices only, each section as the report reads it
+        assert code == 0 and measured and (folder / "r.md").is_file(), lines
+        assert isinstance(devices, dict) and set(devices) <= {"cpu", "cuda"}
 
 
 def test_docs_are_written_from_a_clean_working_tree_only(monkeypatch, tmp_path, capsys):

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,73 @@ def test_torchrun_two_processes_matches_single_process(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resumed" in r.stdout and "at step 12" in r.stdout
     assert json.loads((ddp / "metrics.json").read_text())["steps"] == 15
+
+
+def test_a_collective_failing_is_one_line_naming_the_rank():
+    """gloo's error when another rank died: "rank <r>: another rank stopped (<why>)", its
+    source path and advice left out; any other exception, or one outside torchrun: None."""
+    from tinymt.runtime import Runtime, rank_lost
+
+    gloo = RuntimeError("[/src/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                        "[127.0.0.1]:43188: Connection reset by peer. This is typically caused "
+                        "by a remote worker hanging. GLHF!\nmore")
+    rt = Runtime(torch.device("cpu"), None, rank=1, world_size=2, distributed=True)
+    assert rank_lost(rt, gloo) == ("rank 1: another rank stopped (Read error [127.0.0.1]:43188: "
+                                   "Connection reset by peer)")
+    assert rank_lost(rt, torch.distributed.DistBackendError("NCCL error")).startswith("rank 1: ")
+    assert rank_lost(rt, RuntimeError("shape mismatch")) is None
+    assert rank_lost(rt, KeyboardInterrupt()) is None
+    assert rank_lost(Runtime(torch.device("cpu"), None), gloo) is None
+
+
+def _rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of torchrun's (``parent``'s) child running ``rank``, read from /proc."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(ln.split()[1] for ln in status.read_text().splitlines()
+                        if ln.startswith("PPid:"))
+            env = (status.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, StopIteration):
+            continue  # gone meanwhile
+        if int(ppid) == parent and f"RANK={rank}".encode() in env:
+            return int(status.parent.name)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which(str(TORCHRUN)), reason="torchrun not installed")
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_a_killed_rank_leaves_one_line_from_the_other(tmp_path):
+    """torchrun, rank 1 SIGKILLed after the first checkpoint: rank 0, its collective
+    failing, ends in one line naming itself and the intact last.pt; no rank prints a
+    traceback, and last.pt loads."""
+    run, log = tmp_path / "run", tmp_path / "torchrun.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen(
+            [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "scripts/train.py", *COMMON,
+             "trainer.max_steps=100000", "trainer.valid_every=3",
+             f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}", f"hydra.run.dir={run}"],
+            cwd=ROOT, env=_env(), stdout=f, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while "step      3 |" not in log.read_text() and time.monotonic() < deadline:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.1)
+            os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks
+                proc.wait(timeout=60)
+    out = log.read_text()
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and len(errors) == 1, out[-3000:]
+    assert errors[0].startswith("error: rank 0: another rank stopped (") and \
+        f"{run}/checkpoints/last.pt is intact" in errors[0], errors
+    # torch prefixes a rank's traceback with [rank<r>]:; torchrun's own report may stay
+    assert "[rank" not in out and 'scripts/train.py", line' not in out, out[-3000:]
+    assert load_run(str(run), "last", "cpu").state["step"] >= 3
+    assert all(p.suffix == ".pt" for p in (run / "checkpoints").iterdir())
 
 
 # train(cfg) under torchrun, each rank writing the metrics it returns to <dir>/rank<r>.json

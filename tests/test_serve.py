@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from conftest import (
     REPO_ROOT,
     compose_translate,
+    hostile_load,
     http_get,
     post_json,
     run_script_in_process,
@@ -99,6 +100,14 @@ def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue(
     assert b.run_now(Job([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
     b.close(timeout=10)
     assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
+    # sentences queued after a task go first: a task (the page's maps) can take a second
+    b, calls = recording_batcher(max_sentences=8)
+    order = []
+    b.submit(Job(fn=lambda: order.append("task")))
+    b.submit(Job([[7]], on_done=lambda _: order.append("sentence")))
+    b.start()
+    b.close(timeout=10)
+    assert order == ["sentence", "task"]
 
 
 def test_a_batch_waits_for_arriving_requests_only():
@@ -265,6 +274,9 @@ def test_api_keys(beam, keys_file):
     text = LibreTranslateAPI(beam.base, api_key="secret-2").translate("他喜欢猫吗？", "zh", "en")
     assert text == ask(beam.base, "他喜欢猫吗？", api_key="secret-1")[1]["translatedText"]
     assert json.loads(http_get(f"{beam.base}/health")[1])["api_keys"] is True
+    # a font cut to a text costs CPU: it needs a key too; the page's whole font does not
+    assert http_get(f"{beam.base}/font.otf?text=%E7%8C%AB")[0] == 403
+    assert http_get(f"{beam.base}/font.otf?text=%E7%8C%AB&api_key=secret-1")[0] == 200
 
 
 # a few bad requests through the real server (the wiring: each is one JSON error, and the
@@ -405,6 +417,29 @@ def test_sigterm_under_load_answers_what_it_accepted_and_exits_0(tiny_run):
     assert len(answered) > 32
     assert status == 0 and "Traceback" not in err, err[-3000:]
     assert "stopped:" in err.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
+    """16 clients cutting distinct 4,096-character fonts, 40 that POST the largest
+    /attention and never read, 200 slowloris connections; a /translate probe every second
+    is answered right throughout, memory stays bounded, the slow connections are dropped;
+    then SIGTERM: exit 0 within seconds, no traceback. (The latencies and the memory a
+    30-second load reaches are the benchmark's: docs/reliability.md.)"""
+    server = ServerProcess([f"run={tiny_run}", "device=cpu", "read_timeout_s=2",
+                            "send_timeout_s=3"])
+    body = json.dumps({"q": "他喜欢猫吗？", "source": "zh", "target": "en"}).encode()
+    load = asyncio.run(hostile_load(server.port, 10, server.rss_mib, fonts=16, stalled=40,
+                                    slowloris=200, probe=("POST", "/translate", body)))
+    assert len(load["probes_ms"]) >= 8 and None not in load["probes_ms"], load["probes_ms"]
+    assert load["dropped"] >= 200  # every slowloris connection dropped at least once
+    assert set(load["fonts"]) <= {200, 503} and load["fonts"].get(503)  # refused, not piled
+    assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
+    assert ask(server.base, SENTENCES[0])[0] == 200
+    start = time.monotonic()
+    status, err = server.stop(signal.SIGTERM)
+    assert status == 0 and time.monotonic() - start < 10
+    assert "Traceback" not in err and len(err.splitlines()) <= 4, err[-3000:]
 
 
 def test_help_shows_the_examples_and_every_setting():

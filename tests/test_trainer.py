@@ -135,6 +135,7 @@ def test_multirun_puts_runs_side_by_side(tmp_path):
     assert len(errors) == 2 and "job 1 (" in errors[0] and "model.n_heads=3" in errors[0], errors
     assert "not divisible" in errors[0] and "1 job(s) of the sweep failed" in errors[1]
     assert "Traceback" not in r.stderr
+    assert (sweep / "multirun.yaml").is_file()
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())  # the failed job left none
     assert [p.name[:2] for p in runs] == ["0_", "2_"]
     for run, heads in zip(runs, (1, 2)):
@@ -144,3 +145,21 @@ def test_multirun_puts_runs_side_by_side(tmp_path):
                   if t.startswith("attention_entropy/cross/layer_0/")]
         assert len(cross0) == heads
         assert (run / "metrics.json").is_file()
+
+
+@pytest.mark.slow  # the script in its own process: ~3 s
+def test_a_sweep_whose_every_job_is_bad_leaves_no_folder(tmp_path):
+    """`-m model.n_heads=3,5` (32 is divisible by neither): every job's config is checked
+    before Hydra makes the sweep folder, so none is made; one line a job, then the sweep's
+    line, exit 2. (A sweep with a good job goes on: test_multirun_puts_runs_side_by_side.)"""
+    sweep = tmp_path / "sweeps" / "s"
+    cmd = _train_cmd(tmp_path, "model.n_heads=3,5", f"hydra.sweep.dir={sweep}")
+    cmd.insert(2, "-m")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines), lines
+    for line, job, heads in zip(lines, ("job 0 (", "job 1 ("), (3, 5)):
+        assert job in line and f"model.n_heads={heads}" in line and "not divisible" in line
+    assert lines[2] == "error: all 2 job(s) of the sweep failed: none was run"
+    assert not (tmp_path / "sweeps").exists()

@@ -8,6 +8,7 @@ tutorials' sentence; the browser side is tests/test_viewer_browser.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import gzip
@@ -417,6 +418,28 @@ def test_bad_requests_are_http_errors_not_crashes(tensorboard):
         assert status == code, (query, status, body)
         assert b"Traceback" not in body and len(body.splitlines()) == 1, body
     assert http_get(f"{route}/runs")[0] == 200  # still serving
+
+
+@pytest.mark.slow
+def test_font_requests_cannot_starve_the_tab(tiny_run):
+    """16 clients asking a real TensorBoard for distinct 4,096-character fonts: one cut at a
+    time (on a process of its own), the rest refused (503); the tab answers all along and
+    TensorBoard's memory, its cutting process included, stays bounded."""
+    from conftest import hostile_load, tensorboard_process
+    from tinymt.bench.measure import proc_status
+
+    route = f"/data/plugin/{PLUGIN_NAME}"
+    with tensorboard_process(tiny_run, lambda base: http_get(f"{base}{route}/runs")[0] == 200
+                             ) as (base, proc):
+        def rss():
+            return sum(proc_status(p).get("VmRSS", 0) for p in process_tree(proc.pid)) / 1024
+
+        load = asyncio.run(hostile_load(int(base.rsplit(":", 1)[1]), 8, rss, fonts=16,
+                                        stalled=0, slowloris=0, font_path=f"{route}/font.otf",
+                                        probe=("GET", f"{route}/runs", b"")))
+    assert len(load["probes_ms"]) >= 6 and None not in load["probes_ms"], load["probes_ms"]
+    assert set(load["fonts"]) <= {200, 503} and load["fonts"].get(503), load["fonts"]
+    assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
 
 
 def process_tree(pid: int) -> list[int]:

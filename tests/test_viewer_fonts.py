@@ -199,7 +199,9 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
     tab = AttentionPlugin(base_plugin.TBContext(data_provider=None))
     client = Client(tab.get_plugin_apps()["/font.otf"])
     text = "我请李雷帮我订了去北京的机票直骨"
-    before = fonts._query_font.cache_info().hits
+    real, cuts = fonts._cut, []  # cut on the cutting process, once
+    monkeypatch.setattr(fonts, "_cut", lambda *a: cuts.append(a) or real(*a))
+    monkeypatch.setattr(fonts, "_KEPT", type(fonts._KEPT)())
     for _ in range(2):  # the second from the cache
         resp = client.get("/font.otf", query_string={"text": text + text})
         assert resp.status_code == 200 and resp.headers["Content-Type"] == "font/otf"
@@ -207,7 +209,7 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
         font = TTFont(io.BytesIO(resp.data))
         assert set(map(ord, text + fonts.ALWAYS)) <= font.getBestCmap().keys()
         assert family(font)[0] == "Noto Sans CJK SC"
-    assert fonts._query_font.cache_info().hits == before + 1
+    assert len(cuts) == 1  # the second from the cache
     source = TTFont(str(font_path()), lazy=True)
     assert outline(font, font.getBestCmap()[ord("直")]) == outline(source, zhs_glyph(source, "直"))
     for query in ({}, {"text": ""}):  # no text: ASCII (and the view's marks) only
@@ -216,13 +218,53 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
         assert set(TTFont(io.BytesIO(resp.data)).getBestCmap()) == set(map(ord, fonts.ALWAYS))
     many = "".join(chr(0x4E00 + i) for i in range(4097))
     cut = []  # 4,096 distinct characters are cut (not here: that takes 8 s)
-    monkeypatch.setattr(fonts, "_query_font", lambda chars: cut.append(chars) or b"OTTO")
+    monkeypatch.setattr(fonts, "_cut", lambda chars, _: cut.append(chars) or b"OTTO")
     assert client.get("/font.otf", query_string={"text": many[:-1] * 2}).status_code == 200
     assert cut == [many[:-1]]
     resp = client.get("/font.otf", query_string={"text": many})
     assert resp.status_code == 400
     assert resp.get_data(as_text=True) == ("text= holds 4,097 distinct characters; a font is "
                                            "cut to at most 4,096")
+
+
+def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch):
+    """However many clients ask at once: one subset cut at a time, at most four requests
+    inside (the rest refused at once, FontBusy: the servers' 503), and the kept answers
+    bounded in bytes, the least recently used dropped first."""
+    import threading
+    import time
+
+    started, release, cutting = threading.Event(), threading.Event(), []
+
+    def slow_cut(chars, wait_s):  # stands in for a 6 s cut of 4,096 characters
+        cutting.append(chars)
+        assert len(cutting) == 1, "two subsets cut at once"
+        started.set()
+        release.wait(10)
+        cutting.remove(chars)
+        return chars.encode() * 100  # 100 bytes a character
+
+    monkeypatch.setattr(fonts, "_cut", slow_cut)
+    monkeypatch.setattr(fonts, "_KEPT", type(fonts._KEPT)())
+    monkeypatch.setattr(fonts, "CACHE_BYTES", 250)
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        first = pool.submit(fonts.font_for_query, "a")
+        started.wait(10)
+        rest = [pool.submit(fonts.font_for_query, c, 10) for c in "bcdefghijkl"]
+        time.sleep(0.3)  # the refusals are immediate; the waiters wait
+        refused = [f for f in rest if f.done()]
+        assert len(refused) == len(rest) - 3  # "a" being cut + 3 waiting = 4 slots
+        assert all(isinstance(f.exception(), fonts.FontBusy) for f in refused)
+        release.set()
+        assert first.result() == b"a" * 100
+        waited = [f for f in rest if f not in refused]
+        assert all(f.result(10) == f.result()[:1] * 100 for f in waited)
+    assert sum(map(len, fonts._KEPT.values())) <= 250 and len(fonts._KEPT) == 2
+    kept = list(fonts._KEPT)[0]
+    with fonts._CUTTING:  # a cut under way: a kept answer at once, a new one waits wait_s
+        assert fonts.font_for_query(kept, wait_s=0) == kept.encode() * 100
+        with pytest.raises(fonts.FontBusy):
+            fonts.font_for_query("z", wait_s=0.05)
 
 
 def asgi_get(app, path: str, query: str = "") -> tuple[int, dict, bytes]:
@@ -262,7 +304,7 @@ def test_the_server_serves_the_same_fonts(font_cache):
 
     from tinymt.serve.app import create_app
 
-    app = create_app(types.SimpleNamespace())  # the font routes use no model
+    app = create_app(types.SimpleNamespace(keys=None))  # the font routes use no model
     status, headers, body = asgi_get(app, "/font.otf", "text=" + quote("直骨今"))
     assert status == 200 and headers["content-type"] == "font/otf"
     assert headers["cache-control"] == "public, max-age=86400"

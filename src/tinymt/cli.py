@@ -10,7 +10,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from hydra import compose
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
+from hydra.experimental.callback import Callback
 
 from tinymt.errors import Stopped, TinyMTError
 
@@ -63,6 +68,32 @@ def one_line_errors(fn):
             sys.exit(1)
 
     return wrapper
+
+
+class SweepCheck(Callback):
+    """A Hydra callback (``hydra.callbacks``): before a ``-m`` sweep makes its folder, each
+    job's config is composed and ``check``ed; when none passes, the sweep ends there."""
+
+    def __init__(self, check: Callable[[Any], Any]) -> None:
+        self.check = check
+
+    def on_multirun_start(self, config, config_name=None, **kwargs) -> None:
+        params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+        parser = OverridesParser.create(GlobalHydra.instance().config_loader())
+        errors = []
+        try:  # the jobs, as Hydra's BasicSweeper draws them
+            overrides = parser.parse_overrides([*params, *config.hydra.overrides.task])
+            for num, job in enumerate(BasicSweeper.split_arguments(overrides, None)[0]):
+                try:
+                    self.check(compose(config_name, job))
+                    return  # a job to run: the sweep goes on, each bad job failing in its turn
+                except TinyMTError as e:
+                    errors.append(f"error: job {num} ({','.join(job)}): {e}")
+        except HydraException:
+            return  # Hydra's own error: the sweep reports it
+        print(*errors, f"error: all {len(errors)} job(s) of the sweep failed: none was run",
+              sep="\n", file=sys.stderr)
+        sys.exit(2)
 
 
 def _one_line(e: BaseException) -> str:

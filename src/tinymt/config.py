@@ -365,6 +365,8 @@ class ServeConfig(EngineConfig):
     batch_wait_ms: float = _r(5.0, number(0, 60_000))
     max_queue: int = _r(4096, integer(1, MAX_COUNT, note="sentences"))
     timeout_s: float = _r(60.0, number(0, 86_400, lo_open=True))
+    read_timeout_s: float = _r(10.0, number(0, 3600, lo_open=True))
+    send_timeout_s: float = _r(20.0, number(0, 3600, lo_open=True))
     max_connections: int = _r(1000, integer(1, 1_000_000))
     attention_items: int = _r(8, integer(0, 1000, note="0 = no /attention, no page"))
     access_log: bool = False

@@ -20,9 +20,13 @@ import functools
 import hashlib
 import io
 import logging
+import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -113,20 +117,99 @@ def sc_subset(text: str) -> bytes:
     return _subset({cp: cmap[cp] for cp in codes if cp in cmap}, options)
 
 
-def font_for_query(text: str | None) -> bytes:
+class FontBusy(Exception):
+    """Other requests' subsets are being cut: try again shortly (a 503)."""
+
+
+# A 4,096-character subset takes ~6 s of CPU and ~50 MB while it is cut: one at a time, on
+# a process of its own (fontTools is pure Python: on a thread it would hold the GIL from
+# the server's event loop for seconds), a few requests waiting, the rest refused at once;
+# answers are kept up to CACHE_BYTES (a page asks for its characters again on reload).
+_CUTTING, _WAITING = threading.Lock(), threading.BoundedSemaphore(4)
+_KEPT: OrderedDict[str, bytes] = OrderedDict()  # read and written under _KEPT_LOCK
+_KEPT_LOCK = threading.Lock()
+CACHE_BYTES = 32 << 20
+_cutter: list = []  # [process, connection] of the cutting process, started when needed
+
+
+def start_cutting() -> None:
+    """Start the cutting process unless it runs (a server calls this before it serves: a
+    process still starting when the server stops would print a traceback)."""
+    if not _cutter or not _cutter[0].is_alive():
+        ctx = multiprocessing.get_context("spawn")  # (no fork of a threaded server)
+        mine, theirs = ctx.Pipe()
+        process = ctx.Process(target=_cut_forever, args=(theirs,), daemon=True,
+                              name="tinymt-fonts")
+        process.start()
+        _cutter[:] = [process, mine]
+
+
+def _cut(chars: str, wait_s: float) -> bytes:
+    """:func:`sc_subset` on the cutting process (called holding ``_CUTTING``)."""
+    start_cutting()
+    process, conn = _cutter
+    try:
+        conn.send(chars)
+        if not conn.poll(max(wait_s, 60.0)):
+            raise TimeoutError
+        font, error = conn.recv()
+    except (OSError, EOFError, TimeoutError):  # died or hung: a new process next time
+        process.kill()
+        _cutter.clear()
+        raise FontBusy("the font could not be cut; try again") from None
+    if error:
+        raise RuntimeError(error)
+    return font
+
+
+def _cut_forever(conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    while True:
+        try:
+            chars = conn.recv()
+        except EOFError:  # the server is gone
+            return
+        try:
+            conn.send((sc_subset(chars), None))
+        except Exception as e:  # noqa: BLE001  (the server answers it)
+            conn.send((None, f"{type(e).__name__}: {e}"))
+
+
+def font_for_query(text: str | None, wait_s: float = 10.0) -> bytes:
     """The answer to ``font.otf?text=<text>``: :func:`sc_subset` of its distinct
-    characters (none: ASCII only), the last 32 answers kept. More than
-    :data:`MAX_QUERY_CHARS` distinct characters is a ValueError (one line)."""
-    chars = sorted(set(text or ""))
+    characters (none: ASCII only). More than :data:`MAX_QUERY_CHARS` distinct characters
+    is a ValueError (one line); :class:`FontBusy` when others are being cut and this one
+    would wait more than ``wait_s`` or behind too many."""
+    chars = "".join(sorted(set(text or "")))
     if len(chars) > MAX_QUERY_CHARS:
         raise ValueError(f"text= holds {len(chars):,} distinct characters; a font is cut "
                          f"to at most {MAX_QUERY_CHARS:,}")
-    return _query_font("".join(chars))
+    if (font := _kept(chars)) is not None:
+        return font
+    busy = FontBusy("fonts are being cut for other pages; try again shortly")
+    if not _WAITING.acquire(blocking=False):
+        raise busy
+    try:
+        if not _CUTTING.acquire(timeout=wait_s):
+            raise busy
+        try:
+            font = _kept(chars) or _cut(chars, wait_s)  # (cut by the one before, maybe)
+        finally:
+            _CUTTING.release()
+    finally:
+        _WAITING.release()
+    with _KEPT_LOCK:
+        _KEPT[chars] = font
+        while sum(map(len, _KEPT.values())) > CACHE_BYTES:
+            _KEPT.popitem(last=False)
+    return font
 
 
-@functools.lru_cache(maxsize=32)
-def _query_font(chars: str) -> bytes:
-    return sc_subset(chars)
+def _kept(chars: str) -> bytes | None:
+    with _KEPT_LOCK:
+        if chars in _KEPT:
+            _KEPT.move_to_end(chars)
+        return _KEPT.get(chars)
 
 
 def _subset(cmap: dict[int, str], options: subset.Options) -> bytes:

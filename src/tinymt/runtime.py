@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 
 
 @dataclass
@@ -118,6 +118,16 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
                    distributed=joined)
 
 
+def rank_lost(rt: Runtime, e: BaseException) -> str | None:
+    """``rank <r>: another rank stopped (<why>)`` when ``e`` is a collective's failure (gloo
+    and NCCL raise one here when another rank died or hung), else None."""
+    if not (rt.distributed and isinstance(e, RuntimeError)
+            and (isinstance(e, dist.DistError) or "gloo" in str(e))):
+        return None
+    why = first_line(e).rpartition("] ")[2].split(". ")[0]  # no "[file:line]", no advice
+    return f"rank {rt.rank}: another rank stopped ({why})"
+
+
 def teardown(rt: Runtime) -> None:
     if rt.distributed and dist.is_initialized():
         dist.destroy_process_group()
@@ -157,20 +167,11 @@ def slow_rank_delay(rt: Runtime) -> float:
     return float(seconds) if rt.distributed and rank == str(rt.rank) else 0.0
 
 
-def all_reduce_sum(rt: Runtime, values: list[float]) -> list[float]:
-    """Each value summed over the ranks, on every rank."""
-    return _all_reduce(rt, values, dist.ReduceOp.SUM)
-
-
-def all_reduce_max(rt: Runtime, values: list[float]) -> list[float]:
-    """Each value's largest over the ranks, on every rank: what they must decide together
-    (the wall-clock budget: the slowest rank's step time)."""
-    return _all_reduce(rt, values, dist.ReduceOp.MAX)
-
-
-def _all_reduce(rt: Runtime, values: list[float], op) -> list[float]:
+def all_reduce(rt: Runtime, values: list[float], op: str = "sum") -> list[float]:
+    """Each value summed (``op="max"``: its largest) over the ranks, on every rank; the
+    largest is what they must decide together (the wall-clock budget: the slowest step)."""
     if not rt.distributed:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=rt.device)
-    dist.all_reduce(t, op=op)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
     return t.tolist()

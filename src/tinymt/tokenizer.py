@@ -40,8 +40,6 @@ ENCODING_FIELDS = ("model_type", "treat_whitespace_as_suffix", "allow_whitespace
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
-
-
 _WORD = re.compile("\u2581[^\u2581]*|[^\u2581]+")  # ▁word: BPE pieces never span two words
 
 
@@ -228,15 +226,11 @@ def tokenizer_digest(src: Tokenizer, tgt: Tokenizer, of=identity) -> str:
     return h.hexdigest()
 
 
-def _model_bytes(tok: Tokenizer) -> bytes:
-    return tok.sp.serialized_model_proto()
-
-
 def digest_matches(stored: str | None, src: Tokenizer, tgt: Tokenizer) -> bool:
     """Was a checkpoint (or export) whose ``tokenizer_sha256`` is ``stored`` made with these
     tokenizers? Digests of older versions (over the model file's bytes) are accepted too."""
-    return stored is not None and stored in (tokenizer_digest(src, tgt),
-                                             tokenizer_digest(src, tgt, _model_bytes))
+    old = tokenizer_digest(src, tgt, lambda tok: tok.sp.serialized_model_proto())
+    return stored is not None and stored in (tokenizer_digest(src, tgt), old)
 
 
 def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer, owner=None) -> Path:

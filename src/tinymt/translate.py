@@ -54,7 +54,6 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     refs = read_lines(cfg.ref) if cfg.ref else None
     stdin = stdin or sys.stdin
     stdin_lines = capped_lines(getattr(stdin, "buffer", stdin), "stdin")  # read when used
-    # output= is written whole once all is translated (tinymt.files): a failure keeps the old file
     out_f = io.StringIO() if cfg.output else stdout or sys.stdout
     if not sentences and not cfg.input and stdin.isatty() and not cfg.output:
         print("type a sentence, Ctrl-D to end", file=sys.stderr)  # each answered at once

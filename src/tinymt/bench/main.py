@@ -20,7 +20,7 @@ from tinymt.bench.train_speed import bench_training
 from tinymt.bench.workload import load_data, model_config
 from tinymt.cli import one_line_errors
 from tinymt.config import CHECKPOINT, FOLDER, PATH, RUN
-from tinymt.errors import TinyMTError
+from tinymt.errors import TinyMTError, first_line
 from tinymt.files import check_outputs, load_json, name_problem, read_bytes, write_text
 from tinymt.rundir import clock_run_dir
 
@@ -138,6 +138,26 @@ def check_paths(args: argparse.Namespace, cwd: Path) -> None:
                           "names the commit it measured: commit first, or leave out --out/--json")
 
 
+def merged_devices(path: str) -> dict:
+    """``--merge``'s devices, each section rendered as the report will, before anything is
+    measured: a file of another shape is one line naming it and the field."""
+    devices, field = load_json(path, "--merge", 64 << 20).get("devices", {}), "devices"
+    try:
+        for dev, sections in devices.items():
+            field = f"devices.{dev}"
+            if dev not in ("cpu", "cuda"):
+                raise KeyError(dev)
+            for key, section in ({} if sections is None else sections).items():
+                field = f"devices.{dev}.{key}"
+                if key not in SECTIONS:
+                    raise KeyError(key)
+                render({"devices": {dev: {key: section}}})
+    except Exception as e:  # noqa: BLE001  (another kind, an unknown or a missing key, ...)
+        raise TinyMTError(f"--merge {path}: {field} is not what benchmark.py writes "
+                          f"({type(e).__name__}: {first_line(e)})") from None
+    return devices
+
+
 def measure(args: argparse.Namespace, device: torch.device, argv: list[str]) -> dict:
     out = {}  # the sections this run measures on device
     if {"training", "decoding"} & set(args.sections):
@@ -162,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = str(folder / "benchmarks.md")
         args.json = args.json or str(folder / "benchmarks.json")
     check_paths(args, cwd)
-    merged = load_json(args.merge, "--merge", 64 << 20).get("devices", {}) if args.merge else {}
+    merged = merged_devices(args.merge) if args.merge else {}
     os.chdir(REPO_ROOT)  # data and cache paths as the configs spell them
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -38,11 +38,9 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     return runtime.autocast(device, precision(device))
 
 
-# ------------------------------------------------------------------------------- memory
 # our own /proc reader: psutil is not a dependency of tinymt, and these are three fields
 def proc_status(pid: int | str = "self") -> dict[str, int]:
-    """The kB lines of ``/proc/<pid>/status`` (``VmRSS``, ``VmHWM``, ``RssAnon``, ...) in
-    KiB; empty when the process is gone or the file unreadable."""
+    """The kB lines of ``/proc/<pid>/status`` (``VmRSS``, ...) in KiB; empty if unreadable."""
     out = {}
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -71,8 +69,7 @@ class MemoryMeter:
     ``malloc_trim`` hands freed heap back), minus ``VmRSS`` then. None where no reset."""
 
     def __init__(self, device: torch.device):
-        self.device, self.cuda = device, device.type == "cuda"
-        self.base, self.ok = 0, True
+        self.device, self.cuda, self.base, self.ok = device, device.type == "cuda", 0, True
 
     def begin(self) -> None:
         if self.cuda:
@@ -116,7 +113,6 @@ def tensor_mib(tensors: Iterable[torch.Tensor]) -> float:
     return sum(seen.values()) / MIB
 
 
-# ------------------------------------------------------------------------------- FLOPs
 def training_flops(cfg, tgt_vocab: int, src: torch.Tensor, tgt_out: torch.Tensor,
                    pad_id: int) -> float:
     """Matmul FLOPs of a training step (forward + backward = 3 × forward) on the real
@@ -152,7 +148,6 @@ def matmul_peak(device: torch.device, repeats: int = 7, n: int | None = None) ->
     return runs
 
 
-# ------------------------------------------------------------------------------- machine
 def git(*args: str) -> str:
     """``git``'s output in the checkout; empty outside one."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):

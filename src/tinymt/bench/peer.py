@@ -1,10 +1,9 @@
 """The benchmark's peer: our translator built from ``torch.nn.Transformer``.
 
-The embeddings, positions and output projection of :class:`tinymt.model.Transformer`, built
-by the same helpers, around ``nn.Transformer`` of the same shape: the same parameters one
-for one, only the attention and layer code is PyTorch's. It speaks our model's interface, so
-:mod:`tinymt.decoding` drives it with ``use_cache=False``: every step recomputes the prefix,
-the usual ``nn.Transformer`` recipe.
+Our model's embeddings, positions and output projection, built by the same helpers, around
+``nn.Transformer`` of the same shape: the same parameters one for one. It speaks our model's
+interface, so :mod:`tinymt.decoding` drives it with ``use_cache=False``: every step recomputes
+the prefix, the usual ``nn.Transformer`` recipe.
 """
 
 from __future__ import annotations
@@ -16,13 +15,10 @@ import torch
 from torch import Tensor, nn
 
 from tinymt.errors import TinyMTError
-from tinymt.model import add_embeddings, embed, init_weights
+from tinymt.model import Transformer, add_embeddings, embed, init_weights
 
 RENAMES = (  # (pattern, replacement) on our parameter names
-    (r"^encoder_layers\.", "transformer.encoder.layers."),
-    (r"^decoder_layers\.", "transformer.decoder.layers."),
-    (r"^encoder_norm\.", "transformer.encoder.norm."),
-    (r"^decoder_norm\.", "transformer.decoder.norm."),
+    (r"^(en|de)coder_(layers|norm)\.", r"transformer.\1coder.\2."),
     (r"\.cross_attn\.", ".multihead_attn."),
     (r"_attn\.in_proj\.(weight|bias)$", r"_attn.in_proj_\1"),
     (r"\.ff\.linear", ".linear"),
@@ -76,9 +72,9 @@ class PeerTransformer(nn.Module):
                               f"unexpected {unexpected[:3]}")
         return self
 
-    def padding_mask(self, tokens: Tensor) -> Tensor:
-        """``(B, T)`` -> ``(B, 1, 1, T)`` bool, True on real tokens (as ours)."""
-        return tokens.ne(self.pad_id)[:, None, None, :]
+    # ours, word for word (forward: encode, then decode; weights are refused by both)
+    padding_mask, logits = Transformer.padding_mask, Transformer.logits
+    forward = Transformer.forward
 
     @staticmethod
     def _no_weights(need_weights: bool) -> None:  # nn.Transformer does not return them
@@ -107,13 +103,3 @@ class PeerTransformer(nn.Module):
             tgt_key_padding_mask=pad if bool(pad.any()) else None,
             memory_key_padding_mask=~src_mask[:, 0, 0], tgt_is_causal=True)
         return hidden, None  # (B, T, d)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        return self.output_proj(hidden)
-
-    def forward(self, src: Tensor, tgt_in: Tensor, need_weights: bool = False
-                ) -> tuple[Tensor, None]:
-        """``(src (B, S), tgt_in (B, T))`` -> ``(hidden (B, T, d), None)``."""
-        src_mask = self.padding_mask(src)
-        memory, _ = self.encode(src, src_mask, need_weights)
-        return self.decode(tgt_in, memory, src_mask, need_weights)

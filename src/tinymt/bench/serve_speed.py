@@ -208,3 +208,4 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         "rows": rows, "skipped": skipped,
         "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
         if "ct2" in refs else None}
+

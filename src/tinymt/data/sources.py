@@ -303,12 +303,9 @@ def load_chunks(cfg, log: Log) -> dict[str, Iterator[Columns]]:
 
 
 ARROW_TYPES = {
-    "src": pa.string(),
-    "tgt": pa.string(),
-    "src_ids": pa.list_(pa.int32()),
-    "tgt_ids": pa.list_(pa.int32()),
-    "src_words": pa.list_(pa.string()),
-    "tgt_words": pa.list_(pa.string()),
+    "src": pa.string(), "tgt": pa.string(),
+    "src_ids": pa.list_(pa.int32()), "tgt_ids": pa.list_(pa.int32()),
+    "src_words": pa.list_(pa.string()), "tgt_words": pa.list_(pa.string()),
     "alignment": pa.list_(pa.list_(pa.int32())),
     "src_relations": pa.list_(pa.list_(pa.int32())),  # [relation, dependent, head] words
     "tgt_relations": pa.list_(pa.list_(pa.int32())),
@@ -340,7 +337,6 @@ class ChunkWriter:
         self.rows += table.num_rows
 
     def close(self) -> None:
-        """Finish the file."""
         if self._writer is not None:
             self._writer.finalize()
 

@@ -167,10 +167,9 @@ def _showcase_figure(links: dict, summary: dict, kind: str):
 # ----------------------------------------------------------------------------- TensorBoard
 def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
                       step: int) -> None:
-    """Images and scalars under ``heads/...`` in an events file of their own in
-    ``run_dir``, replacing the previous analysis's."""
-    # our events file carries the suffix .heads: a new analysis replaces the previous one
-    # (the pruning curves' steps are % masked, so appending would draw them twice)
+    """Images and scalars under ``heads/...`` in an events file of their own (``*.heads``)
+    in ``run_dir``, replacing the previous analysis's: the pruning curves' steps are % masked,
+    so appending would draw them twice."""
     for old in run_dir.glob("events.out.tfevents.*.heads"):
         old.unlink()
     writer = SummaryWriter(str(run_dir), filename_suffix=".heads")

@@ -10,34 +10,44 @@
 
 Every error is ``{"error": "<one line>"}`` with its status; no route takes a file path.
 ``serve(cfg)`` loads and warms up the model before the port opens (``/health`` answers only
-at full speed); on SIGTERM or Ctrl-C every accepted request gets its answer, then the
-process exits with status 0.
+at full speed); on SIGTERM or Ctrl-C what is being answered gets :data:`SHUTDOWN_S` (then a
+503), what is still arriving or not being read is dropped, and the process exits with 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import h11
 import torch
 import uvicorn
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tinymt.config import check_serve
 from tinymt.errors import TinyMTError
-from tinymt.fonts import font_for_query, font_path, sc_font_file
-from tinymt.serve.api import ApiError, read_fields, text_items, translate_answer, translate_request
+from tinymt.fonts import FontBusy, font_for_query, font_path, sc_font_file, start_cutting
+from tinymt.serve.api import (
+    ApiError,
+    check_key,
+    read_fields,
+    text_items,
+    translate_answer,
+    translate_request,
+)
 from tinymt.serve.service import Service
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
@@ -53,6 +63,9 @@ PAGE_HEADERS = {
     "Cache-Control": "no-cache",
 }
 FONT_HEADERS = {"Cache-Control": "public, max-age=86400"}
+ATTENTION_SLOTS = 2  # /attention answers computed or being sent at once (~10 MB each at most)
+CHUNK = 1 << 16  # an answer is sent in pieces: a client that stops reading holds one
+SHUTDOWN_S = 3  # after SIGTERM: what is still running then is answered 503 and dropped
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -67,6 +80,8 @@ def _json_errors(handler: Handler) -> Handler:
             return JSONResponse({"error": e.message}, status_code=e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody reads it
+        except asyncio.CancelledError:  # the shutdown's SHUTDOWN_S ran out: dropped
+            return JSONResponse({"error": "the server is shutting down"}, status_code=503)
         except Exception as e:  # noqa: BLE001  (the server stays up)
             print(f"error: {request.url.path}: {type(e).__name__}: {e}", file=sys.stderr,
                   flush=True)
@@ -74,6 +89,31 @@ def _json_errors(handler: Handler) -> Handler:
                                 status_code=500)
 
     return route
+
+
+async def _held_answer(slots: asyncio.Semaphore, wait_s: float, work) -> Response:
+    """``await work()`` (JSON bytes) holding one of ``slots`` until its answer is sent in
+    CHUNK pieces or its client is gone; no slot free within ``wait_s``: 503."""
+    try:
+        await asyncio.wait_for(slots.acquire(), wait_s)
+    except asyncio.TimeoutError:
+        raise ApiError(503, "the attention maps of other requests are being drawn; "
+                            "try again later") from None
+    try:
+        body = await work()
+    except BaseException:
+        slots.release()
+        raise
+
+    async def pieces():
+        try:
+            for start in range(0, len(body), CHUNK):
+                yield body[start:start + CHUNK]
+        finally:
+            slots.release()
+
+    return StreamingResponse(pieces(), media_type="application/json",
+                             headers={"Content-Length": str(len(body))})
 
 
 def create_app(service: Service) -> Starlette:
@@ -88,6 +128,8 @@ def create_app(service: Service) -> Starlette:
             nbests = await service.translate(req.items, req.alternatives + 1, arrival)
         return JSONResponse(translate_answer(req, nbests, service.pair))
 
+    slots = asyncio.Semaphore(ATTENTION_SLOTS)  # what /attention holds in memory, in total
+
     @_json_errors
     async def attention(request: Request) -> Response:
         if not service.attention_items:
@@ -95,19 +137,23 @@ def create_app(service: Service) -> Starlette:
                                 "engine=torch and attention_items > 0)")
         fields = await read_fields(request, service.limits, service.keys)
         items, _ = text_items(fields, service.limits, service.attention_items)
-        return JSONResponse(await service.attention(items))
+        return await _held_answer(slots, service.timeout, lambda: service.attention(items))
 
     @_json_errors
     async def font(request: Request) -> Response:
         text = request.query_params.get("text")
         if text is None:  # the whole font (built once, 2 s; the source's if it cannot be)
-            path = await run_in_threadpool(sc_font_file)
+            path = await _on_daemon_thread(sc_font_file)
             return FileResponse(path or font_path(), media_type="font/otf",
                                 headers=FONT_HEADERS)
-        try:
-            data = await run_in_threadpool(font_for_query, text)  # 0.4 s a new text
+        check_key(request.query_params, service.keys)  # cutting costs: the page needs none
+        try:  # 0.4 s a new text; seconds for thousands of characters, so on a thread of
+            # its own that never holds up the exit (one of at most four: font_for_query)
+            data = await _on_daemon_thread(font_for_query, text)
         except ValueError as e:
             raise ApiError(400, str(e)) from None
+        except FontBusy as e:
+            raise ApiError(503, str(e)) from None
         return Response(data, media_type="font/otf", headers=FONT_HEADERS)
 
     def static(path: Path, media_type: str, headers: dict | None = None):
@@ -149,12 +195,15 @@ def serve(cfg) -> dict:
     service, old_handlers = None, {}
     try:
         run, device = load_translator(cfg, threads=cfg.threads)
+        start_cutting()
         service = Service(run, device, cfg)
         service.start()
+        connection = type("Connection", (Connection,), {
+            "read_timeout_s": cfg.read_timeout_s, "send_timeout_s": cfg.send_timeout_s})
         server = uvicorn.Server(uvicorn.Config(
-            create_app(service), log_level="warning", access_log=cfg.access_log,
-            limit_concurrency=cfg.max_connections, lifespan="on", server_header=False,
-            timeout_graceful_shutdown=cfg.timeout_s + 5))
+            create_app(service), http=connection, log_level="warning",
+            access_log=cfg.access_log, limit_concurrency=cfg.max_connections, lifespan="on",
+            server_header=False, timeout_graceful_shutdown=SHUTDOWN_S))
         host, port = sock.getsockname()[:2]
         search = "greedy" if cfg.decode.beam == 1 else f"beam {cfg.decode.beam}"
         print(f"serving {service.name} ({cfg.engine}, {service.pair.source}→"
@@ -176,6 +225,73 @@ def serve(cfg) -> dict:
     print(f"stopped: {stats['sentences']:,} sentences in {stats['batches']:,} batches",
           file=sys.stderr, flush=True)
     return dict(stats)
+
+
+async def _on_daemon_thread(fn: Callable, *args):
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def work():
+        try:
+            result, error = fn(*args), None
+        except Exception as e:  # noqa: BLE001  (raised in the route)
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is gone
+            loop.call_soon_threadsafe(lambda: future.done() or (
+                future.set_exception(error) if error else future.set_result(result)))
+
+    threading.Thread(target=work, daemon=True).start()
+    return await future
+
+
+class Connection(H11Protocol):
+    """uvicorn's HTTP/1.1 connection with the deadlines it lacks: a request must arrive
+    whole (headers and body) within ``read_timeout_s`` of its start (slowloris), an answer
+    nobody reads for ``send_timeout_s`` is dropped with the bytes it holds, and a shutdown
+    drops at once what is still arriving or not being read."""
+
+    read_timeout_s = send_timeout_s = 10.0  # serve() sets the server's
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._send_timer = None
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._drop_if_reading)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is h11.DONE:  # the whole request is in
+            self._read_timer.cancel()
+
+    def on_response_complete(self) -> None:
+        self._read_timer.cancel()  # the next request's clock (kept alive, or pipelined)
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._drop_if_reading)
+        super().on_response_complete()
+
+    def _drop_if_reading(self) -> None:
+        if self.conn.their_state is not h11.DONE:
+            self.transport.abort()
+
+    def pause_writing(self) -> None:  # the client's buffers are full: it stopped reading
+        super().pause_writing()
+        self._send_timer = self.loop.call_later(self.send_timeout_s, self.transport.abort)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+
+    def connection_lost(self, exc) -> None:
+        self._read_timer.cancel()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+        super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if busy and (self.conn.their_state is h11.SEND_BODY or self.flow.write_paused):
+            self.transport.abort()  # a body still arriving, or an answer nobody reads
+        else:
+            super().shutdown()  # idle: closed; answering: closed once answered
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -7,7 +7,7 @@ already queued, and waits up to ``wait_s`` for more while requests are *arriving
 read: :meth:`MicroBatcher.arrival`) or the batch has fewer requests than the last one, up to
 ``max_sentences`` sentences; it decodes them with one ``decode(ids, nbest)`` call per n-best
 size and hands each job its own slice. A *task* (other work on the model, e.g. the page's
-attention maps) runs alone, in queue order. :meth:`MicroBatcher.close` refuses new jobs
+attention maps) runs alone, when no sentences wait. :meth:`MicroBatcher.close` refuses new jobs
 (:class:`Closed`, the server's 503) and finishes the queued ones.
 
     >>> b = MicroBatcher(lambda ids, nbest: [[(s[::-1], 0.0)] for s in ids], 8, 0.0, 100)
@@ -153,7 +153,9 @@ class MicroBatcher:
                 if self._closing:
                     return None
                 self._cond.wait()
-            first = self._queue.popleft()
+            # sentences to translate go before tasks (a task can take a second)
+            first = next((j for j in self._queue if j.fn is None), self._queue[0])
+            self._queue.remove(first)
             batch, n = [first], first.size
             if first.fn is None:
                 deadline = time.monotonic() + self.wait_s

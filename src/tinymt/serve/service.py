@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import sys
 from types import SimpleNamespace
 
@@ -55,12 +57,17 @@ class Service:
         return search(self.run, ids, SimpleNamespace(**{**vars(self.decode), "nbest": nbest}),
                       self.device)
 
-    def _attention(self, items: list[str], ids: list[list[int]]) -> dict:
-        """Translations and the view documents of ``items`` (on the worker thread)."""
-        outs = [h[0][0] if h else [] for h in self._decode(ids, 1)]
-        docs = attention_documents(self.run, items, ids, outs, self.device)
-        return {"translatedText": [self.run.tgt_tokenizer.decode(o) for o in outs],
-                "view": inline_data(self.name, docs)}
+    def _attention(self, item: str, ids: list[int]) -> tuple[str, list[dict]]:
+        """A sentence's translation and its view document (none if empty), on the worker."""
+        out = [h[0][0] if h else [] for h in self._decode([ids], 1)][0]
+        docs = attention_documents(self.run, [item], [ids], [out], self.device)
+        return self.run.tgt_tokenizer.decode(out), docs
+
+    def _attention_json(self, done: list[tuple[str, list[dict]]]) -> bytes:
+        answer = {"translatedText": [t for t, _ in done],
+                  "view": inline_data(self.name, [d for _, docs in done for d in docs])}
+        return json.dumps(answer, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode()
 
     def start(self) -> None:
         """Start the worker and warm the model up (the first request is then not slower)."""
@@ -69,7 +76,7 @@ class Service:
         for n in (1, 4):
             self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
-            self.batcher.run_now(Job(fn=lambda: self._attention(["warm-up"], [sample])))
+            self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", sample)))
 
     def close(self) -> None:
         self.batcher.close()
@@ -85,10 +92,13 @@ class Service:
         tgt = self.run.tgt_tokenizer
         return [[tgt.decode(toks) for toks, _ in h] for h in hyps]
 
-    async def attention(self, items: list[str]) -> dict:
-        """``{"translatedText": [...], "view": <view data of inline_data>}``."""
+    async def attention(self, items: list[str]) -> bytes:
+        """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON; one
+        task a sentence, so that sentences to translate go in between."""
         ids = source_ids(self.run, items, warn=lambda _: None)
-        return await self._wait(Job(fn=lambda: self._attention(items, ids), weight=len(items)))
+        done = [await self._wait(Job(fn=functools.partial(self._attention, item, s)))
+                for item, s in zip(items, ids)]
+        return await asyncio.to_thread(self._attention_json, done)  # megabytes: not here
 
     async def _wait(self, job: Job, arrival: Arrival | None = None):
         loop = asyncio.get_running_loop()
@@ -108,6 +118,9 @@ class Service:
             raise ApiError(503, "the server is shutting down") from None
         try:
             result = await asyncio.wait_for(future, self.timeout)
+        except asyncio.CancelledError:  # dropped at shutdown: the worker skips it
+            job.cancelled = True
+            raise
         except asyncio.TimeoutError:
             job.cancelled = True
             raise ApiError(503, f"no answer within {self.timeout:g} s: the server is busy; "

@@ -108,9 +108,15 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
         t = setup(cfg, rt, unique_run_dir, locks)
         stop_reason = run_loop(t)
         return finish(t, stop_reason)
-    except BaseException:
+    except BaseException as e:
         for lock in locks:
             lock.undo()  # a new run that wrote nothing leaves nothing
+        lost = runtime.rank_lost(rt, e)
+        if lost:  # not a fault of ours: one line, with where the run stands
+            last = checkpoint_path(t.run_dir, "last") if t else None
+            if last and last.is_file():
+                lost += f"; {last} is intact: go on with trainer.resume={t.run_dir}"
+            raise TinyMTError(lost) from e
         raise
     finally:
         if t is not None:
@@ -161,7 +167,7 @@ def run_loop(t: Training) -> str:
             skips = 0
             grad_norm = optimizer_step(t)
             # one clock for all ranks; a signal to any rank stops them all after this step
-            dt, signum = runtime.all_reduce_max(t.rt, [time.monotonic() - t0, stop.signum])
+            dt, signum = runtime.all_reduce(t.rt, [time.monotonic() - t0, stop.signum], "max")
             state["train_seconds"] += dt
             window.add(loss, n_tokens, dt)
             bar.update(1)
@@ -210,7 +216,7 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[
             loss = loss_sum * (weight * rt.world_size / n_tokens)
         loss.backward()
         step_loss += loss_sum.item() * weight
-    return runtime.all_reduce_sum(rt, [step_loss])[0] / n_tokens, n_tokens
+    return runtime.all_reduce(rt, [step_loss])[0] / n_tokens, n_tokens
 
 
 def optimizer_step(t: Training) -> torch.Tensor:

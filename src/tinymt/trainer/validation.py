@@ -56,7 +56,7 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
                                            model.pad_id)
             loss_sum += batch_loss.item()
             tok += batch.n_tgt_tokens
-        loss_sum, tok = runtime.all_reduce_sum(rt, [loss_sum, tok])
+        loss_sum, tok = runtime.all_reduce(rt, [loss_sum, tok])
     k = n if not limit else min(limit, n)
     keep = [i * n // k for i in range(k)]  # k indices evenly spaced over the split, increasing
     mine = keep[rt.rank::rt.world_size]

@@ -34,7 +34,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tinymt.errors import first_line
-from tinymt.fonts import font_for_query
+from tinymt.fonts import FontBusy, font_for_query
 from tinymt.viewer import STATIC
 from tinymt.viewer.summary import KINDS, PLUGIN_NAME, decode, parse_meta
 
@@ -92,11 +92,13 @@ class AttentionPlugin(base_plugin.TBPlugin):
     @_route
     def _font(self, request):
         """``font.otf?text=<characters>``: Noto Sans CJK SC cut to them (and ASCII; no
-        ``text``: ASCII only), the last 32 kept (:func:`tinymt.fonts.font_for_query`)."""
+        ``text``: ASCII only), cut one at a time (:func:`tinymt.fonts.font_for_query`)."""
         try:
             font = font_for_query(request.args.get("text"))
         except ValueError as e:
             raise _Refused(400, str(e)) from None
+        except FontBusy as e:
+            raise _Refused(503, str(e)) from None
         return http_util.Respond(request, font, "font/otf", expires=24 * 3600)
 
     # ------------------------------------------------------------------ data

@@ -18,9 +18,7 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 # the per-user cache (tinymt.fonts builds the SC font there): the session's own, not the user's
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tinymt-tests-cache-")
 
-import asyncio
 import contextlib
-import http.client
 import importlib.util
 import json
 import random
@@ -31,10 +29,8 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -715,82 +711,3 @@ def pytest_collection_modifyitems(config, items):
         rank = {name: i for i, name in enumerate(FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable
 
-
-# ----------------------------------------------------------------------------- hostile load
-async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, fonts: int,
-                       stalled: int, slowloris: int, font_path: str = "/font.otf",
-                       probe: tuple[str, str, bytes] = ("POST", "/translate", b"")) -> dict:
-    """On loopback for ``seconds``: ``fonts`` clients asking for distinct 4,096-character
-    font subsets one after another, ``stalled`` that POST the largest ``/attention`` and
-    never read, ``slowloris`` sending a header byte a second (again when dropped); beside
-    them ``probe`` (method, path, JSON body) on a new connection once a second. Returns each
-    probe's latency (ms; None: no 2xx within 10 s), the font answers by status, the slow
-    connections the server dropped and its memory (``rss()``, MiB) at the start and peak."""
-    end = time.monotonic() + seconds
-    out = {"fonts": {}, "probes_ms": [], "rss_mib": [rss()], "dropped": 0}
-    draw, cjk = random.Random(0), [chr(c) for c in range(0x4E00, 0x9FA5)]
-    texts = [urllib.parse.quote("".join(draw.sample(cjk, 4096))) for _ in range(64)]
-
-    async def ask(head: str, body: bytes = b"", read: bool = True) -> int | None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:  # (a client that does not read lets the kernel's buffers fill, then stalls)
-            writer.write(f"{head} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                         + body)
-            while not read and time.monotonic() < end:
-                await asyncio.sleep(0.5)
-            if not read:
-                return None
-            line = await reader.readline()
-            await reader.read()
-            return int(line.split()[1])
-        finally:
-            writer.close()
-
-    async def font(k: int) -> None:
-        while time.monotonic() < end:
-            k += fonts  # 64 texts in turn: more than the cache keeps
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                status = await ask(f"GET {font_path}?text={texts[k % len(texts)]}")
-                out["fonts"][status] = out["fonts"].get(status, 0) + 1
-                await asyncio.sleep(0.05 if status != 200 else 0)  # (spares the machine)
-
-    async def loris() -> None:
-        while time.monotonic() < end:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"POST /translate HTTP/1.1\r\nHost: x\r\n")
-                while time.monotonic() < end:
-                    await asyncio.sleep(1)
-                    writer.write(b"X")
-                    await writer.drain()  # OSError once the server dropped it
-            except OSError:
-                out["dropped"] += 1
-                await asyncio.sleep(1)
-
-    def probe_once() -> float | None:  # on a thread: the load's own loop does not delay it
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        t0 = time.perf_counter()
-        try:
-            conn.request(probe[0], probe[1], probe[2], {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            resp.read()
-            return (time.perf_counter() - t0) * 1000 if resp.status < 300 else None
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            conn.close()
-
-    async def watch() -> None:  # a probe a second, each on its own thread and connection
-        probes = []
-        while time.monotonic() < end:
-            await asyncio.sleep(1)
-            out["rss_mib"].append(rss())
-            probes.append(asyncio.create_task(asyncio.to_thread(probe_once)))
-        out["probes_ms"] = list(await asyncio.gather(*probes))
-
-    big = json.dumps({"q": ["我请李雷帮我订了去北京的机票。" * 333] * 8}).encode()
-    stall = [ask("POST /attention", big, read=False) for _ in range(stalled)]
-    await asyncio.gather(*(font(k) for k in range(fonts)), *(loris() for _ in range(slowloris)),
-                         *stall, watch(), return_exceptions=True)
-    return {**out, "rss_start_mib": out["rss_mib"][0], "rss_peak_mib": max(out["rss_mib"])}

@@ -559,9 +559,13 @@ def test_a_trained_run_decodes_with_ct2_and_serves(tiny_run, tmp_path):
     pytest.importorskip("ctranslate2", reason="the optional extra .[ct2] (make test installs it)")
     proc = benchmark("--device", "cpu", "--sections", "decoding,serve", "--run", str(tiny_run),
                      "--sizes", "tiny", "--sentences", "12", "--serve-clients", "1,4",
-                     "--serve-requests", "8", "--out", "r.md", "--json", "r.json", cwd=tmp_path)
+                     "--serve-requests", "8", "--hostile-seconds", "2", "--out", "r.md",
+                     "--json", "r.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "r.json").read_text())["devices"]["cpu"]
+    hostile = res["serve"]["hostile"]  # the load's own test: tests/test_serve.py
+    assert hostile["exit"] == 0 and not hostile["traceback"] and hostile["probes_ms"]
+    assert "Hostile load (2 s" in (tmp_path / "r.md").read_text()
     [row] = res["decoding"]["sizes"].values()
     greedy = row["greedy"]
     assert set(greedy) == {"ours_cache", "ours_nocache", "peer", "ct2_float32", "ct2_int8"}

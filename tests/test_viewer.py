@@ -425,8 +425,9 @@ def test_font_requests_cannot_starve_the_tab(tiny_run):
     """16 clients asking a real TensorBoard for distinct 4,096-character fonts: one cut at a
     time (on a process of its own), the rest refused (503); the tab answers all along and
     TensorBoard's memory, its cutting process included, stays bounded."""
-    from conftest import hostile_load, tensorboard_process
+    from conftest import tensorboard_process
     from tinymt.bench.measure import proc_status
+    from tinymt.bench.serve_speed import hostile_load
 
     route = f"/data/plugin/{PLUGIN_NAME}"
     with tensorboard_process(tiny_run, lambda base: http_get(f"{base}{route}/runs")[0] == 200
@@ -438,7 +439,7 @@ def test_font_requests_cannot_starve_the_tab(tiny_run):
                                         stalled=0, slowloris=0, font_path=f"{route}/font.otf",
                                         probe=("GET", f"{route}/runs", b"")))
     assert len(load["probes_ms"]) >= 6 and None not in load["probes_ms"], load["probes_ms"]
-    assert set(load["fonts"]) <= {200, 503} and load["fonts"].get(503), load["fonts"]
+    assert set(load["fonts"]) <= {"200", "503"} and load["fonts"].get("503"), load["fonts"]
     assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
 
 

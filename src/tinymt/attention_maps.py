@@ -9,17 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 
 from tinymt.batching import collate
 from tinymt.errors import TinyMTError
 from tinymt.model import KINDS, Transformer
 from tinymt.plotting import attention_grid
+from tinymt.runtime import eval_mode
 from tinymt.tokenizer import Tokenizer
 
 
-@torch.inference_mode()
 def collect_attention(model: Transformer, src_ids: Sequence[int], out_ids: Sequence[int],
                       device="cpu") -> dict[str, list[np.ndarray]]:
     """Every head's attention for one sentence and its translation (teacher-forced).
@@ -28,12 +27,10 @@ def collect_attention(model: Transformer, src_ids: Sequence[int], out_ids: Seque
     ``src_ids + [eos]``; decoder positions are ``[bos] + out_ids`` (queries) whose
     predictions are ``out_ids + [eos]``.
     """
-    was_training = model.training
-    model.eval()
     batch = collate([list(src_ids)], [list(out_ids)]).to(device)
-    _, attn = model(batch.src, batch.tgt_in, need_weights=True)
-    model.train(was_training)
-    return {k: [w[0].float().cpu().numpy() for w in attn[k]] for k in KINDS}
+    with eval_mode(model, inference=True):
+        _, attn = model(batch.src, batch.tgt_in, need_weights=True)
+        return {k: [w[0].float().cpu().numpy() for w in attn[k]] for k in KINDS}
 
 
 def attention_figures(attn: dict[str, list[np.ndarray]], src_tok: Tokenizer, tgt_tok: Tokenizer,

@@ -6,8 +6,8 @@ and tests build partial configs (``ModelConfig(d_model=16)``); ``tests/test_conf
 proves both equal, key for key.
 
 **Rules**: each field names the values it allows (``_r(default, rule)``; every number
-bounded above by a ``MAX_*``; paths checked without opening them); ``*_RULES`` are those
-tables, ``*_CROSS`` the rules between keys; a bad value is one ``TinyMTError`` line.
+bounded above by a ``MAX_*``; paths checked without opening them); :func:`rules_of` reads
+them off a schema, ``*_CROSS`` are the rules between keys; a bad value is one ``TinyMTError`` line.
 Scripts call ``as_train_config(cfg)`` or ``check_<command>(cfg)`` right after composition.
 
 **Config files** (a run's ``config.yaml``): :func:`load_config_file`.
@@ -405,15 +405,7 @@ class AverageConfig:
     outputs_root: str = _r("outputs", DIR)
 
 
-# ----------------------------------------------------------------------------- rule tables
-TRAIN_RULES = rules_of(TrainConfig)
-DATA_RULES = rules_of(DataConfig, "data.")
-TRANSLATE_RULES = rules_of(TranslateConfig)
-SERVE_RULES = rules_of(ServeConfig)
-EXPORT_RULES = rules_of(ExportConfig)
-ANALYZE_RULES = rules_of(AnalyzeConfig)
-AVERAGE_RULES = rules_of(AverageConfig)
-
+# ----------------------------------------------------------------------------- cross rules
 DATA_CROSS: list[Cross] = [
     (lambda c: c.source == "builtin" or bool(c.path),
      "data.source={c.source} needs data.path (it is not set)"),
@@ -490,21 +482,21 @@ EXPORT_CROSS: list[Cross] = [(lambda c: bool(c.out), "out= is not set: name the 
 # ----------------------------------------------------------------------------- checking
 def check_data(cfg) -> None:
     """A ``data`` node alone (DictConfig or :class:`DataConfig`); messages say ``data.<key>``."""
-    apply_rules(cfg, DATA_RULES, DATA_CROSS, strip="data.")
+    apply_rules(cfg, rules_of(DataConfig, "data."), DATA_CROSS, strip="data.")
 
 
 def check_train(cfg) -> None:
     """A whole training config (typed: pass it through :func:`as_train_config`)."""
-    apply_rules(cfg, TRAIN_RULES)
+    apply_rules(cfg, rules_of(TrainConfig))
     apply_rules(cfg.data, {}, DATA_CROSS)
     apply_rules(cfg, {}, TRAIN_CROSS)
 
 
-def check_translate(cfg) -> None: apply_rules(cfg, TRANSLATE_RULES, TRANSLATE_CROSS)  # noqa: E704
-def check_serve(cfg) -> None: apply_rules(cfg, SERVE_RULES, SERVE_CROSS)  # noqa: E704
-def check_export(cfg) -> None: apply_rules(cfg, EXPORT_RULES, EXPORT_CROSS)  # noqa: E704
-def check_analyze(cfg) -> None: apply_rules(cfg, ANALYZE_RULES, [owned_output("prune_output")])  # noqa: E704
-def check_average(cfg) -> None: apply_rules(cfg, AVERAGE_RULES, [owned_output("output")])  # noqa: E704
+def check_translate(cfg) -> None: apply_rules(cfg, rules_of(TranslateConfig), TRANSLATE_CROSS)  # noqa: E704
+def check_serve(cfg) -> None: apply_rules(cfg, rules_of(ServeConfig), SERVE_CROSS)  # noqa: E704
+def check_export(cfg) -> None: apply_rules(cfg, rules_of(ExportConfig), EXPORT_CROSS)  # noqa: E704
+def check_analyze(cfg) -> None: apply_rules(cfg, rules_of(AnalyzeConfig), [owned_output("prune_output")])  # noqa: E704
+def check_average(cfg) -> None: apply_rules(cfg, rules_of(AverageConfig), [owned_output("output")])  # noqa: E704
 
 
 def as_train_config(cfg) -> DictConfig:

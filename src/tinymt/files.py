@@ -115,15 +115,15 @@ def output_problem(value: Any, *, folder: bool = False, owner=None,
     if found:
         return (f"it is {found[1]} of the run {found[0]}: writing it would lose the run's own "
                 "state (resuming, translating); choose another file")
-    run = run_holding(real.parent)
-    mine = run is not None and owner is not None and run == Path(os.path.realpath(owner))
-    if mine and real.parent != run / CHECKPOINTS:
-        return (f"it is inside the run {run}, outside its {CHECKPOINTS}/ folder: the run's "
+    foreign = _foreign_run(real, owner)
+    if foreign is not None and not any_run:
+        return (f"it is inside the run {foreign}: only the commands that own a run write "
+                "there (training, averaging, head analysis); choose a file outside it")
+    mine = owner is not None and foreign is None and run_holding(real.parent)
+    if mine and real.parent != mine / CHECKPOINTS:
+        return (f"it is inside the run {mine}, outside its {CHECKPOINTS}/ folder: the run's "
                 "other files are its training's (TensorBoard events, metrics.json, ...); "
-                f"write into {run / CHECKPOINTS} or outside the run")
-    if run is not None and not mine and not any_run:
-        return (f"it is inside the run {run}: only the commands that own a run write there "
-                "(training, averaging, head analysis); choose a file outside it")
+                f"write into {mine / CHECKPOINTS} or outside the run")
     base = next(p for p in [real.parent, *real.parent.parents] if os.path.lexists(p))
     if not base.is_dir():
         return f"{base} is a file, not a folder"

@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import multiprocessing
+import multiprocessing.util  # noqa: F401  (its exit handler first: see _EXITING)
 import os
 import shutil
 import signal
@@ -130,11 +131,15 @@ _KEPT: OrderedDict[str, bytes] = OrderedDict()  # read and written under _KEPT_L
 _KEPT_LOCK = threading.Lock()
 CACHE_BYTES = 32 << 20
 _cutter: list = []  # [process, connection] of the cutting process, started when needed
+_EXITING = threading.Event()
+atexit.register(_EXITING.set)  # runs before multiprocessing.util's, which ends the process
 
 
 def start_cutting() -> None:
     """Start the cutting process unless it runs (a server calls this before it serves: a
     process still starting when the server stops would print a traceback)."""
+    if _EXITING.is_set():  # a process spawned now would die half-started, with a traceback
+        raise FontBusy("the server is stopping")
     if not _cutter or not _cutter[0].is_alive():
         ctx = multiprocessing.get_context("spawn")  # (no fork of a threaded server)
         mine, theirs = ctx.Pipe()

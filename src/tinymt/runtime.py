@@ -45,6 +45,19 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
     return torch.autocast(device.type, dtype=dtype)
 
 
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module, inference: bool = False):
+    """Eval mode for the block (``inference``: and ``torch.inference_mode``); the model's
+    own mode is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode() if inference else contextlib.nullcontext():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` = cuda -> mps -> cpu; anything else is checked to exist."""
     if name == "auto":

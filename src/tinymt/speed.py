@@ -36,20 +36,10 @@ CHUNK_ROWS = 512  # rows per chunk: a 512 x 8,000 fp32 chunk of logits is 16 MB
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, pad_id: int,
                          label_smoothing: float = 0.0) -> Tensor:
-    """Summed cross-entropy of ``hidden @ weight.T`` against ``targets``: the same number
-    as :func:`tinymt.loss.sequence_loss`.
-
-    Args:
-        hidden: ``(B, T, d)`` (or ``(N, d)``) the decoder's final states.
-        weight: ``(V, d)`` the output projection.
-        targets: ``(B, T)`` (or ``(N,)``) target ids; ``pad_id`` positions count for nothing.
-        label_smoothing: as in :func:`tinymt.loss.token_nll`.
-
-    Returns a scalar. Chunked and fused over the non-padding positions (see the module
-    docstring) when that pays: on a CPU, outside autocast, with a gradient to compute.
-    Otherwise ``sequence_loss``, whose shapes do not depend on the padding (what
-    ``torch.compile`` on a GPU wants).
-    """
+    """:func:`tinymt.loss.sequence_loss` of ``hidden`` ``(B, T, d)``, ``weight`` ``(V, d)``
+    and ``targets`` ``(B, T)``, chunked and fused (module docstring) where that pays: on a
+    CPU, outside autocast, with a gradient to compute. Otherwise ``sequence_loss`` itself,
+    whose shapes do not depend on the padding (what ``torch.compile`` on a GPU wants)."""
     fused = (hidden.device.type == "cpu" and torch.is_grad_enabled()
              and (hidden.requires_grad or weight.requires_grad)
              and not torch.is_autocast_enabled("cpu")

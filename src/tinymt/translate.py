@@ -36,15 +36,10 @@ from tinymt.viewer.html import html_page
 
 # ----------------------------------------------------------------------------- translate
 def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=None) -> dict:
-    """Translate ``sentences`` (or ``cfg.input``, or stdin) with a trained run (or, with
-    ``engine=ct2``, an exported model).
-
-    Output has exactly one line per input line (empty in -> empty out). With ``nbest >
-    1`` each input gives ``nbest`` lines ``score<TAB>translation`` and a blank line.
-    ``output=<file>`` is written to a temp file beside it and renamed when complete, so a
-    failure leaves an existing file as it was. Returns ``{"translations": [...],
-    "bleu": ..., "chrf": ...}``.
-    """
+    """Translate ``sentences`` (or ``cfg.input``, or stdin) with a run (``engine=ct2``: an
+    export): one output line per input line (``nbest > 1``: ``nbest`` lines
+    ``score<TAB>translation`` and a blank line). ``output=`` is published whole (a failure
+    keeps the old file). Returns ``{"translations": [...], "bleu": ..., "chrf": ...}``."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     check_translate(cfg)
     check_outputs(("output", cfg.output), ("attention", attention_file(cfg.attention)))

@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve: concurrent clients of each level (default 1,8,64)")
     add("--serve-requests", type=count(), help="serve: timed requests per level (default "
         "max(40, 4 × clients))")
+    add("--hostile-seconds", type=count(0), default=30, help="serve: then the hostile load "
+        "for this long (docs/reliability.md; default 30, 0: none)")
     add("--out", help="the report (default outputs/benchmarks/<date>/<time>/benchmarks.md); a "
         "page with the report's markers keeps its text around them")
     add("--json", help="the results (default: beside the default report)")

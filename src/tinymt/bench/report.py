@@ -102,6 +102,19 @@ def render_serving(sv: dict) -> list[str]:
         L.append(f"- CTranslate2's answers alone equal torch's for {sv['ct2_equal_to_torch']:,} "
                  f"of {s['sentences']:,} sentences.")
     L += [f"- {engine}: not measured ({why})." for engine, why in sv.get("skipped", {}).items()]
+    if h := sv.get("hostile"):
+        ms = sorted(p for p in h["probes_ms"] if p is not None)
+        L += ["", f"Hostile load ({h['seconds']:g} s: 16 clients cutting distinct 4,096-"
+              "character fonts, 40 that POST the largest /attention and never read, 200 "
+              "slowloris; a /translate probe a second), then SIGTERM:", ""] + table(
+            ["probes answered", "median ms", "slowest ms", "over 1 s", "fonts cut / refused",
+             "server MiB before / peak", "exit after SIGTERM", "stderr lines"],
+            [[f"{len(ms)} of {len(h['probes_ms'])}", num(ms[len(ms) // 2] if ms else None),
+              num(ms[-1] if ms else None), str(sum(p > 1000 for p in ms)),
+              f"{h['fonts'].get('200', 0):,} / {h['fonts'].get('503', 0):,}",
+              f"{h['rss_start_mib']:,.0f} / {h['rss_peak_mib']:,.0f}",
+              f"{h['exit']} in {h['stop_s']:.1f} s", f"{h['stderr_lines']}"
+              + (" (a traceback)" if h["traceback"] else "")]])
     return L + [""]
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -16,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
@@ -198,6 +202,8 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
             engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
                                                       levels)
             rows += engine_rows
+    hostile = args.hostile_seconds and hostile_row(
+        [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")
     return {"machine": machine_info(device, argv), "settings": {
         "quick": args.quick, "run": os.path.relpath(run.run_dir, REPO_ROOT),
@@ -205,7 +211,99 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         "pair": pair, "sentences": len(texts), "requests": {str(c): n for c, n in levels.items()},
         "threads": torch.get_num_threads(), "beam": defaults.decode.beam,
         "batch_sentences": defaults.batch_sentences, "batch_wait_ms": defaults.batch_wait_ms},
-        "rows": rows, "skipped": skipped,
+        "rows": rows, "skipped": skipped, "hostile": hostile or None,
         "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
         if "ct2" in refs else None}
 
+
+# ----------------------------------------------------------------------------- hostile load
+async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, fonts: int,
+                       stalled: int, slowloris: int, font_path: str = "/font.otf",
+                       probe: tuple[str, str, bytes] = ("POST", "/translate", b"")) -> dict:
+    """On loopback for ``seconds``: ``fonts`` clients asking for distinct 4,096-character
+    font subsets one after another, ``stalled`` that POST the largest ``/attention`` and
+    never read, ``slowloris`` sending a header byte a second (again when dropped); beside
+    them ``probe`` (method, path, JSON body) on a new connection once a second. Returns each
+    probe's latency (ms; None: no 2xx within 10 s), the font answers by status, the slow
+    connections the server dropped and its memory (``rss()``, MiB) at the start and peak."""
+    end = time.monotonic() + seconds
+    out = {"fonts": {}, "probes_ms": [], "rss_mib": [rss()], "dropped": 0}
+    draw, cjk = random.Random(0), [chr(c) for c in range(0x4E00, 0x9FA5)]
+    texts = [urllib.parse.quote("".join(draw.sample(cjk, 4096))) for _ in range(64)]
+
+    async def ask(head: str, body: bytes = b"", read: bool = True) -> int | None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:  # (a client that does not read lets the kernel's buffers fill, then stalls)
+            writer.write(f"{head} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                         + body)
+            while not read and time.monotonic() < end:
+                await asyncio.sleep(0.5)
+            if not read:
+                return None
+            line = await reader.readline()
+            await reader.read()
+            return int(line.split()[1])
+        finally:
+            writer.close()
+
+    async def font(k: int) -> None:
+        while time.monotonic() < end:
+            k += fonts  # 64 texts in turn: more than the cache keeps
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                status = await ask(f"GET {font_path}?text={texts[k % len(texts)]}")
+                out["fonts"][str(status)] = out["fonts"].get(str(status), 0) + 1
+                await asyncio.sleep(0.05 if status != 200 else 0)  # (spares the machine)
+
+    async def loris() -> None:
+        while time.monotonic() < end:
+            try:
+                _, writer = await asyncio.open_connection(HOST, port)
+                writer.write(b"POST /translate HTTP/1.1\r\nHost: x\r\n")
+                while time.monotonic() < end:
+                    await asyncio.sleep(1)
+                    writer.write(b"X")
+                    await writer.drain()  # OSError once the server dropped it
+            except OSError:
+                out["dropped"] += 1
+                await asyncio.sleep(1)
+
+    def probe_once() -> float | None:  # on a thread: the load's own loop does not delay it
+        t0 = time.perf_counter()
+        with contextlib.suppress(httpx2.HTTPError):
+            r = httpx2.request(probe[0], f"http://{HOST}:{port}{probe[1]}", content=probe[2],
+                               headers={"Content-Type": "application/json"}, timeout=10,
+                               trust_env=False)
+            return (time.perf_counter() - t0) * 1000 if r.is_success else None
+        return None
+
+    async def watch() -> None:  # a probe a second, each on its own thread and connection
+        probes = []
+        while time.monotonic() < end:
+            await asyncio.sleep(1)
+            out["rss_mib"].append(rss())
+            probes.append(asyncio.create_task(asyncio.to_thread(probe_once)))
+        out["probes_ms"] = list(await asyncio.gather(*probes))
+
+    big = json.dumps({"q": ["我请李雷帮我订了去北京的机票。" * 333] * 8}).encode()
+    stall = [ask("POST /attention", big, read=False) for _ in range(stalled)]
+    await asyncio.gather(*(font(k) for k in range(fonts)), *(loris() for _ in range(slowloris)),
+                         *stall, watch(), return_exceptions=True)
+    return {**out, "rss_start_mib": out["rss_mib"][0], "rss_peak_mib": max(out["rss_mib"])}
+
+
+def hostile_row(overrides: list[str], seconds: float, probe_text: str, pair: dict) -> dict:
+    """:func:`hostile_load` (16 font clients, 40 stalled, 200 slowloris) on a server of
+    the defaults, then SIGTERM: the probes, the memory, the seconds and lines of the stop."""
+    server = ServerProcess(overrides)
+    try:
+        body = json.dumps({"q": probe_text, **pair}).encode()
+        load = asyncio.run(hostile_load(server.port, seconds, server.rss_mib, fonts=16,
+                                        stalled=40, slowloris=200,
+                                        probe=("POST", "/translate", body)))
+    finally:
+        t0 = time.monotonic()
+        status, err = server.stop(signal.SIGTERM)
+    log(f"[serve hostile] probes (ms): {load['probes_ms']}; exit {status}")
+    return {**load, "seconds": seconds, "stop_s": time.monotonic() - t0, "exit": status,
+            "stderr_lines": len(err.splitlines()), "traceback": "Traceback" in err}

@@ -196,14 +196,10 @@ def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]],
                   len_penalty: float = 1.0, max_len_a: float = 1.5, max_len_b: int = 10,
                   nbest: int = 1, batch_tokens: int = 4096, progress: bool = False,
                   beam_rule: str = "full") -> Hyps:
-    """Id lists (no EOS) -> per sentence ``nbest`` ``(ids, score)`` best first, in input
-    order; greedy (``beam=1``) scores ``nan``, as :func:`tinymt.decoding.translate_ids`.
-
-    Greedy search goes in one call under the largest cap, each output then cut at its own
-    cap: greedy picks do not depend on the cap, so that is exactly the search with its own
-    cap. Beam search's last step does (there every candidate finishes), so beam search
-    goes in groups of sentences with equal caps, one call each. ``beam_rule``: ``full``
-    only, the rule CTranslate2 searches by."""
+    """What :func:`tinymt.decoding.translate_ids` returns, by CTranslate2 (``beam_rule=full``
+    only). Greedy goes in one call under the largest cap, each output cut at its own
+    (greedy picks do not depend on the cap); beam search's last step does, so it goes in
+    groups of sentences with equal caps, one call each."""
     if beam_rule != "full":
         raise TinyMTError(f"beam_rule={beam_rule!r}: CTranslate2 searches with beam_rule=full "
                           "only; use engine=torch for the shrink rule")

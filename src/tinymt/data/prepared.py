@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from datasets.utils.py_utils import asdict  # datasets' own: fields at their default left out
 
 from tinymt.checkpoint import file_sha256
-from tinymt.data.sources import SPLITS, ChunkWriter
+from tinymt.data.sources import SPLITS, ChunkWriter, record_batches
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json, write_text
 from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
@@ -224,7 +224,7 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
             raise DamagedCache(f"{where} holds {ds.num_rows} pairs, but stats.json says "
                                f"{declared!r:.40}")
         rows = 0
-        for batch in _record_batches(ds):
+        for batch in (b for f in ds.cache_files for b in record_batches(f["filename"])):
             try:
                 batch.validate(full=True)
             except pa.ArrowInvalid as e:
@@ -235,13 +235,6 @@ def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
         if rows != ds.num_rows:
             raise DamagedCache(f"{where}: its files hold {rows} rows, its dataset {ds.num_rows}")
         pa.default_memory_pool().release_unused()  # the batches read: back to the system
-
-
-def _record_batches(ds: datasets.Dataset):
-    """A split's record batches, read from its Arrow files."""
-    for f in ds.cache_files:
-        with pa.OSFile(f["filename"]) as source:
-            yield from pa.ipc.open_stream(source)
 
 
 def _check_ids(batch: pa.RecordBatch, name: str, size: int, where: Path) -> None:

@@ -23,7 +23,6 @@ import pyarrow as pa
 from datasets.arrow_writer import ArrowWriter
 
 import tinymt.corpus as corpus
-from tinymt.config import check_data
 from tinymt.errors import TinyMTError, first_line
 
 SPLITS = ("train", "valid", "test")
@@ -89,9 +88,8 @@ def capped_lines(stream, name: str) -> Iterator[str]:
 
 def _find_text_file(folder: Path, split: str, lang: str) -> Path:
     candidates = [folder / f"{split}.{lang}{suffix}" for suffix in TEXT_SUFFIXES]
-    for c in candidates:
-        if c.is_file():
-            return c
+    if found := next((c for c in candidates if c.is_file()), None):
+        return found
     names = ", ".join(c.name for c in candidates)
     raise TinyMTError(f"no {split} file for language {lang!r} in {folder} (looked for {names})")
 
@@ -292,7 +290,6 @@ def load_chunks(cfg, log: Log) -> dict[str, Iterator[Columns]]:
     """The raw corpus of ``cfg`` per split, as chunks of at most ``CHUNK_PAIRS`` pairs
     (``data.reverse`` applied): text files are read as the chunks are used, so a corpus of
     any size passes through in bounded memory; the other sources are loaded whole first."""
-    check_data(cfg)
     if cfg.source == "text":
         splits = {split: _text_chunks(a, b, split) for split, (a, b) in _text_files(cfg).items()}
     else:
@@ -347,12 +344,15 @@ class ChunkWriter:
         self.close()
 
 
-def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:
-    """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``),
-    one in memory at a time (read, not memory-mapped: pages once read are not kept)."""
+def record_batches(path) -> Iterator[pa.RecordBatch]:
+    """The record batches of an Arrow stream file, one in memory at a time (read, not
+    memory-mapped: pages once read are not kept)."""
     with pa.OSFile(str(path)) as source:
-        reader = pa.ipc.open_stream(source)
-        for batch in reader:
-            names = batch.schema.names if columns is None else columns
-            yield {name: batch.column(name).to_pylist() for name in names}
+        yield from pa.ipc.open_stream(source)
+
+
+def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:
+    """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``)."""
+    for batch in record_batches(path):
+        yield {name: batch.column(name).to_pylist() for name in columns or batch.schema.names}
 

@@ -51,13 +51,9 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
                   nbest: int = 1, batch_tokens: int = 4096, device="cpu", use_cache: bool = True,
                   progress: bool = False, beam_rule: str = "shrink"
                   ) -> list[list[tuple[list[int], float]]]:
-    """Translate id lists (no eos) -> per sentence, ``nbest`` (ids, score) best first.
-
-    Sentences go through the model in length-sorted batches of at most ``batch_tokens``
-    padded source tokens; results come back in input order. Greedy (``beam=1``) reports
-    a score of ``nan``: it does not rank hypotheses. ``beam_rule``:
-    ``shrink`` or ``full`` (module docstring).
-    """
+    """Id lists (no eos) -> per sentence, in input order, ``nbest`` (ids, score) best
+    first; length-sorted batches of at most ``batch_tokens`` padded source tokens. Greedy
+    (``beam=1``) scores ``nan``: it does not rank hypotheses."""
     if beam_rule not in BEAM_RULES:
         raise TinyMTError(f"beam_rule={beam_rule!r}: choose one of {', '.join(BEAM_RULES)}")
     results: list = [None] * len(src_ids)

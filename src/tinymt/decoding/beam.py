@@ -33,19 +33,10 @@ def beam_search(
     eos_id: int = EOS_ID,
     use_cache: bool = True,
 ) -> list[list[tuple[list[int], float]]]:
-    """Batched beam search; the beams of all sentences are the rows of one tensor.
-
-    A sentence keeps ``beam`` slots. Every step each live hypothesis is extended by every
-    token, and the sentence's ``room`` best candidates (by summed log-probability; ``room``
-    = ``beam`` minus the hypotheses it has finished so far) take the slots: those ending in
-    EOS are finished, the others stay alive. So the beam shrinks as hypotheses finish (as
-    in Nematus and Marian), and a sentence is done once it has finished ``beam``
-    hypotheses, has none alive, or reached its maximum length (EOS forced). Only live
-    hypotheses are run through the decoder. ``beam=1`` is exactly greedy search.
-
-    Returns, per sentence in input order, up to ``nbest`` ``(tokens, score)`` pairs, best
-    first, with ``score = sum(log p) / n ** len_penalty`` (``n`` counts EOS).
-    """
+    """Batched beam search (the beams of all sentences are the rows of one tensor) whose
+    beam shrinks as hypotheses finish (docs/architecture.md, "Decoding"); ``beam=1`` is
+    exactly greedy search. Per sentence in input order, up to ``nbest`` ``(tokens,
+    score)`` best first, ``score = sum(log p) / n ** len_penalty`` (``n`` counts EOS)."""
     check_beam(beam, nbest)
     k = beam
     with inference(model):

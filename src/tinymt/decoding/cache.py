@@ -1,21 +1,13 @@
-"""Incremental decoding: the decoder fed one token at a time, keys and values kept.
-
-Teacher forcing runs the decoder on a whole target at once. Decoding produces the target
-one token per step, and re-running the decoder on the whole prefix every step would
-recompute the keys and values of every earlier position again and again. A KV cache keeps
-them: each step projects only the new token.
+"""Incremental decoding: the decoder fed one token at a time, keys and values kept (a KV
+cache), so each step projects only the new token instead of re-running the whole prefix.
 
 Only step 1 of attention changes (where the keys and values come from); steps 2–4 are the
 core's own :meth:`tinymt.attention.MultiHeadAttention.forward`, run on
 :class:`CachedSelfAttention` / :class:`CachedCrossAttention`, which stand in for a decoder
-layer's two attention modules (``DecoderLayer.forward(..., cache=...)``). Tested equal to
-teacher forcing (tests/test_decoding.py).
-
-Two row layouts. By default decoder row ``i`` belongs to sentence ``i`` (greedy search).
-After :meth:`DecoderCache.set_beams` the cross-attention keys and values keep one row per
-*sentence* ``(N, h, S, d_head)`` while the decoder rows are hypotheses: row ``i`` is slot
-``slots[i]`` of an ``(N, beam)`` grid, so the beams of a sentence share its encoder keys and
-values instead of holding ``beam`` copies that move on every reorder.
+layer's two attention modules. Tested equal to teacher forcing (tests/test_decoding.py).
+After :meth:`DecoderCache.set_beams` the decoder rows are hypotheses (row ``i`` is slot
+``slots[i]`` of an ``(N, beam)`` grid) while the cross-attention keys and values keep one
+row per *sentence*: no ``beam`` copies to move on every reorder (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -27,13 +19,9 @@ from tinymt.model import Attn, Transformer, embed
 
 
 class KVCache:
-    """Keys and values ``(B, h, T, d_head)`` of the positions fed so far, growing by the new
-    ones on every :meth:`update`.
-
-    It writes into a buffer with spare room along time, doubled when full, instead of
-    concatenating a new tensor every step (which copies the whole cache each time:
-    quadratic in the length). For inference only.
-    """
+    """Keys and values ``(B, h, T, d_head)`` of the positions fed so far, in a buffer whose
+    time axis doubles when full: concatenating every step would copy the whole cache each
+    time (quadratic in the length). For inference only."""
 
     MIN_ROOM = 16  # time steps a buffer starts with
 

@@ -1,22 +1,11 @@
 """Beam search, CTranslate2's rule (``decode.beam_rule=full``): the beam stays full.
 
-The search ``translate.py engine=ct2`` runs (CTranslate2's ``BeamSearch``), here on our
-decoder, so that an exported model can be checked token for token against the model it came
-from (tests/test_export.py). How it differs from :func:`tinymt.decoding.beam_search`:
-
-* each step ranks the ``2 * beam`` best (hypothesis, token) candidates of a sentence; of the
-  first ``beam``, those ending in EOS finish and each is replaced by the next candidate that
-  does not end in EOS, so ``beam`` hypotheses stay alive (ours: finished ones leave);
-* at the length cap every one of the first ``beam`` candidates finishes, EOS or not: no EOS
-  is forced (ours appends a scored EOS);
-* log-probabilities are normalised over the tokens that may be generated (``pad`` and
-  ``bos`` left out; ours normalises over the whole vocabulary);
-* a sentence is done at its cap or once it has ``beam`` finished hypotheses; with
-  ``len_penalty=0``, as soon as the best candidate of some step has finished and ``nbest``
-  hypotheses have.
-
-A hypothesis of ``n`` tokens (its EOS, if it has one, counted) scores
-``sum(log p) / n ** len_penalty``; ``beam=1`` is greedy search.
+The search ``translate.py engine=ct2`` runs, here on our decoder, so that an export can be
+checked token for token against the model it came from (tests/test_export.py). Each step
+ranks a sentence's ``2 * beam`` best candidates; of the first ``beam``, those ending in EOS
+finish and are replaced by the next ones not ending in EOS; at the cap all of them finish
+(no forced EOS); ``log p`` is normalised without ``pad`` and ``bos``. docs/architecture.md
+("Decoding") sets it beside ours (:func:`tinymt.decoding.beam_search`).
 """
 
 from __future__ import annotations

@@ -3,27 +3,18 @@ recomputed), the length cap, the encoder pass and inference mode."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 from torch import Tensor
 
 from tinymt.decoding.cache import DecoderCache, decode_step
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
+from tinymt.runtime import eval_mode
 
 
-@contextlib.contextmanager
-def inference(model: Transformer) -> Iterator[None]:
+def inference(model: Transformer):
     """Eval mode and ``torch.inference_mode`` for the block; restore the mode after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
+    return eval_mode(model, inference=True)
 
 
 def check_beam(beam: int, nbest: int) -> None:

@@ -1,25 +1,15 @@
 """What does each head do? Importance, pruning, alignment, entropy, distance, relations.
 
-``analyze(cfg)`` (``scripts/analyze_heads.py run=<run dir>``) loads a trained run, takes
-the first ``max_sentences`` pairs of one of its data splits and measures, for every head
-of every kind (``encoder_self``, ``decoder_self``, ``cross``) and layer, one module a part:
-
-1. :mod:`~tinymt.heads.pruning`: **importance** (Michel et al., 2019: ``E_x |dL(x)/dxi_h|``
-   for a gate ``xi_h = 1`` on the head, normalised per layer) and the **pruning curves**
-   (heads masked least important first, greedy BLEU after each step, no retraining);
-2. :mod:`~tinymt.heads.stats`: the **entropy** and **distance** from the diagonal of its
-   attention rows and, for cross-attention, the **alignment error rate** against the
-   built-in corpus's gold word alignments (one teacher-forced pass, which also counts 3);
-3. :mod:`~tinymt.heads.relations`: the grammatical **relations** (built-in corpus; Clark et
-   al., 2019) each self-attention head tracks, against the best fixed-offset baseline.
-
-:mod:`~tinymt.heads.gates` names the heads and gates them, :mod:`~tinymt.heads.sentences`
-loads the analysed split and the showcase sentence, :mod:`~tinymt.heads.report` writes
-figures and scalars under ``heads/...`` in the run's TensorBoard (an events file of its
-own, replaced by the next analysis), ``<run>/heads.md`` with the PNGs in ``<run>/heads/``,
-``<run>/heads.json`` and a sweep's ``heads_sweep.md``; with ``prune=<fraction>``
-:mod:`~tinymt.heads.analysis` also writes a checkpoint whose least important heads have
-zero ``W_O`` columns (``scripts/translate.py checkpoint=<it>`` loads it unchanged).
+``analyze(cfg)`` (``scripts/analyze_heads.py run=<run dir>``) loads a trained run and, on
+the first ``max_sentences`` pairs of one split, measures every head of every kind and
+layer: :mod:`~tinymt.heads.pruning` its **importance** (Michel et al., 2019) and the
+**pruning curves** (no retraining); :mod:`~tinymt.heads.stats` its **entropy**, **distance**
+from the diagonal and, for cross-attention, the **alignment error rate** against the
+built-in corpus's gold alignments; :mod:`~tinymt.heads.relations` the grammatical
+**relations** each self-attention head tracks (Clark et al., 2019).
+:mod:`~tinymt.heads.report` writes the figures, TensorBoard scalars, ``heads.md`` and
+``heads.json``; ``prune=<fraction>`` also writes a checkpoint whose least important heads
+have zero ``W_O`` columns (``scripts/translate.py`` loads it unchanged).
 """
 
 from tinymt.heads.analysis import analyze

@@ -18,6 +18,7 @@ from tinymt.heads.gates import gated_heads, gates_without, head_shapes, progress
 from tinymt.loss import sequence_loss
 from tinymt.metrics import score
 from tinymt.model import KINDS, Transformer
+from tinymt.runtime import eval_mode
 
 CURVES = ("all", *KINDS)
 BLEU_DROP = 1.0  # "prunable" = BLEU within this many points of the unpruned model
@@ -35,13 +36,11 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
     smoothing); the sum of the absolute gradients is divided by the number of target tokens
     (EOS included). A pruned head (zero ``W_O`` columns) has importance exactly 0.
     """
-    was_training = model.training
-    model.eval()
     shapes = head_shapes(model)
     total = {k: torch.zeros(shape, dtype=torch.float64) for k, shape in shapes.items()}
     n_tokens = 0
     batches = eval_batches(src_ids, tgt_ids, batch_tokens)
-    try:
+    with eval_mode(model):
         for idx, batch in progress_bar(batches, desc="importance", unit="batch",
                                        disable=not progress):
             batch = batch.to(device)
@@ -56,8 +55,6 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
                 if g is not None:
                     total[k] += g.abs().sum(dim=1).cpu().double()  # sum over sentences
             n_tokens += batch.n_tgt_tokens
-    finally:
-        model.train(was_training)
     return {k: (v / max(n_tokens, 1)).numpy() for k, v in total.items()}
 
 

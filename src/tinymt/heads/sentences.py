@@ -36,13 +36,9 @@ class Sentences:
 
 def load_sentences(run: LoadedRun, split: str, max_sentences: int,
                    log) -> tuple[Sentences, str, str]:
-    """The first ``max_sentences`` (0 = all) pairs of ``split`` of a loaded run's data.
-
-    The data is rebuilt from the run's ``config["data"]`` (a cache hit normally) and
-    tokenized with the run's own tokenizers; sentences longer than the model accepts are
-    truncated (and left out of the alignment). Returns ``(sentences, target language,
-    data source)``.
-    """
+    """``(sentences, target language, data source)``: the first ``max_sentences`` (0 = all)
+    pairs of ``split`` of the run's data (rebuilt from its ``config["data"]``, a cache hit
+    normally), tokenized by its own tokenizers; too long ones truncated (no alignment)."""
     data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
     if not data_cfg:
         raise TinyMTError(f"{run.checkpoint} holds no data config: cannot rebuild its "

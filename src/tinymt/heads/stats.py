@@ -28,6 +28,7 @@ from tinymt.heads.gates import SELF_KINDS, head_shapes, progress_bar
 from tinymt.heads.relations import RelationCounts
 from tinymt.metrics import attention_entropy
 from tinymt.model import KINDS, Transformer
+from tinymt.runtime import eval_mode
 
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
 
@@ -161,27 +162,19 @@ def _row_sums(kind: str, w: torch.Tensor, q_len: torch.Tensor,
     return sums, int(q_real.sum()), int(multi.sum())
 
 
-@torch.inference_mode()
 def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 4096,
                    device="cpu", words: dict | None = None, progress: bool = False
                    ) -> tuple[AttentionStats, AlignmentCounts | None, RelationCounts | None]:
-    """One teacher-forced pass with attention weights: entropy / distance statistics of
-    every head, and (with ``words``) the cross heads' alignment counts and the self heads'
-    relation counts.
-
-    ``words``: ``{"src_weights": [...], "tgt_weights": [...], "alignment": [...],
-    "src_relations": [...], "tgt_relations": [...]}``, one entry per sentence (``None``
-    entries skip a sentence); weights as :func:`attention_links` takes them, relations as
-    :meth:`RelationCounts.add`.
-    """
-    was_training = model.training
-    model.eval()
+    """Every head's entropy / distance statistics and (with ``words``: per sentence, or
+    None to skip it, ``src_weights`` / ``tgt_weights`` as :func:`attention_links` takes
+    them, ``alignment``, ``src_relations`` / ``tgt_relations`` as
+    :meth:`RelationCounts.add`) the cross heads' alignment and self heads' relation counts."""
     stats = AttentionStats()
     shapes = head_shapes(model)
     counts = AlignmentCounts.zeros(*shapes["cross"]) if words is not None else None
     relations = RelationCounts(shapes) if words and "src_relations" in words else None
     batches = eval_batches(src_ids, tgt_ids, batch_tokens)
-    try:
+    with eval_mode(model, inference=True):
         for idx, batch in progress_bar(batches, desc="attention", unit="batch",
                                        disable=not progress):
             batch = batch.to(device)
@@ -216,8 +209,6 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
                               src_w, words["src_relations"][i])
                 relations.add("decoder_self", stacked["decoder_self"][b, :, :, :n_t, :n_t],
                               dec_w, words["tgt_relations"][i])
-    finally:
-        model.train(was_training)
     return stats, counts, relations
 
 

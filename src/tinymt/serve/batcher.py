@@ -1,14 +1,9 @@
 """Micro-batching: the sentences of requests that arrive together are decoded as one batch
-(docs/serve.md, "Micro-batching").
-
-One worker thread owns the model. Requests put *jobs* on a queue bounded in sentences (full:
-:class:`Busy`, the server's 429); the worker takes the first job waiting and every job
-already queued, and waits up to ``wait_s`` for more while requests are *arriving* (being
-read: :meth:`MicroBatcher.arrival`) or the batch has fewer requests than the last one, up to
-``max_sentences`` sentences; it decodes them with one ``decode(ids, nbest)`` call per n-best
-size and hands each job its own slice. A *task* (other work on the model, e.g. the page's
-attention maps) runs alone, when no sentences wait. :meth:`MicroBatcher.close` refuses new jobs
-(:class:`Closed`, the server's 503) and finishes the queued ones.
+(docs/serve.md, "Micro-batching"): one worker thread owns the model; requests put *jobs* on
+a queue bounded in sentences (full: :class:`Busy`, a 429); a *task* (other work on the
+model, e.g. the page's attention maps) runs alone, when no sentences wait;
+:meth:`MicroBatcher.close` refuses new jobs (:class:`Closed`, a 503) and finishes the
+queued ones.
 
     >>> b = MicroBatcher(lambda ids, nbest: [[(s[::-1], 0.0)] for s in ids], 8, 0.0, 100)
     >>> b.start(); b.run_now(Job([[1, 2, 3]], 1))

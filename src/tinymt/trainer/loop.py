@@ -146,7 +146,7 @@ def run_loop(t: Training) -> str:
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
     delay = runtime.slow_rank_delay(t.rt)  # test only: 0 unless the test asks
     batches = global_batches(t)
-    window = _Window()
+    window: list[tuple[float, int, float]] = []  # (loss, tokens, seconds) since the last log
     skips = 0  # non-finite losses in a row
     t.model.train()
     with StopRequest() as stop, tqdm(total=tc.max_steps, initial=state["step"],
@@ -169,12 +169,12 @@ def run_loop(t: Training) -> str:
             # one clock for all ranks; a signal to any rank stops them all after this step
             dt, signum = runtime.all_reduce(t.rt, [time.monotonic() - t0, stop.signum], "max")
             state["train_seconds"] += dt
-            window.add(loss, n_tokens, dt)
+            window.append((loss, n_tokens, dt))
             bar.update(1)
             step = state["step"]
             if step % tc.log_every == 0 or step == tc.max_steps:
                 log_train(t, bar, window, grad_norm)
-                window = _Window()
+                window = []
             if step % tc.valid_every == 0 or step == tc.max_steps or \
                     state["train_seconds"] >= budget_s:
                 if validate_and_checkpoint(t, bar):
@@ -226,26 +226,11 @@ def optimizer_step(t: Training) -> torch.Tensor:
     return grad_norm  # a tensor: read (a device sync) only when logged
 
 
-@dataclass
-class _Window:
-    """Sums over the steps since the last scalar log."""
-
-    loss: float = 0.0
-    tokens: int = 0
-    seconds: float = 0.0
-    steps: int = 0
-
-    def add(self, loss: float, tokens: int, seconds: float) -> None:
-        self.loss += loss
-        self.tokens += tokens
-        self.seconds += seconds
-        self.steps += 1
-
-
-def log_train(t: Training, bar, window: _Window, grad_norm: torch.Tensor) -> None:
+def log_train(t: Training, bar, window: list, grad_norm: torch.Tensor) -> None:
     step, lr = t.state["step"], t.scheduler.get_last_lr()[0]
-    tok_s = window.tokens / max(window.seconds, 1e-9)
-    avg = window.loss / window.steps
+    loss, tokens, seconds = map(sum, zip(*window))
+    tok_s = tokens / max(seconds, 1e-9)
+    avg = loss / len(window)
     bar.set_postfix(loss=f"{avg:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
     if t.writer:
         for tag, value in (("loss", avg), ("lr", lr), ("grad_norm", float(grad_norm)),

@@ -80,12 +80,9 @@ def translation_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence
 def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
                    tgt_pieces: Sequence[str], probe: Probe, translation: str, step: int,
                    forced_reference: bool) -> dict:
-    """The view document of one probe (see the module docstring).
-
-    ``attn``: ``{kind: [layer -> (heads, T_q, T_k)]}`` as
-    :func:`tinymt.attention_maps.collect_attention` returns it, for the source pieces
-    ``src_pieces`` and the forced target pieces ``tgt_pieces`` (no specials).
-    """
+    """The view document of one probe (module docstring); ``attn`` as
+    :func:`tinymt.attention_maps.collect_attention` returns it for ``src_pieces`` and the
+    forced ``tgt_pieces`` (no specials)."""
     src = list(src_pieces) + ["</s>"]
     axes = {"encoder_self": (src, src),
             "decoder_self": (["<s>"] + list(tgt_pieces), ["<s>"] + list(tgt_pieces)),

@@ -11,7 +11,7 @@
 //
 // With TensorBoard's page (the iframe's parent) it speaks TensorBoard's plugin protocol
 // (a MessagePort, "experimental.*" messages): DataReloaded (the reload button, auto-reload)
-// refreshes runs, probes and steps; GetURLPluginData reads the view's state from the
+// refreshes runs, probes and steps, as the tab's own look every 5-10 s does (keepLive); GetURLPluginData reads the view's state from the
 // page's URL (#...&p.tinymt_attention.run=...), which the view writes back there, so a
 // link or a reload restores what was shown. Dark mode follows TensorBoard's.
 
@@ -149,6 +149,29 @@ function needGlyphs(text) {
   face.load().catch(() => { for (const ch of fresh) covered.delete(ch); });
 }
 
+/* ---------- live without a click ---------- */
+
+// TensorBoard 2.21 starts with its auto-reload off: a run written while the tab is open
+// would wait for a click on its reload button. So while the page is visible the tab asks
+// its own routes itself (what the reload button makes it do): every 5 s, every 10 s once
+// a look found nothing new; hidden, not at all. TensorBoard reads new event files from
+// disk every 5 s (--reload_interval), so a new run or step shows within about 15 s.
+function keepLive(view) {
+  let seen = "";
+  const look = async () => {
+    let wait = 5000;
+    if (document.visibilityState === "visible") {
+      await view.refresh();
+      const runs = [...document.querySelectorAll("#run option")].map((o) => o.value);
+      const now = `${runs}|${view.steps}`;
+      if (now === seen) wait = 10000;
+      seen = now;
+    }
+    setTimeout(look, wait);
+  };
+  setTimeout(look, 5000);
+}
+
 /* ---------- page setup ---------- */
 
 export async function render() {
@@ -197,5 +220,6 @@ export async function render() {
   };
   view = mountView(root, source);
   followTheme(view);
+  keepLive(view);
   await view.started;
 }

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train, copy_run, run_script_with_fault
@@ -276,6 +278,32 @@ def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
 
 
 # ----------------------------------------------------------------------------- edited config
+@given(data=st.data())
+def test_any_model_or_data_setting_unlike_the_checkpoint_s_is_refused(data):
+    """Property, at the one check a resume makes before writing anything: whichever model
+    or data setting differs from the checkpoint's own config, to whatever value, is refused
+    in one line naming it; ``data.cache_dir`` and every trainer and optim setting may
+    change. (The end-to-end rows below: the run and the cache untouched.)"""
+    from omegaconf import OmegaConf
+
+    from tinymt.config import TrainConfig
+    from tinymt.trainer.state import check_against_checkpoint
+
+    base = OmegaConf.to_container(OmegaConf.structured(TrainConfig))
+    group = data.draw(st.sampled_from(["model", "data", "trainer", "optim"]))
+    key = data.draw(st.sampled_from(sorted(base[group])))
+    value = data.draw(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                                st.floats(allow_nan=False)).filter(lambda v: v != base[group][key]))
+    edited = {**base, group: {**base[group], key: value}}
+    path = Path("/runs/r/checkpoints/last.pt")
+    if group in ("trainer", "optim") or f"{group}.{key}" == "data.cache_dir":
+        check_against_checkpoint(OmegaConf.create(edited), {"config": base}, path)
+        return
+    with pytest.raises(TinyMTError) as e:
+        check_against_checkpoint(OmegaConf.create(edited), {"config": base}, path)
+    assert "\n" not in str(e.value) and f": {group}.{key} (" in str(e.value)
+
+
 @pytest.mark.parametrize("group, key, value", [("model", "activation", "gelu"),
                                                ("model", "dropout", 0.5),
                                                ("data", "max_len", 20)])

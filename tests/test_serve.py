@@ -168,6 +168,26 @@ def test_a_taken_port_is_one_line_before_the_model_loads(tiny_run, capsys):
                                           "Address already in use"
 
 
+def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
+    """/attention's answer, encoded document by document (the event loop is not held for a
+    whole answer), is byte for byte ``json.dumps`` of the whole answer, whatever the text."""
+    from hydra import compose, initialize_config_dir
+
+    from tinymt.translate import load_translator, source_ids
+    from tinymt.viewer.html import inline_data
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
+        cfg = compose(config_name="serve", overrides=[f"run={tiny_run}", "device=cpu"])
+    service = Service(*load_translator(cfg), cfg)
+    items = ['他喜欢"猫"吗？\n</script>', "", "我请李雷帮我订了去北京的机票。"]
+    ids = source_ids(service.run, items, warn=lambda _: None)
+    done = [service._attention(t, s) for t, s in zip(items, ids)]
+    whole = {"translatedText": [t for t, _ in done],
+             "view": inline_data(service.name, [d for _, docs in done for d in docs])}
+    assert service._attention_json(done) == json.dumps(
+        whole, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
 # ----------------------------------------------------------------------------- servers
 @pytest.fixture(scope="module")
 def greedy(tiny_run):

@@ -169,6 +169,7 @@ def _cut(chars: str, wait_s: float) -> bytes:
 
 def _cut_forever(conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    os.nice(10)  # seconds of CPU a cut: the server's own work goes first
     while True:
         try:
             chars = conn.recv()

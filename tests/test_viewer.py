@@ -522,7 +522,8 @@ def test_a_hostile_run_beside_a_good_one(hostile_tensorboard, tiny_run):
           f"{refused:.0f} MiB over the refused records (slowest {slowest:.2f} s), "
           f"{largest:.0f} MiB for the largest allowed ({len(body) / 1e6:.1f} MB in "
           f"{largest_s:.1f} s), {gzipped:.0f} MiB gzipped")
-    assert refused < 256 and max(largest, gzipped) < 512 and slowest < 5
+    # above what was resident (which holds the font-cutting process when the tab cut one)
+    assert refused - before < 64 and max(largest, gzipped) - before < 384 and slowest < 5
     # the good run, after all that: the records as logged, every route
     assert proc.poll() is None
     acc = EventAccumulator(str(tiny_run), size_guidance={"tensors": 0})

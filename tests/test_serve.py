@@ -623,17 +623,22 @@ FIELDS = _fields()
 @example({"q": "猫" * 26, "source": "zh", "target": "en"}, 1, False, False)
 @example({"q": ["a"] * 4, "source": "zh", "target": "en"}, 1, False, False)
 @example({"q": ["a"] * 5, "source": "zh", "target": "en"}, 1, False, False)
+@example({"q": ["b", "", "a"], "source": "zh", "target": "en"}, 1, True, False)  # in order
 def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as_form, keys):
     """Every field of /translate (q as a string or a list, its items and characters, the
     pair, format, alternatives against the server's beam, the API key), sent as JSON or
-    as a form: the parsed request exactly (items, one string or a list, source=auto), or
+    as a form (a list: q repeated): the parsed request exactly (items, one string or a list, source=auto), or
     the first error of the documented order as ``{"error": ...}`` with 400 (403 for the
     key, checked first)."""
     limits = Limits(max_chars=25, max_items=4)
-    if as_form:  # a form holds strings only, one each: what LibreTranslate's web form sends
-        fields = {k: v for k, v in fields.items() if isinstance(v, str)}
+    if as_form:  # a form holds strings; a list of them is q repeated (libretranslate-aio)
         from urllib.parse import urlencode
-        body, kind = urlencode(fields).encode(), "application/x-www-form-urlencoded"
+        fields = {k: v for k, v in fields.items() if isinstance(v, str) or k == "q"
+                  and isinstance(v, list) and all(isinstance(t, str) for t in v)}
+        if isinstance(fields.get("q"), list) and len(fields["q"]) < 2:
+            fields.update(q=fields["q"][0]) if fields["q"] else fields.pop("q")
+        body = urlencode(fields, doseq=True).encode()
+        kind = "application/x-www-form-urlencoded"
     else:
         body, kind = json.dumps(fields).encode(), "application/json"
     status, answer = _answer(body, kind, limits, beam, frozenset({"k1"}) if keys else None)

@@ -201,7 +201,7 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
     text = "我请李雷帮我订了去北京的机票直骨"
     real, cuts = fonts._cut, []  # cut on the cutting process, once
     monkeypatch.setattr(fonts, "_cut", lambda *a: cuts.append(a) or real(*a))
-    monkeypatch.setattr(fonts, "_KEPT", type(fonts._KEPT)())
+    fonts._font.cache_clear()
     for _ in range(2):  # the second from the cache
         resp = client.get("/font.otf", query_string={"text": text + text})
         assert resp.status_code == 200 and resp.headers["Content-Type"] == "font/otf"
@@ -218,39 +218,40 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
         assert set(TTFont(io.BytesIO(resp.data)).getBestCmap()) == set(map(ord, fonts.ALWAYS))
     many = "".join(chr(0x4E00 + i) for i in range(4097))
     cut = []  # 4,096 distinct characters are cut (not here: that takes 8 s)
-    monkeypatch.setattr(fonts, "_cut", lambda chars, _: cut.append(chars) or b"OTTO")
+    monkeypatch.setattr(fonts, "_cut", lambda chars: cut.append(chars) or b"OTTO")
     assert client.get("/font.otf", query_string={"text": many[:-1] * 2}).status_code == 200
     assert cut == [many[:-1]]
     resp = client.get("/font.otf", query_string={"text": many})
     assert resp.status_code == 400
     assert resp.get_data(as_text=True) == ("text= holds 4,097 distinct characters; a font is "
                                            "cut to at most 4,096")
+    fonts._font.cache_clear()  # (it keeps the stand-in's answer)
 
 
 def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch):
     """However many clients ask at once: one subset cut at a time, at most four requests
-    inside (the rest refused at once, FontBusy: the servers' 503), and the kept answers
-    bounded in bytes, the least recently used dropped first."""
+    inside (the rest refused at once, FontBusy: the servers' 503), a kept answer served
+    while a cut is under way, and at most 16 answers kept."""
     import threading
     import time
 
-    started, release, cutting = threading.Event(), threading.Event(), []
+    started, release, cutting, cuts = threading.Event(), threading.Event(), [], []
 
-    def slow_cut(chars, wait_s):  # stands in for a 6 s cut of 4,096 characters
+    def slow_cut(chars):  # stands in for a 6 s cut of 4,096 characters
         cutting.append(chars)
         assert len(cutting) == 1, "two subsets cut at once"
+        cuts.append(chars)
         started.set()
         release.wait(10)
         cutting.remove(chars)
-        return chars.encode() * 100  # 100 bytes a character
+        return chars.encode() * 100
 
     monkeypatch.setattr(fonts, "_cut", slow_cut)
-    monkeypatch.setattr(fonts, "_KEPT", type(fonts._KEPT)())
-    monkeypatch.setattr(fonts, "CACHE_BYTES", 250)
+    fonts._font.cache_clear()
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         first = pool.submit(fonts.font_for_query, "a")
         started.wait(10)
-        rest = [pool.submit(fonts.font_for_query, c, 10) for c in "bcdefghijkl"]
+        rest = [pool.submit(fonts.font_for_query, c) for c in "bcdefghijkl"]
         time.sleep(0.3)  # the refusals are immediate; the waiters wait
         refused = [f for f in rest if f.done()]
         assert len(refused) == len(rest) - 3  # "a" being cut + 3 waiting = 4 slots
@@ -259,12 +260,18 @@ def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch
         assert first.result() == b"a" * 100
         waited = [f for f in rest if f not in refused]
         assert all(f.result(10) == f.result()[:1] * 100 for f in waited)
-    assert sum(map(len, fonts._KEPT.values())) <= 250 and len(fonts._KEPT) == 2
-    kept = list(fonts._KEPT)[0]
-    with fonts._CUTTING:  # a cut under way: a kept answer at once, a new one waits wait_s
-        assert fonts.font_for_query(kept, wait_s=0) == kept.encode() * 100
+    monkeypatch.setattr(fonts, "WAIT_S", 0.05)
+    with fonts._CUTTING:  # a cut under way: a kept answer at once, a new one waits WAIT_S
+        assert fonts.font_for_query("a") == b"a" * 100
         with pytest.raises(fonts.FontBusy):
-            fonts.font_for_query("z", wait_s=0.05)
+            fonts.font_for_query("z")
+    for k in range(40):
+        fonts.font_for_query(f"x{k}")
+    assert fonts._font.cache_info().currsize == 16
+    done = len(cuts)
+    fonts.font_for_query("x39")  # kept: not cut again
+    assert len(cuts) == done
+    fonts._font.cache_clear()
 
 
 def asgi_get(app, path: str, query: str = "") -> tuple[int, dict, bytes]:

@@ -27,7 +27,6 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -125,11 +124,9 @@ class FontBusy(Exception):
 # A 4,096-character subset takes ~6 s of CPU and ~50 MB while it is cut: one at a time, on
 # a process of its own (fontTools is pure Python: on a thread it would hold the GIL from
 # the server's event loop for seconds), a few requests waiting, the rest refused at once;
-# answers are kept up to CACHE_BYTES (a page asks for its characters again on reload).
+# the last 16 answers are kept (~20 MB at most: a page asks for its characters on reload).
 _CUTTING, _WAITING = threading.Lock(), threading.BoundedSemaphore(4)
-_KEPT: OrderedDict[str, bytes] = OrderedDict()  # read and written under _KEPT_LOCK
-_KEPT_LOCK = threading.Lock()
-CACHE_BYTES = 32 << 20
+WAIT_S = 10.0  # the longest a request waits for the cut before it
 _cutter: list = []  # [process, connection] of the cutting process, started when needed
 _EXITING = threading.Event()
 atexit.register(_EXITING.set)  # runs before multiprocessing.util's, which ends the process
@@ -149,13 +146,13 @@ def start_cutting() -> None:
         _cutter[:] = [process, mine]
 
 
-def _cut(chars: str, wait_s: float) -> bytes:
+def _cut(chars: str) -> bytes:
     """:func:`sc_subset` on the cutting process (called holding ``_CUTTING``)."""
     start_cutting()
     process, conn = _cutter
     try:
         conn.send(chars)
-        if not conn.poll(max(wait_s, 60.0)):
+        if not conn.poll(60.0):  # (a cut of 4,096 characters: ~6 s)
             raise TimeoutError
         font, error = conn.recv()
     except (OSError, EOFError, TimeoutError):  # died or hung: a new process next time
@@ -181,41 +178,32 @@ def _cut_forever(conn) -> None:
             conn.send((None, f"{type(e).__name__}: {e}"))
 
 
-def font_for_query(text: str | None, wait_s: float = 10.0) -> bytes:
+def font_for_query(text: str | None) -> bytes:
     """The answer to ``font.otf?text=<text>``: :func:`sc_subset` of its distinct
     characters (none: ASCII only). More than :data:`MAX_QUERY_CHARS` distinct characters
     is a ValueError (one line); :class:`FontBusy` when others are being cut and this one
-    would wait more than ``wait_s`` or behind too many."""
+    would wait more than :data:`WAIT_S` or behind too many."""
     chars = "".join(sorted(set(text or "")))
     if len(chars) > MAX_QUERY_CHARS:
         raise ValueError(f"text= holds {len(chars):,} distinct characters; a font is cut "
                          f"to at most {MAX_QUERY_CHARS:,}")
-    if (font := _kept(chars)) is not None:
-        return font
+    return _font(chars)
+
+
+@functools.lru_cache(maxsize=16)
+def _font(chars: str) -> bytes:
     busy = FontBusy("fonts are being cut for other pages; try again shortly")
     if not _WAITING.acquire(blocking=False):
         raise busy
     try:
-        if not _CUTTING.acquire(timeout=wait_s):
+        if not _CUTTING.acquire(timeout=WAIT_S):
             raise busy
         try:
-            font = _kept(chars) or _cut(chars, wait_s)  # (cut by the one before, maybe)
+            return _cut(chars)
         finally:
             _CUTTING.release()
     finally:
         _WAITING.release()
-    with _KEPT_LOCK:
-        _KEPT[chars] = font
-        while sum(map(len, _KEPT.values())) > CACHE_BYTES:
-            _KEPT.popitem(last=False)
-    return font
-
-
-def _kept(chars: str) -> bytes | None:
-    with _KEPT_LOCK:
-        if chars in _KEPT:
-            _KEPT.move_to_end(chars)
-        return _KEPT.get(chars)
 
 
 def _subset(cmap: dict[int, str], options: subset.Options) -> bytes:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
-MAX_FIELDS = 16  # form fields read (q is one field: a list comes as JSON)
+MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
     "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
@@ -86,7 +86,8 @@ async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | N
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise too_large
-    fields: dict = dict(request.query_params)
+    fields = _fields(request.query_params.multi_items())
+    most = MAX_FIELDS + limits.max_items
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -107,23 +108,35 @@ async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | N
         fields.update(value)
     elif kind == "application/x-www-form-urlencoded":
         try:
-            fields.update(parse_qsl(body.decode("utf-8"), keep_blank_values=True,
-                                    max_num_fields=MAX_FIELDS, errors="strict"))
+            fields.update(_fields(parse_qsl(body.decode("utf-8"), keep_blank_values=True,
+                                            max_num_fields=most, errors="strict")))
         except (UnicodeDecodeError, ValueError):
             raise ApiError(400, "Invalid request: the form is not valid UTF-8 or has too many "
-                                f"fields (at most {MAX_FIELDS})") from None
+                                f"fields (at most {most})") from None
     elif kind == "multipart/form-data":
         request._body = bytes(body)  # starlette's form parser reads the body kept here
         try:
-            form = await request.form(max_files=0, max_fields=MAX_FIELDS)
+            form = await request.form(max_files=0, max_fields=most)
         except Exception as e:  # noqa: BLE001  (python-multipart's and starlette's errors)
             raise ApiError(400, f"Invalid request: the form cannot be read ({e})") from None
-        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
+        fields.update(_fields((k, v) for k, v in form.multi_items() if isinstance(v, str)))
     else:
         raise ApiError(400, "Invalid request: send JSON (Content-Type: application/json) or a "
                             "form (application/x-www-form-urlencoded or multipart/form-data)")
     check_key(fields, keys)
     return fields
+
+
+def _fields(pairs) -> dict:
+    """A form's (or query string's) fields; ``q`` given more than once is the list of its
+    values, in order (LibreTranslate's clients send a list so)."""
+    out: dict = {}
+    for key, value in pairs:
+        before = out.get(key)
+        if key == "q" and key in out:
+            value = [*(before if isinstance(before, list) else [before]), value]
+        out[key] = value
+    return out
 
 
 # ----------------------------------------------------------------------------- checking

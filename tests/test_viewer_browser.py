@@ -285,6 +285,37 @@ def test_the_server_page_shows_hostile_text_as_text(browser, server):
     page.close()
 
 
+def _contrast(a, b) -> float:
+    """WCAG's contrast ratio of two sRGB colours (0-255 each)."""
+    def luminance(rgb):
+        c = [v / 255 for v in rgb]
+        c = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_html_file_of_one_translation(browser, tiny_run, tmp_path, scheme):
+    """The file of a translation has one frame: no Play, no slider, no hint of trends; it
+    opens on cross-attention (the tutorials' picture); the mean of the heads (the colour
+    bar's full weight) reads at 4.5:1 or more on the page, light or dark."""
+    target = tmp_path / "maps.html"
+    translate(compose_translate(f"run={tiny_run}", f"attention={target}"), ["他喜欢猫吗？"])
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
+    page.goto(target.as_uri())
+    page.locator("#tinymt-attention[data-ready='true']").wait_for(timeout=60_000)
+    assert not page.locator("#play").is_visible() and not page.locator("#step").is_visible()
+    assert page.locator("#kind").input_value() == "cross"
+    hint = page.locator("#info").inner_text()
+    assert "Hover" in hint and "across steps" not in hint
+    full = page.evaluate("""() => [...document.querySelector('#colorbar canvas')
+        .getContext('2d').getImageData(119, 0, 1, 1).data].slice(0, 3)""")
+    background = [255, 255, 255] if scheme == "light" else [32, 33, 36]
+    assert _contrast(full, background) >= 4.5, full
+    page.close()
+
+
 def test_the_html_file_shows_hostile_text_as_text(browser, tiny_run, tmp_path):
     """translate.py attention=maps.html on markup: the page was blank when a sentence held
     ``<!--<script>`` (only ``</`` was escaped in its inlined data); every line now shows as

@@ -28,7 +28,9 @@ const PALETTE = [
   "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf",
   "#e377c2", "#8c564b", "#bcbd22", "#393b79", "#7b4173", "#b8860b",
 ];
-const MEAN_COLOR = "#555555"; // the mean-of-heads row of the overview
+// the mean of the heads (overview, colour bar): dark grey, or light grey on a dark page
+// (#c8c8c8 on #202124: 10:1, where #555555 was 2:1)
+const MEAN_COLOR = { light: "#555555", dark: "#c8c8c8" };
 // The attention kinds, in display order: label, and the sentence its rows / columns read.
 const KINDS = {
   encoder_self: ["encoder self-attention", "source", "source"],
@@ -102,6 +104,7 @@ const CSS = `
 .tmv .hl-active line.attn-line:not(.hl) { opacity: .04; }
 .tmv .hl-active line.gold-line { opacity: .3; }
 .tmv canvas.spark { display: block; cursor: pointer; }
+.tmv [hidden] { display: none !important; }
 .tmv #overview { display: grid; gap: 6px 8px; align-items: start; justify-content: start; }
 .tmv .ov-label { color: var(--muted); font-size: 12px; white-space: nowrap; align-self: center; }
 .tmv .ov-head { color: var(--muted); font-size: 12px; text-align: center; }
@@ -144,9 +147,9 @@ const TEMPLATE = `
 
 const INFO_HINT = '<div class="info-hint">Hover (or Tab to) a query token (left / row label) to see ' +
   "what it attends to, a key token (right / column label) to see what attends to it, " +
-  "or a cell for its value. In the overview, click a head to open it. Under each head: " +
-  "its entropy (solid) and share of attention on gold cells (dashed) across steps; " +
-  "click there to jump to a step.</div>";
+  "or a cell for its value. In the overview, click a head to open it.";
+const TREND_HINT = " Under each head: its entropy (solid) and share of attention on gold cells " +
+  "(dashed) across steps; click there to jump to a step.";
 
 /* ---------- small helpers ---------- */
 
@@ -173,7 +176,7 @@ function setOptions(select, options) {
   }));
 }
 
-const headColor = (h) => (h < 0 ? MEAN_COLOR : PALETTE[h % PALETTE.length]);
+const headColor = (h, dark = false) => (h < 0 ? MEAN_COLOR[dark ? "dark" : "light"] : PALETTE[h % PALETTE.length]);
 const headName = (h) => (h < 0 ? "mean" : `head ${h}`);
 
 function rgbOf(hex) {
@@ -468,7 +471,7 @@ class AttentionView {
     for (const node of this.root.querySelectorAll("[id]")) {
       this.ui[node.id.replace(/-(\w)/g, (_, c) => c.toUpperCase())] = node;
     }
-    this.ui.info.innerHTML = INFO_HINT; // a constant
+    this.ui.info.innerHTML = this.hint(); // constants
     this.ui.mode.value = "overview";
   }
 
@@ -633,10 +636,18 @@ class AttentionView {
     await this.seek(at >= 0 ? at : this.steps.length - 1);
   }
 
+  hint() {
+    return `${INFO_HINT}${this.steps.length > 1 ? TREND_HINT : ""}</div>`;
+  }
+
   setSteps(steps) {
     this.steps = Array.isArray(steps) ? steps : [];
     this.ui.step.max = String(Math.max(0, this.steps.length - 1));
     this.root.dataset.steps = String(this.steps.length);
+    // one frame (the HTML file of a translation): nothing to play, no trends to hint at
+    const one = this.steps.length <= 1;
+    this.ui.play.hidden = this.ui.step.hidden = one;
+    if (this.ui.info.querySelector(".info-hint")) this.ui.info.innerHTML = this.hint();
   }
 
   loadTrend(run, tag) {
@@ -721,7 +732,8 @@ class AttentionView {
 
   syncControls() {
     const kinds = Object.keys(KINDS).filter((k) => this.doc.kinds && this.doc.kinds[k]);
-    if (!kinds.includes(this.kind)) this.kind = kinds[0] || null;
+    // cross-attention first (the tutorials' picture: which source word each output reads)
+    if (!kinds.includes(this.kind)) this.kind = kinds.includes("cross") ? "cross" : kinds[0] || null;
     this.fillSelect(this.ui.kind, kinds.map((k) => [k, KINDS[k][0]]), this.kind);
     const kind = this.currentKind();
     const layers = kind ? kind.weights.length : 0;
@@ -888,7 +900,7 @@ class AttentionView {
   // The colour scale: 0 -> 1 of the weight (or of the row's largest), in a neutral colour.
   drawColorbar(o) {
     const canvas = el("canvas", { width: 120, height: 1 });
-    const ctx = canvas.getContext("2d"), img = ctx.createImageData(120, 1), rgb = rgbOf(MEAN_COLOR);
+    const ctx = canvas.getContext("2d"), img = ctx.createImageData(120, 1), rgb = rgbOf(headColor(-1, this.dark));
     for (let x = 0; x < 120; x++) {
       const c = ramp(rgb, o.bg, x / 119);
       img.data.set([c[0], c[1], c[2], 255], x * 4);
@@ -917,14 +929,14 @@ class AttentionView {
     const cells = [el("span", {})];
     for (const h of [...heads, -1]) {
       const head = el("span", { class: "ov-head" }, h < 0 ? "mean" : String(h));
-      head.style.color = headColor(h);
+      head.style.color = headColor(h, this.dark);
       cells.push(head);
     }
     for (let l = 0; l < layers; l++) {
       cells.push(el("span", { class: "ov-label" }, `layer ${l}`));
       for (const h of [...heads, -1]) {
         const canvas = el("canvas", { class: "cells", "data-layer": l, "data-head": h });
-        paintCells(canvas, headRows(kind, l, h, nq, nk), nq, nk, o.scale, headColor(h), o.bg, o.norm);
+        paintCells(canvas, headRows(kind, l, h, nq, nk), nq, nk, o.scale, headColor(h, this.dark), o.bg, o.norm);
         Object.assign(canvas.style, { width: `${nk * s}px`, height: `${nq * s}px` });
         const e = entropyOf(kind, l, h);
         const thumb = el("div", { class: "thumb", tabindex: 0, role: "button", "data-layer": l, "data-head": h,
@@ -975,7 +987,7 @@ class AttentionView {
       const key = `${l},${h}`;
       series[key] = series[key] || trendSeries(trend, this.kind, l, h) || { entropy: [], gold: [] };
       const s = series[key];
-      drawSpark(canvas, steps, s, current, headColor(h), emax, this.dark);
+      drawSpark(canvas, steps, s, current, headColor(h, this.dark), emax, this.dark);
       Object.assign(canvas.dataset, { steps: String(steps.length), current: String(current),
         entropy: s.entropy.map((v) => (v === null ? "" : v.toFixed(4))).join(","),
         gold: s.gold.map((v) => (v === null ? "" : v.toFixed(4))).join(",") });
@@ -1038,7 +1050,7 @@ class AttentionView {
     delete this.ui.info.dataset.axis;
     delete this.ui.info.dataset.index;
     delete this.ui.info.dataset.thumb;
-    this.ui.info.innerHTML = INFO_HINT; // a constant
+    this.ui.info.innerHTML = this.hint(); // constants
   }
 
   // Emphasise row / column `idx` in every visible head: matrices get a veil with a

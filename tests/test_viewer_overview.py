@@ -128,6 +128,23 @@ def test_the_overview_shows_every_head_and_opens_one(browser, tmp_path):
     page.close()
 
 
+def test_the_overview_fits_1400_x_900_without_a_scrollbar(browser, tmp_path):
+    """Width-bound (few layers, many heads) or height-bound, short or long sentences: the
+    overview of every kind fits 1400 x 900 beside the panel, no horizontal scrollbar (each
+    picture's frame was left out of the fit: 2 px a column too wide)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    for layers, heads, n in [(2, 4, 16), (2, 8, 40), (1, 8, 60), (3, 16, 30), (6, 8, 40)]:
+        doc = synthetic_document(layers=layers, heads=heads, n=n, step=1)
+        page.goto(page_of(tmp_path, [doc], f"fit_{layers}_{heads}_{n}.html").as_uri())
+        ready(page)
+        for kind in ("encoder_self", "decoder_self", "cross"):
+            page.locator("#kind").select_option(kind)
+            over = page.evaluate("() => { const v = document.querySelector('.tmv-views');"
+                                 " return v.scrollWidth - v.clientWidth; }")
+            assert over <= 0, (layers, heads, n, kind, over)
+    page.close()
+
+
 def test_a_link_restores_the_view(browser, tmp_path):
     """The state lives in the URL's #fragment: a link opens the same view (kind, layer,
     view, heads, colour scale, gold); a change is written back."""

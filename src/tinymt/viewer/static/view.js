@@ -919,7 +919,8 @@ class AttentionView {
     const nq = Math.min(kind.rows.length, MAX_TOKENS), nk = Math.min(kind.cols.length, MAX_TOKENS);
     this.drawCaption(kind, heads, `all ${layers} layers`);
     const cols = heads.length + 1, rows = layers, labelW = 60;
-    const width = Math.max(240, this.ui.views.clientWidth - labelW - cols * 8);
+    // a column costs its picture, a gap (8 px) and the picture's frame (padding: 2 px)
+    const width = Math.max(240, this.ui.views.clientWidth - labelW - cols * 10);
     const top = box.getBoundingClientRect().top, view = this.root.ownerDocument.defaultView;
     const height = Math.max(200, (view ? view.innerHeight : 900) - Math.max(0, top) - 40 - 18);
     // a trend a fifth of a picture's height (12..28 px) under each

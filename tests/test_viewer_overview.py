@@ -224,7 +224,8 @@ def tab_frame(page):
 
 def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
     """The tiny run logs a frame every 2 steps (trainer.probe_every=2): Play shows all of
-    them; under each head its trend is the plugin's, and a click on it jumps to that step;
+    them; under each head its trend is the plugin's, a hover shows the hovered step's
+    values and the strips' scale, and a click on it jumps to that step;
     the page's URL brings the view back; the loaded face is the SC one."""
     steps = json.loads(http_get(f"{tensorboard}/{ROUTE}/steps?run=.&tag=probe_0")[1])["steps"]
     assert len(steps) >= 16, steps
@@ -249,8 +250,17 @@ def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
     frame.wait_for_function("() => document.querySelector('canvas.spark').dataset.steps > 0")
     want = [f"{s[0][1]:.4f}" for s in trend["kinds"]["cross"]["entropy"]]
     assert spark.get_attribute("data-entropy").split(",") == want
-    k = 3
     box = spark.bounding_box()
+    for k in (1, len(steps) - 2):  # a hovered step: its own values, not the current step's
+        spark.hover(position={"x": 3 + k * (box["width"] - 6) / (len(steps) - 1),
+                              "y": box["height"] / 2})
+        info = view.locator("#info")
+        assert info.get_attribute("data-trend") == f"0,1,{steps[k]}"
+        gold = trend["kinds"]["cross"]["gold"][k][0][1]
+        assert f"at step {steps[k]}: entropy {float(want[k]):.2f} nats · gold share " + (
+            "–" if gold is None else f"{gold:.2f}") in info.inner_text()
+        assert "The strips' scale: entropy (solid) 0 to " in info.inner_text()
+    k = 3
     spark.click(position={"x": 3 + k * (box["width"] - 6) / (len(steps) - 1), "y": box["height"] / 2})
     ready(view, steps[k])
     assert spark.get_attribute("data-current") == str(k)

@@ -176,6 +176,13 @@ function setOptions(select, options) {
   }));
 }
 
+// The step index under clientX on a trend canvas of n steps (the click's and the hover's).
+function sparkIndex(canvas, clientX, n) {
+  const r = canvas.getBoundingClientRect(), pad = 3;
+  const f = (clientX - r.left - pad) / Math.max(1, r.width - 2 * pad);
+  return n ? Math.max(0, Math.min(n - 1, Math.round(f * (n - 1)))) : -1;
+}
+
 const headColor = (h, dark = false) => (h < 0 ? MEAN_COLOR[dark ? "dark" : "light"] : PALETTE[h % PALETTE.length]);
 const headName = (h) => (h < 0 ? "mean" : `head ${h}`);
 
@@ -791,10 +798,7 @@ class AttentionView {
     if (spark && e.clientX !== undefined && e.type === "click") {
       const steps = (this.trend && this.trend.steps) || [];
       if (steps.length < 1) return;
-      const r = spark.getBoundingClientRect(), pad = 3;
-      const f = (e.clientX - r.left - pad) / Math.max(1, r.width - 2 * pad);
-      const k = Math.max(0, Math.min(steps.length - 1, Math.round(f * (steps.length - 1))));
-      this.seekStep(steps[k]);
+      this.seekStep(steps[sparkIndex(spark, e.clientX, steps.length)]);
       return;
     }
     const thumb = e.target.closest && e.target.closest(".thumb");
@@ -983,6 +987,7 @@ class AttentionView {
       for (const row of perStep || []) for (const v of row || []) if (typeof v === "number") emax = Math.max(emax, v);
     }
     const current = steps.indexOf(this.doc ? this.doc.step : NaN);
+    this.trendMax = emax;
     for (const canvas of this.ui.views.querySelectorAll("canvas.spark")) {
       const h = Number(canvas.dataset.head), l = Number(canvas.dataset.layer);
       const key = `${l},${h}`;
@@ -1001,6 +1006,11 @@ class AttentionView {
   // the mean of a layer's heads in the overview).
   hoverTarget(target, e) {
     if (!target.closest) return null;
+    const spark = target.closest("canvas.spark"), steps = (this.trend && this.trend.steps) || [];
+    if (spark && e && steps.length) {  // a trend: the step under the pointer
+      return { axis: "trend", layer: Number(spark.dataset.layer), head: Number(spark.dataset.head),
+        k: sparkIndex(spark, e.clientX, steps.length) };
+    }
     const thumb = target.closest(".thumb");
     if (thumb) {
       const canvas = thumb.querySelector("canvas.cells"), s = Number(thumb.dataset.scale);
@@ -1037,6 +1047,7 @@ class AttentionView {
     this.clearHover();
     this.hoverKey = key;
     if (t.axis === "thumb") return this.showThumb(kind, t);
+    if (t.axis === "trend") return this.showTrendPoint(t);
     if (t.axis === "cell") return this.showCell(kind, t);
     this.highlight(t.axis, t.index);
     this.showAxis(kind, t.axis, t.index);
@@ -1051,6 +1062,7 @@ class AttentionView {
     delete this.ui.info.dataset.axis;
     delete this.ui.info.dataset.index;
     delete this.ui.info.dataset.thumb;
+    delete this.ui.info.dataset.trend;
     this.ui.info.innerHTML = this.hint(); // constants
   }
 
@@ -1119,6 +1131,20 @@ class AttentionView {
       el("span", { class: "muted" }, entropyText(kind, t.layer, t.head) +
         (gold && gold.length ? ` · gold share ${gold[gold.length - 1].toFixed(2)}` : "") + " · click to open")));
     this.ui.info.dataset.thumb = `${t.layer},${t.head}`;
+  }
+
+  // The hovered step of a trend: its values then, and the strips' scale.
+  showTrendPoint(t) {
+    const step = this.trend.steps[t.k];
+    const s = trendSeries(this.trend, this.kind, t.layer, t.head) || { entropy: [], gold: [] };
+    const num = (v) => (typeof v === "number" ? v.toFixed(2) : "–");
+    this.ui.info.replaceChildren(el("div", { class: "info-title" },
+      `layer ${t.layer}, ${headName(t.head)} at step ${step}: `,
+      el("span", { class: "muted" }, `entropy ${num(s.entropy[t.k])} nats · gold share ` +
+        `${num(s.gold[t.k])} · click: go to step ${step}`)),
+    el("div", { class: "muted" }, `The strips' scale: entropy (solid) 0 to ` +
+      `${num(this.trendMax)} nats, the largest of this kind; gold share (dashed) 0 to 1.`));
+    this.ui.info.dataset.trend = `${t.layer},${t.head},${step}`;
   }
 
   destroy() {

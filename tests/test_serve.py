@@ -441,16 +441,16 @@ def test_sigterm_under_load_answers_what_it_accepted_and_exits_0(tiny_run):
 @pytest.mark.slow
 def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
     """16 clients cutting distinct 4,096-character fonts, 40 that POST the largest
-    /attention and never read, 200 slowloris connections; a /translate probe every second
-    is answered right throughout, memory stays bounded, the slow connections are dropped;
+    /attention and never read, 200 slowloris connections for 6 s; a /translate probe every
+    second is answered throughout, memory stays bounded, the slow connections are dropped;
     then SIGTERM: exit 0 within seconds, no traceback. (The latencies and the memory a
     30-second load reaches are the benchmark's: docs/reliability.md.)"""
     server = ServerProcess([f"run={tiny_run}", "device=cpu", "read_timeout_s=2",
                             "send_timeout_s=3"])
     body = json.dumps({"q": "他喜欢猫吗？", "source": "zh", "target": "en"}).encode()
-    load = asyncio.run(hostile_load(server.port, 10, server.rss_mib, fonts=16, stalled=40,
+    load = asyncio.run(hostile_load(server.port, 6, server.rss_mib, fonts=16, stalled=40,
                                     slowloris=200, probe=("POST", "/translate", body)))
-    assert len(load["probes_ms"]) >= 8 and None not in load["probes_ms"], load["probes_ms"]
+    assert len(load["probes_ms"]) >= 5 and None not in load["probes_ms"], load["probes_ms"]
     assert load["dropped"] >= 200  # every slowloris connection dropped at least once
     assert set(load["fonts"]) <= {"200", "503"} and load["fonts"].get("503")  # refused, not piled
     assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]

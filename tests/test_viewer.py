@@ -435,10 +435,10 @@ def test_font_requests_cannot_starve_the_tab(tiny_run):
         def rss():
             return sum(proc_status(p).get("VmRSS", 0) for p in process_tree(proc.pid)) / 1024
 
-        load = asyncio.run(hostile_load(int(base.rsplit(":", 1)[1]), 8, rss, fonts=16,
+        load = asyncio.run(hostile_load(int(base.rsplit(":", 1)[1]), 5, rss, fonts=16,
                                         stalled=0, slowloris=0, font_path=f"{route}/font.otf",
                                         probe=("GET", f"{route}/runs", b"")))
-    assert len(load["probes_ms"]) >= 6 and None not in load["probes_ms"], load["probes_ms"]
+    assert len(load["probes_ms"]) >= 4 and None not in load["probes_ms"], load["probes_ms"]
     assert set(load["fonts"]) <= {"200", "503"} and load["fonts"].get("503"), load["fonts"]
     assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
 

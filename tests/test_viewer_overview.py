@@ -145,6 +145,31 @@ def test_the_overview_fits_1400_x_900_without_a_scrollbar(browser, tmp_path):
     page.close()
 
 
+def test_the_overview_outlines_the_gold_cells(browser, tmp_path):
+    """With "gold" on, every picture of the overview outlines the kind's gold cells, where
+    they are (row, column, size of a cell); off, none; a hover still reads the cell."""
+    doc = synthetic_document(layers=2, heads=4, n=12, step=1)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(page_of(tmp_path, [doc], "gold.html").as_uri())
+    ready(page)
+    page.locator("#kind").select_option("cross")  # (the synthetic gold cells: cross's)
+    gold = {(i, j) for i, j, *_ in doc["kinds"]["cross"]["gold"]}
+    assert gold
+    for thumb in page.locator(".thumb").all():
+        s = float(thumb.get_attribute("data-scale"))
+        rects = thumb.locator("svg.ov-gold rect.gold").evaluate_all(
+            "rs => rs.map(r => [+r.dataset.row, +r.dataset.col, +r.getAttribute('x'),"
+            " +r.getAttribute('y'), +r.getAttribute('width')])")
+        assert {(i, j) for i, j, *_ in rects} == gold
+        assert all((x, y, w) == (j * s, i * s, s) for i, j, x, y, w in rects)
+    page.locator("#gold").uncheck()
+    assert page.locator("#overview rect.gold").count() == 0
+    page.locator(".thumb[data-layer='0'][data-head='1'] canvas.cells").hover(
+        position={"x": 1, "y": 1})
+    assert page.locator("#info").get_attribute("data-thumb") == "0,1"
+    page.close()
+
+
 def test_a_link_restores_the_view(browser, tmp_path):
     """The state lives in the URL's #fragment: a link opens the same view (kind, layer,
     view, heads, colour scale, gold); a change is written back."""

@@ -111,6 +111,9 @@ const CSS = `
 .tmv .thumb { display: flex; flex-direction: column; gap: 2px; align-items: center; border-radius: 3px; padding: 1px; cursor: pointer; }
 .tmv .thumb:hover, .tmv .thumb:focus-visible { background: var(--panel); }
 .tmv .thumb canvas.cells { position: static; outline: 1px solid var(--border); }
+.tmv .ov-pic { position: relative; line-height: 0; }
+.tmv .ov-gold { position: absolute; left: 0; top: 0; pointer-events: none; }
+.tmv .ov-gold rect.gold { stroke-width: 1; }
 @media (max-width: 800px) {
   .tmv .tmv-main { flex-direction: column; }
   .tmv #info { position: fixed; top: auto; left: 8px; right: 8px; bottom: 8px; width: auto; max-height: 38vh;
@@ -398,6 +401,18 @@ function linesNodes(kind, layer, heads, scale, showGold) {
   kind.cols.slice(0, nk).forEach((tok, k) => out.push(tokLabel({ class: "tok-right", x: xR,
     "data-j": k, y: y(k), "dominant-baseline": "central" }, tok)));
   return { nodes: out, width, height };
+}
+
+// The gold cells of `kind` outlined over an overview picture of nq x nk cells of s px.
+function goldOverlay(kind, nq, nk, s) {
+  const svg = svgEl("svg", { class: "ov-gold", width: nk * s, height: nq * s });
+  for (const [i, j, label] of kind.gold || []) {
+    if (i < nq && j < nk) {
+      svg.append(svgEl("rect", { class: "gold", "data-row": i, "data-col": j, x: j * s, y: i * s,
+        width: s, height: s }, svgEl("title", {}, label || "gold")));
+    }
+  }
+  return svg;
 }
 
 /* ---------- trends: a head's entropy and gold share across steps ---------- */
@@ -943,10 +958,11 @@ class AttentionView {
         const canvas = el("canvas", { class: "cells", "data-layer": l, "data-head": h });
         paintCells(canvas, headRows(kind, l, h, nq, nk), nq, nk, o.scale, headColor(h, this.dark), o.bg, o.norm);
         Object.assign(canvas.style, { width: `${nk * s}px`, height: `${nq * s}px` });
-        const e = entropyOf(kind, l, h);
+        const e = entropyOf(kind, l, h), pic = el("div", { class: "ov-pic" }, canvas);
+        if (o.gold) pic.append(goldOverlay(kind, nq, nk, s));
         const thumb = el("div", { class: "thumb", tabindex: 0, role: "button", "data-layer": l, "data-head": h,
           "data-scale": s, "aria-label": `layer ${l}, ${headName(h)}${e === null ? "" : `, entropy ${e.toFixed(2)}`}: open` },
-        canvas);
+        pic);
         const sp = this.sparkCanvas(h, Math.max(24, Math.round(nk * s)), spark, l);
         if (sp) thumb.append(sp);
         cells.push(thumb);

@@ -50,17 +50,22 @@ def copy_decoder_layer(ours: DecoderLayer, ref: nn.TransformerDecoderLayer):
         getattr(ours, f"norm{i}").load_state_dict(getattr(ref, f"norm{i}").state_dict())
 
 
+def layer_pair(ref_cls, ours_cls, copy, seed: int, activation: str, norm_first: bool):
+    """torch's layer with random weights, and ours holding the same ones."""
+    torch.manual_seed(seed)
+    ref = ref_cls(D, H, FF, dropout=0.0, activation=activation, batch_first=True,
+                  norm_first=norm_first, dtype=DT)
+    randomize_(ref)
+    ours = ours_cls(D, H, FF, 0.0, 0.0, activation, norm_first).to(DT)
+    copy(ours, ref)
+    return ref, ours
+
+
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_encoder_layer_matches_torch(norm_first, activation):
-    torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(
-        D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first,
-        dtype=DT,
-    )
-    randomize_(ref)
-    ours = EncoderLayer(D, H, FF, 0.0, 0.0, activation, norm_first).to(DT)
-    copy_encoder_layer(ours, ref)
+    ref, ours = layer_pair(nn.TransformerEncoderLayer, EncoderLayer, copy_encoder_layer, 0,
+                           activation, norm_first)
     x = torch.randn(3, 6, D, dtype=DT)
     kpm = pad_mask([6, 4, 1], 6)
     expected = ref(x, src_key_padding_mask=kpm)  # grad enabled: torch's slow, exact path
@@ -73,14 +78,8 @@ def test_encoder_layer_matches_torch(norm_first, activation):
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_decoder_layer_matches_torch(norm_first, activation):
-    torch.manual_seed(1)
-    ref = nn.TransformerDecoderLayer(
-        D, H, FF, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first,
-        dtype=DT,
-    )
-    randomize_(ref)
-    ours = DecoderLayer(D, H, FF, 0.0, 0.0, activation, norm_first).to(DT)
-    copy_decoder_layer(ours, ref)
+    ref, ours = layer_pair(nn.TransformerDecoderLayer, DecoderLayer, copy_decoder_layer, 1,
+                           activation, norm_first)
     T, S = 5, 7
     y = torch.randn(3, T, D, dtype=DT)
     mem = torch.randn(3, S, D, dtype=DT)

@@ -148,7 +148,7 @@ const TEMPLATE = `
   <aside id="info" aria-live="polite"></aside>
 </div>`;
 
-const INFO_HINT = '<div class="info-hint">Hover (or Tab to) a query token (left / row label) to see ' +
+const INFO_HINT = "Hover (or Tab to) a query token (left / row label) to see " +
   "what it attends to, a key token (right / column label) to see what attends to it, " +
   "or a cell for its value. In the overview, click a head to open it.";
 const TREND_HINT = " Under each head: its entropy (solid) and share of attention on gold cells " +
@@ -493,7 +493,7 @@ class AttentionView {
     for (const node of this.root.querySelectorAll("[id]")) {
       this.ui[node.id.replace(/-(\w)/g, (_, c) => c.toUpperCase())] = node;
     }
-    this.ui.info.innerHTML = this.hint(); // constants
+    this.showHint();
     this.ui.mode.value = "overview";
   }
 
@@ -658,8 +658,10 @@ class AttentionView {
     await this.seek(at >= 0 ? at : this.steps.length - 1);
   }
 
-  hint() {
-    return `${INFO_HINT}${this.steps.length > 1 ? TREND_HINT : ""}</div>`;
+  // The panel's hint (text, not markup); trends only where there are steps to trend.
+  showHint() {
+    this.ui.info.replaceChildren(el("div", { class: "info-hint" },
+      INFO_HINT + (this.steps.length > 1 ? TREND_HINT : "")));
   }
 
   setSteps(steps) {
@@ -669,7 +671,7 @@ class AttentionView {
     // one frame (the HTML file of a translation): nothing to play, no trends to hint at
     const one = this.steps.length <= 1;
     this.ui.play.hidden = this.ui.step.hidden = one;
-    if (this.ui.info.querySelector(".info-hint")) this.ui.info.innerHTML = this.hint();
+    if (this.ui.info.querySelector(".info-hint")) this.showHint();
   }
 
   loadTrend(run, tag) {
@@ -1079,7 +1081,7 @@ class AttentionView {
     delete this.ui.info.dataset.index;
     delete this.ui.info.dataset.thumb;
     delete this.ui.info.dataset.trend;
-    this.ui.info.innerHTML = this.hint(); // constants
+    this.showHint();
   }
 
   // Emphasise row / column `idx` in every visible head: matrices get a veil with a

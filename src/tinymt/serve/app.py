@@ -228,6 +228,8 @@ def serve(cfg) -> dict:
 
 
 async def _on_daemon_thread(fn: Callable, *args):
+    """``fn(*args)`` on a daemon thread of its own, awaited (not ``asyncio.to_thread``: its
+    executor's threads are joined at exit, so a font cut would hold up a stop)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 

@@ -169,8 +169,9 @@ def test_a_taken_port_is_one_line_before_the_model_loads(tiny_run, capsys):
 
 
 def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
-    """/attention's answer, encoded document by document (the event loop is not held for a
-    whole answer), is byte for byte ``json.dumps`` of the whole answer, whatever the text."""
+    """/attention's answer, encoded head by head on the worker (no thread holds the GIL for
+    a whole document), is byte for byte ``json.dumps`` of the whole answer, whatever the
+    text."""
     from hydra import compose, initialize_config_dir
 
     from tinymt.translate import load_translator, source_ids
@@ -179,11 +180,11 @@ def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
         cfg = compose(config_name="serve", overrides=[f"run={tiny_run}", "device=cpu"])
     service = Service(*load_translator(cfg), cfg)
-    items = ['他喜欢"猫"吗？\n</script>', "", "我请李雷帮我订了去北京的机票。"]
+    items = ['他喜欢"猫"吗？\n</script>\0', "", "我请李雷帮我订了去北京的机票。"]
     ids = source_ids(service.run, items, warn=lambda _: None)
     done = [service._attention(t, s) for t, s in zip(items, ids)]
     whole = {"translatedText": [t for t, _ in done],
-             "view": inline_data(service.name, [d for _, docs in done for d in docs])}
+             "view": inline_data(service.name, [d for _, pairs in done for d, _ in pairs])}
     assert service._attention_json(done) == json.dumps(
         whole, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 

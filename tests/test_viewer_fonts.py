@@ -231,7 +231,8 @@ def test_the_attention_tab_serves_sc_subsets(monkeypatch):
 def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch):
     """However many clients ask at once: one subset cut at a time, at most four requests
     inside (the rest refused at once, FontBusy: the servers' 503), a kept answer served
-    while a cut is under way, and at most 16 answers kept."""
+    while a cut is under way, and at most 16 answers kept; a long query refused before
+    it is parsed when the places are taken."""
     import threading
     import time
 
@@ -256,6 +257,9 @@ def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch
         refused = [f for f in rest if f.done()]
         assert len(refused) == len(rest) - 3  # "a" being cut + 3 waiting = 4 slots
         assert all(isinstance(f.exception(), fonts.FontBusy) for f in refused)
+        with pytest.raises(fonts.FontBusy):  # a long query: refused before it is parsed
+            fonts.refuse_when_busy(b"x" * 4097)
+        fonts.refuse_when_busy(b"x" * 4096)  # a page's own text: on to the cache
         release.set()
         assert first.result() == b"a" * 100
         waited = [f for f in rest if f not in refused]
@@ -265,6 +269,8 @@ def test_fonts_are_cut_one_at_a_time_a_few_waiting_the_cache_bounded(monkeypatch
         assert fonts.font_for_query("a") == b"a" * 100
         with pytest.raises(fonts.FontBusy):
             fonts.font_for_query("z")
+    for _ in range(5):  # the places free again: the check keeps none of them
+        fonts.refuse_when_busy(b"x" * 4097)
     for k in range(40):
         fonts.font_for_query(f"x{k}")
     assert fonts._font.cache_info().currsize == 16

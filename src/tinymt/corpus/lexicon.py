@@ -657,38 +657,10 @@ PRONOUNS, NAMES, NOUNS, PLACES, TIMES, VERBS, ADJECTIVES = _load()
 
 MEASURE_WORDS = tuple(sorted({n.mw for n in NOUNS if n.mw}))
 
-_BY_ZH = {
-    "pronoun": {p.zh: p for p in PRONOUNS},
-    "name": {n.zh: n for n in NAMES},
-    "noun": {n.zh: n for n in NOUNS},
-    "place": {p.zh: p for p in PLACES},
-    "time": {t.zh: t for t in TIMES},
-    "adjective": {a.zh: a for a in ADJECTIVES},
-}
-
-
-def pronoun(zh: str) -> Pronoun:
-    return _BY_ZH["pronoun"][zh]
-
-
-def name(zh: str) -> Name:
-    return _BY_ZH["name"][zh]
-
-
-def noun(zh: str) -> Noun:
-    return _BY_ZH["noun"][zh]
-
-
-def place(zh: str) -> Place:
-    return _BY_ZH["place"][zh]
-
-
-def time(zh: str) -> Time:
-    return _BY_ZH["time"][zh]
-
-
-def adjective(zh: str) -> Adjective:
-    return _BY_ZH["adjective"][zh]
+# a word of each kind by its Chinese: pronoun("我"), name("李雷"), noun("机票"), ...
+pronoun, name, noun, place, time, adjective = (
+    {w.zh: w for w in words}.__getitem__
+    for words in (PRONOUNS, NAMES, NOUNS, PLACES, TIMES, ADJECTIVES))
 
 
 def verb(zh: str, en: str | None = None) -> Verb:

@@ -1,33 +1,10 @@
 """Our checkpoint -> a CTranslate2 ``TransformerSpec``, built with CTranslate2's spec API.
 
 Every weight is copied from our modules as it is; nothing goes through another toolkit's
-checkpoint format. How our options map (each converts exactly; tests/test_export.py
-compares the float32 export with our decoder token for token):
-
-============================  ==============================================================
-ours                          CTranslate2
-============================  ==============================================================
-``norm_first`` (pre-LN)       ``pre_norm=True`` and the final encoder/decoder LayerNorms
-post-LN (the paper's)         ``pre_norm=False``: LayerNorm after each residual, no final one
-``activation`` relu / gelu    ``Activation.RELU`` / ``Activation.GELU`` (erf, as ``F.gelu``)
-positions, sinusoidal         our own table (``pe``: sin/cos *interleaved*) as the position
-                              encodings; CTranslate2's built-in table is sin|cos
-                              *concatenated*, so it is never used
-positions, learned            the trained table, the same way
-embeddings                    scaled by sqrt(d_model) (``scale_embeddings``), then positions
-tied / separate embeddings    the matrices as they are; CTranslate2 stores tied ones once
-joint / separate vocabularies one shared vocabulary, or a source and a target one: our
-                              sentencepiece pieces in id order (``<pad>``, ``<unk>``, ``<s>``,
-                              ``</s>``, ...), so piece ids are our ids
-attention                     fused ``in_proj`` rows ``[W_Q; W_K; W_V]`` (self) / ``W_Q`` and
-                              ``[W_K; W_V]`` (cross), biases included; ``W_O`` as it is (a
-                              pruned head's columns are zero)
-LayerNorm eps 1e-5            ``layer_norm_epsilon=1e-5`` (CTranslate2's default differs)
-source EOS                    ``add_source_eos=True``: feed pieces, CTranslate2 adds ``</s>``
-============================  ==============================================================
-
-An option this module does not know (a key of the checkpoint's model config not listed in
-``MODEL_KEYS``, or a value outside ``SUPPORTED``) is refused in one line naming it.
+checkpoint format. How each option maps: docs/architecture.md ("Deploying"); each converts
+exactly (tests/test_export.py compares the float32 export with our decoder token for
+token). An option this module does not know (a key of the checkpoint's model config not
+listed in ``MODEL_KEYS``, or a value outside ``SUPPORTED``) is refused in one line naming it.
 """
 
 from __future__ import annotations

@@ -39,7 +39,14 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tinymt.config import check_serve
 from tinymt.errors import TinyMTError
-from tinymt.fonts import FontBusy, font_for_query, font_path, sc_font_file, start_cutting
+from tinymt.fonts import (
+    FontBusy,
+    font_for_query,
+    font_path,
+    refuse_when_busy,
+    sc_font_file,
+    start_cutting,
+)
 from tinymt.serve.api import (
     ApiError,
     check_key,
@@ -141,15 +148,15 @@ def create_app(service: Service) -> Starlette:
 
     @_json_errors
     async def font(request: Request) -> Response:
-        text = request.query_params.get("text")
-        if text is None:  # the whole font (built once, 2 s; the source's if it cannot be)
-            path = await _on_daemon_thread(sc_font_file)
+        if not request.scope["query_string"]:  # the whole font (built once, 2 s; the
+            path = await _on_daemon_thread(sc_font_file)  # source's if it cannot be)
             return FileResponse(path or font_path(), media_type="font/otf",
                                 headers=FONT_HEADERS)
-        check_key(request.query_params, service.keys)  # cutting costs: the page needs none
         try:  # 0.4 s a new text; seconds for thousands of characters, so on a thread of
             # its own that never holds up the exit (one of at most four: font_for_query)
-            data = await _on_daemon_thread(font_for_query, text)
+            refuse_when_busy(request.scope["query_string"])  # before it is parsed
+            check_key(request.query_params, service.keys)  # cutting costs: the page needs none
+            data = await _on_daemon_thread(font_for_query, request.query_params.get("text"))
         except ValueError as e:
             raise ApiError(400, str(e)) from None
         except FontBusy as e:

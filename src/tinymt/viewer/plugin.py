@@ -34,7 +34,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tinymt.errors import first_line
-from tinymt.fonts import FontBusy, font_for_query
+from tinymt.fonts import FontBusy, font_for_query, refuse_when_busy
 from tinymt.viewer import STATIC
 from tinymt.viewer.summary import KINDS, PLUGIN_NAME, decode, parse_meta
 
@@ -94,6 +94,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         """``font.otf?text=<characters>``: Noto Sans CJK SC cut to them (and ASCII; no
         ``text``: ASCII only), cut one at a time (:func:`tinymt.fonts.font_for_query`)."""
         try:
+            refuse_when_busy(request.query_string)  # before the query is parsed
             font = font_for_query(request.args.get("text"))
         except ValueError as e:
             raise _Refused(400, str(e)) from None

@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     # interactive attention viewer (its data, TensorBoard plugin, HTML file)
     ("decoding",),  # greedy and beam search, translate_ids
     ("ct2",),  # export to CTranslate2 (a run's model) and translating with it (its length rule)
+    ("text",),  # real text in: sentences, language identification, the spacing put back
     ("translate", "serve", "bench"),  # translating a run; serving it over HTTP; the benchmark
     # (its nn.Transformer peer, times decoding and the server, loads runs)
     ("trainer",),  # train(cfg)
@@ -70,8 +71,9 @@ SHARED_MAY_IMPORT: dict[str, set[str]] = {}
 # the teaching core: what a learner reads, in this order (README, "Read the code")
 CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding/greedy.py")
 # lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold
+# (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + tinymt.text)
 BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_320),
-           "src/tinymt": (("**/*.py",), 14_200)}
+           "src/tinymt": (("**/*.py",), 14_350)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

@@ -123,11 +123,11 @@ def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
 
 
 def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
-    long_line = "我请李雷帮我订了去北京的机票。" * 20  # far over max_positions=64
+    long_line = "我请李雷帮我订了去北京的机票，" * 20  # one sentence, far over max_positions=64
     warnings, out = [], io.StringIO()
     translate(cfg_for(tiny_run), stdin=piped(f"他喜欢猫吗？\n{long_line}\n".encode()),
               stdout=out, warn=warnings.append)
-    assert len(warnings) == 1 and "line 2" in warnings[0] and "truncat" in warnings[0]
+    assert len(warnings) == 1 and "sentence 2" in warnings[0] and "truncat" in warnings[0]
     assert len(out.getvalue().splitlines()) == 2
 
 
@@ -320,3 +320,19 @@ def test_help_shows_the_examples_and_every_option():
     for key in TranslateConfig.__dataclass_fields__:
         assert f"\n{key}:" in config, key
     assert f"  beam: {composed.decode.beam}\n" in config
+
+
+def test_a_paragraph_is_translated_sentence_by_sentence(tiny_run):
+    """A line of several sentences (Chinese: no spaces between them) gives each sentence's
+    own translation, joined by a space, on one line; what holds no Chinese word is kept and
+    counted in a warning; the line count stays the input's."""
+    from tinymt.corpus import sample_pairs
+
+    sents = [p.zh for _, p in sample_pairs(3, 4)]
+    alone = translate(cfg_for(tiny_run), sents)["translations"]
+    warnings, out = [], io.StringIO()
+    res = translate(cfg_for(tiny_run), ["".join(sents[:3]), f"{sents[3]} 123 :)", "https://x.org"],
+                    stdout=out, warn=warnings.append)
+    assert res["translations"] == [" ".join(alone[:3]), f"{alone[3]} 123 :)", "https://x.org"]
+    assert out.getvalue().splitlines() == res["translations"]
+    assert len(warnings) == 1 and warnings[0].startswith("2 segment(s)"), warnings

@@ -22,7 +22,7 @@ import numpy as np
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import attention_file, check_translate
 from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
-from tinymt.data import capped_lines, normalize, read_lines, target_language
+from tinymt.data import capped_lines, normalize, read_lines, source_language, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.files import check_outputs, write_bytes, write_text
@@ -30,6 +30,7 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
+from tinymt.text import assemble, plan
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
@@ -113,7 +114,7 @@ def source_ids(run: LoadedRun | LoadedExport, lines: Sequence[str], warn,
     for n, line in enumerate(lines, first_line):
         toks = run.src_tokenizer.encode(normalize(line))
         if len(toks) > max_src:
-            warn(f"line {n}: {len(toks)} tokens, longer than the model's maximum {max_src}: "
+            warn(f"sentence {n}: {len(toks)} tokens, longer than the model's maximum {max_src}: "
                  "translated after truncation")
             toks = toks[:max_src]
         ids.append(toks)
@@ -142,25 +143,36 @@ def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, 
 
 def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
                      first_line: int = 1, shown: list | None = None) -> list[str]:
-    d = cfg.decode
-    ids = source_ids(run, lines, warn, first_line)
+    """Each line's sentences translated as one batch (:mod:`tinymt.text`; an n-best list is
+    of the whole line), printed a line each, the input's spacing kept."""
+    d, data = cfg.decode, run.config.get("data", {})
+    if d.nbest > 1:
+        sents, plans, kept = list(lines), [[i] for i in range(len(lines))], 0
+    else:
+        sents, plans, kept = plan(lines, source_language(data))
+    if kept:
+        warn(f"{kept} segment(s) with no word of the model's language "
+             f"({source_language(data)}) left as they are")
+    ids = source_ids(run, sents, warn, first_line)
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
-    texts = []
-    for hyps in nbests:
-        best = run.tgt_tokenizer.decode(hyps[0][0]) if hyps else ""
-        texts.append(best)
-        if d.nbest > 1:
-            for toks, s in hyps or [([], float("nan"))]:
-                print(f"{s:.4f}\t{run.tgt_tokenizer.decode(toks)}", file=out_f)
-            print("", file=out_f)
-        else:
-            print(best, file=out_f)
-    if cfg.attention:
-        _save_attention(run, cfg, lines, ids, nbests, device, first_line, shown)
+    best = [run.tgt_tokenizer.decode(hyps[0][0]) if hyps else "" for hyps in nbests]
+    texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
+    for text, hyps in zip(texts, nbests if d.nbest > 1 else [None] * len(texts)):
+        if hyps is None:
+            print(text, file=out_f)  # one output line per input line
+            continue
+        for toks, s in hyps or [([], float("nan"))]:
+            print(f"{s:.4f}\t{run.tgt_tokenizer.decode(toks)}", file=out_f)
+        print("", file=out_f)
+    if cfg.attention:  # a figure per sentence: line<n>.png, or line<n>.<k>.png for several
+        of_line = [[p for p in parts if isinstance(p, int)] for parts in plans]
+        names = {i: f"line{first_line + n}" + (f".{k}" if len(idx) > 1 else "")
+                 for n, idx in enumerate(of_line) for k, i in enumerate(idx, 1)}
+        _save_attention(run, cfg, sents, ids, nbests, device, names, shown)
     return texts
 
 
-def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line, shown=None):
+def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, shown=None):
     """``attention=`` ending in ``.html``: one interactive page, every sentence a probe
     (``shown``: the documents of the sentences typed before, kept in the page); otherwise
     one PNG per sentence: the grids of every requested kind and layer, stacked."""
@@ -189,7 +201,7 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, first_line,
         width = max(p.shape[1] for p in panels)
         image = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1]), (0, 0)),
                                        constant_values=255) for p in panels])
-        path = target if single else target / f"line{first_line + i}.png"
+        path = target if single else target / f"{names[i]}.png"
         png = io.BytesIO()
         matplotlib.image.imsave(png, image, format="png")
         write_bytes(png.getvalue(), path)  # whole: a failure keeps the old file

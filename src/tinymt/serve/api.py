@@ -20,7 +20,10 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
+from tinymt.text import detect
+
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
 MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish",
@@ -62,7 +65,7 @@ class Pair:
     def check(self, source: str, target: str) -> bool:
         """Whether ``source`` -> ``target`` is this pair (``source`` may be ``auto``);
         True means the source was ``auto``."""
-        src, tgt = source.strip().lower(), target.strip().lower()
+        src, tgt = (ALIASES.get(c.strip().lower(), c.strip().lower()) for c in (source, target))
         if (src in ("auto", self.source.lower())) and tgt == self.target.lower():
             return src == "auto"
         raise ApiError(400, f"{source}→{target} is not a language pair this server "
@@ -184,7 +187,7 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
         if not isinstance(fields.get(name), str) or not fields[name].strip():
             raise ApiError(400, f"Invalid request: missing {name} parameter")
     auto = pair.check(fields["source"], fields["target"])
-    fmt = fields.get("format", "text")
+    fmt = fields.get("format") or "text"  # empty or null: text, as LibreTranslate reads it
     if fmt != "text":
         raise ApiError(400, f"Invalid request: format={str(fmt)[:40]!r}: this server "
                             "translates plain text only (format=text)")
@@ -194,24 +197,22 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
     if type(alternatives) is not int or not 0 <= alternatives <= MAX_ALTERNATIVES:  # no bool
         raise ApiError(400, "Invalid request: alternatives must be an integer from 0 to "
                             f"{MAX_ALTERNATIVES}")
-    if alternatives >= beam:
-        raise ApiError(400, f"Invalid request: alternatives={alternatives} needs a beam of at "
-                            f"least {alternatives + 1}; this server searches with beam {beam} "
-                            "(start it with decode.beam=N)")
-    return TranslateRequest(items, single, auto, alternatives)
+    # cut to what the search has (LibreTranslate answers what it has, no error)
+    return TranslateRequest(items, single, auto, min(alternatives, beam - 1))
 
 
 # ----------------------------------------------------------------------------- answers
 def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair) -> dict:
     """LibreTranslate's answer: each item's best translation, its alternatives (the next
-    best of the n-best) when asked for, and the source language when it was ``auto`` (the
-    model's own: it reads one language, and detects none)."""
+    best of the n-best) when asked for, and the language py3langid finds when the source
+    was ``auto``."""
     best = [hyps[0] if hyps else "" for hyps in nbests]
     out: dict = {"translatedText": best[0] if req.single else best}
     if req.alternatives:
         alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
         out["alternatives"] = alts[0] if req.single else alts
     if req.auto:
-        detected = {"confidence": 100.0, "language": pair.source}
-        out["detectedLanguage"] = detected if req.single else [detected] * len(best)
+        detected = [{"confidence": round(100 * p, 1), "language": lang}
+                    for lang, p in map(detect, req.items)]
+        out["detectedLanguage"] = detected[0] if req.single else detected
     return out

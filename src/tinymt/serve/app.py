@@ -56,6 +56,7 @@ from tinymt.serve.api import (
     translate_request,
 )
 from tinymt.serve.service import Service
+from tinymt.text import detect
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
 
@@ -132,8 +133,19 @@ def create_app(service: Service) -> Starlette:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair, service.decode.beam)
-            nbests = await service.translate(req.items, req.alternatives + 1, arrival)
-        return JSONResponse(translate_answer(req, nbests, service.pair))
+            nbests, kept = await service.translate(req.items, req.alternatives + 1, arrival)
+        answer = translate_answer(req, nbests, service.pair)
+        if kept:  # segments with no word of the source language, returned as they were
+            answer["untranslatedSegments"] = kept
+        return JSONResponse(answer)
+
+    @_json_errors
+    async def detect_language(request: Request) -> Response:  # LibreTranslate's /detect
+        fields = await read_fields(request, service.limits, service.keys)
+        items, single = text_items(fields, service.limits)
+        found = [[{"confidence": round(100 * p, 1), "language": lang}]
+                 for lang, p in map(detect, items)]
+        return JSONResponse(found[0] if single else found)
 
     slots = asyncio.Semaphore(ATTENTION_SLOTS)  # what /attention holds in memory, in total
 
@@ -173,6 +185,7 @@ def create_app(service: Service) -> Starlette:
     routes = [
         Route("/translate", translate, methods=["POST"]),
         Route("/languages", lambda _: JSONResponse(service.pair.languages()), methods=["GET"]),
+        Route("/detect", detect_language, methods=["POST"]),
         Route("/attention", attention, methods=["POST"]),
         Route("/health", lambda _: JSONResponse(service.health()), methods=["GET"]),
         Route("/", static(STATIC / "page.html", "text/html; charset=utf-8", PAGE_HEADERS)),

@@ -21,6 +21,7 @@ from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
 from tinymt.serve.api import ApiError, Limits, Pair
 from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher
+from tinymt.text import assemble, plan
 from tinymt.translate import attention_documents, search, source_ids, view_name
 from tinymt.viewer.document import document_json, dumps
 from tinymt.viewer.html import inline_data
@@ -81,20 +82,29 @@ class Service:
             self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
             self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", sample)))
+        plan(["warm-up. 热身。"], self.pair.source)  # loads the segmenter and py3langid (0.6 s)
 
     def close(self) -> None:
         self.batcher.close()
 
     # ------------------------------------------------------------------ the routes' side
     async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None
-                        ) -> list[list[str]]:
-        """Each item's ``nbest`` translations, best first (an empty item: none; one longer
-        than the model takes is cut to fit, as ``translate.py`` does); ``arrival``: the
-        request's (:meth:`MicroBatcher.arrival`)."""
-        ids = source_ids(self.run, items, warn=lambda _: None)
+                        ) -> tuple[list[list[str]], int]:
+        """Each item's ``nbest`` translations, best first, its sentences translated as one
+        batch (:mod:`tinymt.text`: the k-th of an item is each sentence's k-th; an item of
+        no sentence: none), and how many segments were kept as they are (no word of the
+        source language). A sentence longer than the model takes is cut to fit, as
+        ``translate.py`` does; ``arrival``: the request's (:meth:`MicroBatcher.arrival`)."""
+        sents, plans, kept = await asyncio.to_thread(plan, items, self.pair.source)  # ~1 ms
+        ids = source_ids(self.run, sents, warn=lambda _: None)
         hyps = await self._wait(Job(ids, nbest), arrival)
-        tgt = self.run.tgt_tokenizer
-        return [[tgt.decode(toks) for toks, _ in h] for h in hyps]
+        texts = [[self.run.tgt_tokenizer.decode(toks) for toks, _ in h] or [""] for h in hyps]
+        out = []
+        for parts in plans:
+            n = max((len(texts[p]) for p in parts if isinstance(p, int)), default=0)
+            out.append([assemble(parts, [t[min(k, len(t) - 1)] for t in texts], self.pair.target)
+                        for k in range(max(n, 1))])  # (none: the item as it is)
+        return out, kept
 
     async def attention(self, items: list[str]) -> bytes:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON; one

@@ -1,0 +1,53 @@
+"""tinymt.text: a paragraph is cut into its sentences and put back with its own spacing;
+what holds no word of the model's language is kept as it is."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tinymt.corpus import generate_splits
+from tinymt.text import assemble, detect, in_language, plan
+
+TEST = generate_splits(train_size=0, valid_size=0, test_size=200)["test"]
+GAPS = st.sampled_from(["", " ", "  ", "\n", "\n\n", " \n ", "\r\n", "\t"])
+
+
+@given(st.lists(st.sampled_from(TEST), min_size=1, max_size=5), st.data())
+def test_a_paragraph_is_its_sentences_and_its_spacing(pairs, data):
+    """Chinese sentences of the built-in test set joined by any spacing (none, spaces, line
+    breaks, blank lines): plan finds exactly those sentences, in order, and assemble puts
+    the translations back in the input's spacing (English needs a space where Chinese had
+    none); English sentences (a space at least between two) come back unchanged."""
+    gaps = [data.draw(GAPS) for _ in range(len(pairs) + 1)]
+    zh = gaps[0] + "".join(p.zh + g for p, g in zip(pairs, gaps[1:]))
+    sents, (parts,), kept = plan([zh], "zh")
+    assert sents == [p.zh for p in pairs] and kept == 0
+    between = [g or " " for g in gaps[1:-1]]
+    expected = gaps[0] + "".join(p.en + g for p, g in zip(pairs, [*between, gaps[-1]]))
+    assert assemble(parts, [p.en for p in pairs], "en") == expected
+    en = gaps[0] + "".join(p.en + (g or " ") for p, g in zip(pairs, gaps[1:]))
+    sents, (parts,), _ = plan([en], "en")
+    assert sents == [p.en for p in pairs]
+    assert assemble(parts, sents, "en") == en
+
+
+@pytest.mark.parametrize("source, text, kept", [
+    ("zh", "123 :)", True), ("zh", "https://example.com/a?b=1", True),
+    ("zh", "li.lei@example.com", True), ("zh", "🙂👍", True), ("zh", "3.14", True),
+    ("zh", "Clever people go to school every day.", True), ("zh", "", True),
+    ("zh", "他喜欢猫吗？", False), ("zh", "我喜欢Python。", False),
+    ("de", "Clever people go to school every day.", True), ("de", "他喜欢猫吗？", True),
+    ("de", "Ein Hund rennt durch den Schnee.", False), ("de", "Hund", False),
+])
+def test_what_holds_no_word_of_the_source_language_is_kept(source, text, kept):
+    assert in_language(text, source) is not kept
+    sents, (parts,), n = plan([f"{text}\n"], source)
+    assert (sents == []) is kept and (n >= 1) == (kept and bool(text))
+    assert assemble(parts, ["<t>"] * len(sents), "en") == (f"{text}\n" if kept else "<t>\n")
+
+
+def test_detection_names_the_language_with_a_probability():
+    for text, lang in [("他喜欢猫吗？", "zh"), ("Ein Hund rennt durch den Schnee.", "de"),
+                       ("Un homme fait du vélo.", "fr"), ("Clever people go to school.", "en")]:
+        found, p = detect(text)
+        assert found == lang and 0.5 < p <= 1.0

@@ -255,6 +255,28 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
             assert server.stop()[0] == 0
 
 
+@pytest.mark.slow
+def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
+    """LibreTranslate 1.9's page and apps ask for its settings and may call /suggest,
+    /translate_file, or //translate: they get its defaults, its 403s, its redirect."""
+    import httpx2
+
+    status, body = http_get(f"{greedy.base}/frontend/settings")
+    assert status == 200 and json.loads(body) == {
+        "charLimit": 5000, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
+        "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+        "language": {"source": {"code": "zh", "name": "Chinese"},
+                     "target": {"code": "en", "name": "English"}}}
+    assert post_json(f"{greedy.base}/suggest", {"q": "a", "s": "b"}) == (
+        403, {"error": "Suggestions are disabled on this server."})
+    assert post_json(f"{greedy.base}/translate_file", {}) == (
+        403, {"error": "Files translation are disabled on this server."})
+    r = httpx2.post(f"{greedy.base}//translate", json={"q": SENTENCES[0], "source": "zh",
+                    "target": "en"}, follow_redirects=True, trust_env=False, timeout=60)
+    assert [h.status_code for h in r.history] == [308]
+    assert r.json() == ask(greedy.base, SENTENCES[0])[1]
+
+
 def _concurrently(base: str, sentences: list[str], clients: int, **fields) -> list:
     with ThreadPoolExecutor(clients) as pool:
         return list(pool.map(lambda s: ask(base, s, **fields), sentences))

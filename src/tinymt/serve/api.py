@@ -212,7 +212,11 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair)
         alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
         out["alternatives"] = alts[0] if req.single else alts
     if req.auto:
-        detected = [{"confidence": round(100 * p, 1), "language": lang}
-                    for lang, p in map(detect, req.items)]
+        detected = detections(req.items)
         out["detectedLanguage"] = detected[0] if req.single else detected
     return out
+
+
+def detections(items: list[str]) -> list[dict]:
+    """Each item's language as LibreTranslate reports it (py3langid's; confidence in %)."""
+    return [{"confidence": round(100 * p, 1), "language": lang} for lang, p in map(detect, items)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import socket
 import sys
@@ -33,7 +34,13 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -50,13 +57,13 @@ from tinymt.fonts import (
 from tinymt.serve.api import (
     ApiError,
     check_key,
+    detections,
     read_fields,
     text_items,
     translate_answer,
     translate_request,
 )
 from tinymt.serve.service import Service
-from tinymt.text import detect
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
 
@@ -124,6 +131,30 @@ async def _held_answer(slots: asyncio.Semaphore, wait_s: float, work) -> Respons
                              headers={"Content-Length": str(len(body))})
 
 
+def _static(path: Path, media_type: str, headers: dict | None = None):
+    return lambda request: FileResponse(path, media_type=media_type, headers=headers)
+
+
+async def _not_found(request: Request, exc: HTTPException) -> Response:
+    if exc.status_code == 404 and "//" in request.url.path:  # //translate: a 308 to
+        where = re.sub("/{2,}", "/", request.url.path)  # /translate, as LibreTranslate's Flask
+        return RedirectResponse(where + f"?{request.url.query}" * bool(request.url.query), 308)
+    return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
+def _refused(status: int, error: str):
+    return lambda request: JSONResponse({"error": error}, status_code=status)
+
+
+FILES_OFF = "Files translation are disabled on this server."
+OFF_ROUTES = [  # what LibreTranslate 1.9 answers with these features off (its default)
+    Route("/suggest", _refused(403, "Suggestions are disabled on this server."),
+          methods=["POST"]),
+    Route("/translate_file", _refused(403, FILES_OFF), methods=["POST"]),
+    Route("/download_file/{name}", _refused(400, FILES_OFF))]
+
+
 def create_app(service: Service) -> Starlette:
     """The routes of the module docstring over ``service``; ``service.close()`` when the
     server stops (after the requests it accepted have their answers)."""
@@ -143,8 +174,7 @@ def create_app(service: Service) -> Starlette:
     async def detect_language(request: Request) -> Response:  # LibreTranslate's /detect
         fields = await read_fields(request, service.limits, service.keys)
         items, single = text_items(fields, service.limits)
-        found = [[{"confidence": round(100 * p, 1), "language": lang}]
-                 for lang, p in map(detect, items)]
+        found = [[d] for d in detections(items)]
         return JSONResponse(found[0] if single else found)
 
     slots = asyncio.Semaphore(ATTENTION_SLOTS)  # what /attention holds in memory, in total
@@ -175,22 +205,17 @@ def create_app(service: Service) -> Starlette:
             raise ApiError(503, str(e)) from None
         return Response(data, media_type="font/otf", headers=FONT_HEADERS)
 
-    def static(path: Path, media_type: str, headers: dict | None = None):
-        return lambda request: FileResponse(path, media_type=media_type, headers=headers)
-
-    async def not_found(request: Request, exc: HTTPException) -> Response:
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
-
     routes = [
         Route("/translate", translate, methods=["POST"]),
+        Route("/frontend/settings", lambda _: JSONResponse(service.frontend_settings())),
+        *OFF_ROUTES,
         Route("/languages", lambda _: JSONResponse(service.pair.languages()), methods=["GET"]),
         Route("/detect", detect_language, methods=["POST"]),
         Route("/attention", attention, methods=["POST"]),
         Route("/health", lambda _: JSONResponse(service.health()), methods=["GET"]),
-        Route("/", static(STATIC / "page.html", "text/html; charset=utf-8", PAGE_HEADERS)),
-        Route("/page.js", static(STATIC / "page.js", "text/javascript; charset=utf-8")),
-        Route("/view.js", static(VIEW_STATIC / "view.js", "text/javascript; charset=utf-8")),
+        Route("/", _static(STATIC / "page.html", "text/html; charset=utf-8", PAGE_HEADERS)),
+        Route("/page.js", _static(STATIC / "page.js", "text/javascript; charset=utf-8")),
+        Route("/view.js", _static(VIEW_STATIC / "view.js", "text/javascript; charset=utf-8")),
         Route("/font.otf", font),
     ]
     # LibreTranslate answers browsers of any origin (web apps, extensions): so do we
@@ -203,7 +228,7 @@ def create_app(service: Service) -> Starlette:
         service.close()
 
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                     exception_handlers={HTTPException: not_found})
+                     exception_handlers={HTTPException: _not_found})
 
 
 def serve(cfg) -> dict:

@@ -87,6 +87,16 @@ class Service:
     def close(self) -> None:
         self.batcher.close()
 
+    def frontend_settings(self) -> dict:
+        """``GET /frontend/settings``: LibreTranslate's defaults (no file translation, no
+        suggestions), this server's limit and keys, its one pair."""
+        names = {c["code"]: c["name"] for c in self.pair.languages()}
+        return {"charLimit": self.limits.max_chars, "frontendTimeout": 500,
+                "apiKeys": self.keys is not None, "keyRequired": self.keys is not None,
+                "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                "language": {side: {"code": code, "name": names[code]} for side, code in
+                             (("source", self.pair.source), ("target", self.pair.target))}}
+
     # ------------------------------------------------------------------ the routes' side
     async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None
                         ) -> tuple[list[list[str]], int]:

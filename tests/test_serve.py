@@ -185,7 +185,7 @@ def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
     done = [service._attention(t, s) for t, s in zip(items, ids)]
     whole = {"translatedText": [t for t, _ in done],
              "view": inline_data(service.name, [d for _, pairs in done for d, _ in pairs])}
-    assert service._attention_json(done) == json.dumps(
+    assert service._attention_json([t for t, _ in done], done) == json.dumps(
         whole, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 

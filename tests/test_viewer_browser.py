@@ -26,6 +26,7 @@ from conftest import (
     view_palette,
 )
 from tinymt.bench.serve_speed import ServerProcess
+from tinymt.text import plan
 from tinymt.translate import translate
 
 pytestmark = pytest.mark.slow
@@ -195,10 +196,10 @@ SHOWN = 400  # the view draws the first 400 tokens a side (MAX_TOKENS of view.js
 # the page has drawn the typed lines: its view's probes are these lines and #out has a
 # translation for each (an answer to half-typed text does not pass). A function, not an
 # expression: Playwright evaluates a bare expression with eval, which the page's CSP forbids.
-DRAWN = """(lines) => document.querySelector('#tinymt-attention').dataset.ready === 'true'
-  && document.querySelectorAll('#out li').length === lines.length
+DRAWN = """([lines, sentences]) => document.querySelector('#tinymt-attention').dataset.ready
+  === 'true' && document.querySelectorAll('#out li').length === lines.length
   && JSON.stringify([...document.querySelectorAll('#probe option')].map((o) => o.textContent))
-     === JSON.stringify(lines)"""
+     === JSON.stringify(sentences)"""
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,7 @@ def open_page(browser, server):
 def type_lines(page, lines: list[str]) -> None:
     """Type ``lines`` into #q with key events and wait for their translations and view."""
     page.locator("#q").press_sequentially("\n".join(lines))
-    page.wait_for_function(DRAWN, arg=lines, timeout=60_000)
+    page.wait_for_function(DRAWN, arg=[lines, plan(lines, "zh")[0]], timeout=60_000)
 
 
 def served(server, lines: list[str]) -> tuple[list[str], list[dict]]:
@@ -236,8 +237,8 @@ def served(server, lines: list[str]) -> tuple[list[str], list[dict]]:
     status, shown = post_json(f"{server.base}/attention", {"q": lines})
     assert status == 200, shown
     assert shown["translatedText"] == answer["translatedText"]
-    docs = list(shown["view"]["docs"].values())  # one a probe, in the order of the lines
-    assert [d["sentence"] for d in docs] == lines
+    docs = list(shown["view"]["docs"].values())  # one a probe: the lines' sentences in order
+    assert [d["sentence"] for d in docs] == plan(lines, "zh")[0]  # (markup alone: none)
     return answer["translatedText"], docs
 
 
@@ -265,16 +266,32 @@ def test_the_server_page_shows_every_head(browser, server, tmp_path):
     page.close()
 
 
+def test_a_paragraph_typed_on_the_page_gives_every_sentence_and_its_heads(browser, server):
+    """One line of two sentences: one translation, each sentence's own joined by a space
+    (as /translate answers), and a probe with its maps for each sentence."""
+    page, problems = open_page(browser, server)
+    line = "他喜欢猫吗？" + SHOWCASE
+    type_lines(page, [line])
+    texts, docs = served(server, [line])
+    alone, _ = served(server, ["他喜欢猫吗？", SHOWCASE])
+    assert page.locator("#out li").all_text_contents() == texts == [" ".join(alone)]
+    assert [d["sentence"] for d in docs] == ["他喜欢猫吗？", SHOWCASE]
+    assert not problems, problems
+    page.close()
+
+
 def test_the_server_page_shows_hostile_text_as_text(browser, server):
-    """Markup typed as sentences (one a line) stays text everywhere the page shows it."""
+    """Markup typed as sentences (one a line) stays text everywhere the page shows it;
+    a line of markup alone comes back as it was, with no maps."""
     page, problems = open_page(browser, server)
     type_lines(page, HOSTILE)
     texts, docs = served(server, HOSTILE)
     assert page.locator("#out li").all_text_contents() == texts
-    for k, line in enumerate(HOSTILE):
+    assert texts[1:3] == HOSTILE[1:3] and len(docs) == 3  # 我喜欢 | 猫。: U+2028 ends a line
+    for k, doc in enumerate(docs):
         page.locator("#probe").select_option(f"probe_{k}")
         page.locator("#tinymt-attention[data-ready='true']").wait_for()
-        assert page.locator("#sentence").text_content() == line
+        assert page.locator("#sentence").text_content() == doc["sentence"]
         cross = np.asarray(docs[k]["kinds"]["cross"]["weights"])[0, :, :SHOWN, :SHOWN]
         page.locator("#mode").select_option("matrix")
         page.locator("#kind").select_option("cross")

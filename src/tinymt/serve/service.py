@@ -66,12 +66,13 @@ class Service:
         docs = attention_documents(self.run, [item], [ids], [out], self.device)
         return self.run.tgt_tokenizer.decode(out), [(d, document_json(d)) for d in docs]
 
-    def _attention_json(self, done: list[tuple[str, list[tuple[dict, str]]]]) -> bytes:
+    def _attention_json(self, texts: list[str], done: list[tuple[str, list[tuple[dict, str]]]]
+                        ) -> bytes:
         """The answer around the documents' JSON (``dumps`` of it whole, byte for byte)."""
         pairs = [pair for _, pairs in done for pair in pairs]
         view = inline_data(self.name, [{**d, "kinds": {}} for d, _ in pairs])
         docs = ",".join(f"{dumps(k)}:{j}" for k, (_, j) in zip(view.pop("docs"), pairs))
-        head = dumps({"translatedText": [t for t, _ in done], "view": {**view, "docs": {}}})
+        head = dumps({"translatedText": texts, "view": {**view, "docs": {}}})
         return (head[:-3] + docs + "}}}").encode()  # head ends with "docs":{}}}
 
     def start(self) -> None:
@@ -117,12 +118,19 @@ class Service:
         return out, kept
 
     async def attention(self, items: list[str]) -> bytes:
-        """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON; one
-        task a sentence, so that sentences to translate go in between."""
-        ids = source_ids(self.run, items, warn=lambda _: None)
-        done = [await self._wait(Job(fn=functools.partial(self._attention, item, s)))
-                for item, s in zip(items, ids)]
-        return self._attention_json(done)  # (joins megabytes of JSON: ~10 ms)
+        """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the
+        items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
+        one task a sentence (sentences to translate go in between), the rest translated."""
+        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source)
+        ids = source_ids(self.run, sents, warn=lambda _: None)
+        drawn = ids[:self.attention_items]
+        done = [await self._wait(Job(fn=functools.partial(self._attention, sent, s)))
+                for sent, s in zip(sents, drawn)]
+        rest = await self._wait(Job(ids[len(drawn):], 1)) if len(ids) > len(drawn) else []
+        texts = [t for t, _ in done] + [self.run.tgt_tokenizer.decode(h[0][0]) if h else ""
+                                        for h in rest]
+        items = [assemble(parts, texts, self.pair.target) for parts in plans]
+        return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
 
     async def _wait(self, job: Job, arrival: Arrival | None = None):
         loop = asyncio.get_running_loop()

@@ -258,7 +258,8 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
 @pytest.mark.slow
 def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
     """LibreTranslate 1.9's page and apps ask for its settings and may call /suggest,
-    /translate_file, or //translate: they get its defaults, its 403s, its redirect."""
+    /translate_file, or //translate: they get its defaults, its 403s, its redirect; and
+    format=html translates the text between the markup, keeping markup, code, comments."""
     import httpx2
 
     status, body = http_get(f"{greedy.base}/frontend/settings")
@@ -275,6 +276,13 @@ def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
                     "target": "en"}, follow_redirects=True, trust_env=False, timeout=60)
     assert [h.status_code for h in r.history] == [308]
     assert r.json() == ask(greedy.base, SENTENCES[0])[1]
+    # format=html: the text between the markup translated, the markup and code kept
+    t0, t1 = (ask(greedy.base, s)[1]["translatedText"] for s in SENTENCES[:2])
+    page = (f'<p class="a">{SENTENCES[0]}</p><script>var b = "<b>" && 1;</script>'
+            f'<b>{SENTENCES[1]}</b> &amp; <pre>a &lt; {SENTENCES[2]}</pre><!-- {SENTENCES[3]} -->')
+    assert ask(greedy.base, page, format="html")[1] == {"translatedText": (
+        f'<p class="a">{t0}</p><script>var b = "<b>" && 1;</script><b>{t1}</b> &amp; '
+        f'<pre>a &lt; {SENTENCES[2]}</pre><!-- {SENTENCES[3]} -->'), "untranslatedSegments": 1}
 
 
 def _concurrently(base: str, sentences: list[str], clients: int, **fields) -> list:
@@ -539,7 +547,7 @@ def _answer(body: bytes, kind: str, limits: Limits, beam: int = 1, keys=None,
         fields = await read_fields(request, limits, keys)
         req = translate_request(fields, limits, PAIR, beam)
         return JSONResponse({"items": req.items, "single": req.single, "auto": req.auto,
-                             "alternatives": req.alternatives})
+                             "alternatives": req.alternatives, "html": req.html})
 
     scope = {"type": "http", "method": "POST", "path": "/translate", "headers": headers,
              "query_string": query}
@@ -600,8 +608,8 @@ def _expected_error(f: dict, limits: Limits, beam: int) -> str | None:
             return f"Invalid request: missing {name} parameter"
     if f["source"].strip().lower() not in ("zh", "auto") or f["target"].strip().lower() != "en":
         return f"{f['source']}→{f['target']} is not a language pair this server translates"
-    if (f.get("format") or "text") != "text":
-        return "Invalid request: format="
+    if (f.get("format") or "text") not in ("text", "html"):
+        return f"{f['format']} format is not supported"
     a = f.get("alternatives", 0)
     if isinstance(a, str) and a.strip().lstrip("-").isdigit():
         a = int(a.strip())
@@ -621,7 +629,7 @@ HOSTILE = {  # ...and what may be put in its place, a few fields at a time
                    st.lists(st.text(alphabet="猫\x00", max_size=30), min_size=1, max_size=3)),
     "source": st.sampled_from(["en", "de", "", " ", 3, None]),
     "target": st.sampled_from(["zh", "fr", "", 5, None]),
-    "format": st.sampled_from(["html", 1, None]),
+    "format": st.sampled_from(["html", "xml", 1, "", None]),
     "alternatives": st.one_of(st.integers(-2, 6), st.sampled_from(["-1", "x", "", True, 1.0, "4"])),
     "api_key": st.sampled_from(["k2", "", 7]),
 }
@@ -683,6 +691,7 @@ def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as
         assert (status, answer) == (200, {
             "items": [q] if isinstance(q, str) else q, "single": isinstance(q, str),
             "auto": fields["source"].strip().lower() == "auto",
-            "alternatives": min(int(a) if isinstance(a, str) else a, beam - 1)}), (fields, answer)
+            "alternatives": min(int(a) if isinstance(a, str) else a, beam - 1),
+            "html": fields.get("format") == "html"}), (fields, answer)
     else:
         assert _is_error(status, answer, 400).startswith(expected), (fields, answer, expected)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from html import escape
+from html.parser import HTMLParser
 
 import pysbd
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
@@ -31,10 +33,20 @@ def _identifier() -> LanguageIdentifier:  # 0.6 s: loaded on first use
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
-def detect(text: str) -> tuple[str, float]:
-    """The language of ``text`` (ISO 639-1) and py3langid's probability for it (0..1)."""
-    lang, p = _identifier().classify(text)
-    return lang, float(p)
+# LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
+# languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
+LIBRETRANSLATE = frozenset(
+    "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
+    "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
+
+
+def detect(text: str, among: frozenset[str] | None = None) -> tuple[str, float]:
+    """The language of ``text`` (ISO 639-1) and py3langid's probability for it (0..1),
+    ``among`` these languages when given (their probabilities renormalised)."""
+    ranked = [(lang, float(p)) for lang, p in _identifier().rank(text)
+              if among is None or lang in among]
+    total = sum(p for _, p in ranked)
+    return ranked[0][0], ranked[0][1] / total if total > 0 else 0.0
 
 
 def in_language(segment: str, source: str) -> bool:
@@ -102,3 +114,46 @@ def assemble(parts: list[str | int], translations: Sequence[str], target: str) -
                 continue  # (the spaces between two English sentences, into Chinese)
             out.append(part)
     return "".join(out)
+
+
+class _Markup(HTMLParser):
+    """HTML as parts: ``(False, markup or text as written)`` or ``(True, text to translate,
+    decoded)``; what <script>, <style>, <code> and <pre> hold is kept (html.parser: the
+    standard library's, forgiving of broken markup, as browsers are)."""
+
+    KEEP = {"script", "style", "code", "pre"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[tuple[bool, str]] = []
+        self.kept = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.parts.append((False, self.get_starttag_text()))
+        self.kept += tag in self.KEEP
+
+    def handle_startendtag(self, tag, attrs):
+        self.parts.append((False, self.get_starttag_text()))
+
+    def handle_endtag(self, tag):
+        self.parts.append((False, f"</{tag}>"))
+        self.kept -= tag in self.KEEP and self.kept > 0
+
+    def handle_data(self, data):  # (inside <script>, <style> the parser decodes nothing)
+        self.parts.append((False, data) if self.cdata_elem else
+                          (False, escape(data, quote=False)) if self.kept else (True, data))
+
+    def handle_comment(self, data):
+        self.parts.append((False, f"<!--{data}-->"))
+
+    def handle_decl(self, decl):
+        self.parts.append((False, f"<!{decl}>"))
+
+
+def html_parts(markup: str) -> list[tuple[bool, str]]:
+    """``markup`` as ``(is text to translate, string)`` parts (:class:`_Markup`): the text
+    is decoded; translated, it is to be escaped again (``html.escape``)."""
+    parser = _Markup()
+    parser.feed(markup)
+    parser.close()
+    return parser.parts

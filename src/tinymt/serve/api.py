@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import detect
+from tinymt.text import LIBRETRANSLATE, detect
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
@@ -78,6 +78,7 @@ class TranslateRequest:
     single: bool  # q was a string (the answer holds strings, not lists)
     auto: bool  # source=auto
     alternatives: int
+    html: bool = False  # format=html: the text between the markup is translated
 
 
 # ----------------------------------------------------------------------------- reading
@@ -188,9 +189,8 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
             raise ApiError(400, f"Invalid request: missing {name} parameter")
     auto = pair.check(fields["source"], fields["target"])
     fmt = fields.get("format") or "text"  # empty or null: text, as LibreTranslate reads it
-    if fmt != "text":
-        raise ApiError(400, f"Invalid request: format={str(fmt)[:40]!r}: this server "
-                            "translates plain text only (format=text)")
+    if fmt not in ("text", "html"):
+        raise ApiError(400, f"{str(fmt)[:40]} format is not supported")  # LibreTranslate's
     alternatives = fields.get("alternatives", 0)
     if isinstance(alternatives, str) and alternatives.strip().lstrip("-").isdigit():
         alternatives = int(alternatives.strip())
@@ -198,7 +198,7 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
         raise ApiError(400, "Invalid request: alternatives must be an integer from 0 to "
                             f"{MAX_ALTERNATIVES}")
     # cut to what the search has (LibreTranslate answers what it has, no error)
-    return TranslateRequest(items, single, auto, min(alternatives, beam - 1))
+    return TranslateRequest(items, single, auto, min(alternatives, beam - 1), fmt == "html")
 
 
 # ----------------------------------------------------------------------------- answers
@@ -219,4 +219,5 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair)
 
 def detections(items: list[str]) -> list[dict]:
     """Each item's language as LibreTranslate reports it (py3langid's; confidence in %)."""
-    return [{"confidence": round(100 * p, 1), "language": lang} for lang, p in map(detect, items)]
+    return [{"confidence": round(100 * p, 1), "language": lang}
+            for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import sys
+from html import escape
 from types import SimpleNamespace
 
 from omegaconf import OmegaConf
@@ -21,7 +22,7 @@ from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
 from tinymt.serve.api import ApiError, Limits, Pair
 from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher
-from tinymt.text import assemble, plan
+from tinymt.text import assemble, html_parts, plan
 from tinymt.translate import attention_documents, search, source_ids, view_name
 from tinymt.viewer.document import document_json, dumps
 from tinymt.viewer.html import inline_data
@@ -99,22 +100,31 @@ class Service:
                              (("source", self.pair.source), ("target", self.pair.target))}}
 
     # ------------------------------------------------------------------ the routes' side
-    async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None
-                        ) -> tuple[list[list[str]], int]:
+    async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None,
+                        html: bool = False) -> tuple[list[list[str]], int]:
         """Each item's ``nbest`` translations, best first, its sentences translated as one
-        batch (:mod:`tinymt.text`: the k-th of an item is each sentence's k-th; an item of
-        no sentence: none), and how many segments were kept as they are (no word of the
-        source language). A sentence longer than the model takes is cut to fit, as
-        ``translate.py`` does; ``arrival``: the request's (:meth:`MicroBatcher.arrival`)."""
-        sents, plans, kept = await asyncio.to_thread(plan, items, self.pair.source)  # ~1 ms
+        batch (:mod:`tinymt.text`: the k-th of an item is each sentence's k-th; ``html``:
+        the text between its markup, the markup kept), and how many segments were kept as
+        they were (no word of the source language). A sentence longer than the model takes
+        is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
+        def prepare():  # (~1 ms a paragraph: off the event loop)
+            units = [html_parts(t) if html else [(True, t)] for t in items]
+            return units, plan([s for parts in units for text, s in parts if text], source)
+        source, tgt = self.pair.source, self.pair.target
+        units, (sents, plans, kept) = await asyncio.to_thread(prepare)
         ids = source_ids(self.run, sents, warn=lambda _: None)
         hyps = await self._wait(Job(ids, nbest), arrival)
         texts = [[self.run.tgt_tokenizer.decode(toks) for toks, _ in h] or [""] for h in hyps]
-        out = []
-        for parts in plans:
-            n = max((len(texts[p]) for p in parts if isinstance(p, int)), default=0)
-            out.append([assemble(parts, [t[min(k, len(t) - 1)] for t in texts], self.pair.target)
-                        for k in range(max(n, 1))])  # (none: the item as it is)
+        plans, out = iter(plans), []
+        for parts in units:
+            nodes = [next(plans) if text else s for text, s in parts]  # a plan, or markup
+            n = max((len(texts[i]) for p in nodes if isinstance(p, list) for i in p
+                     if isinstance(i, int)), default=1)
+            kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(n)]
+            out.append(["".join(p if isinstance(p, str) else escape(assemble(p, kth[k], tgt),
+                                                                     quote=False) if html
+                                else assemble(p, kth[k], tgt) for p in nodes)
+                        for k in range(n)])
         return out, kept
 
     async def attention(self, items: list[str]) -> bytes:

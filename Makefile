@@ -10,11 +10,13 @@ TORCH  ?= torch==2.13.0
 
 .PHONY: demo test tour install lint clean mutation
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
+	# tests/test_libretranslate_page.py: LibreTranslate's own web page (its files only)
+	$(PY) -m pip install -q --no-deps 'libretranslate==1.9.6'
 	touch $@
 
 install: $(VENV)/.installed

@@ -51,3 +51,11 @@ def test_detection_names_the_language_with_a_probability():
                        ("Un homme fait du vélo.", "fr"), ("Clever people go to school.", "en")]:
         found, p = detect(text)
         assert found == lang and 0.5 < p <= 1.0
+
+
+def test_a_kept_segment_next_to_a_sentence_gets_the_target_s_space():
+    sents, (parts,), kept = plan(["他喜欢猫吗？https://x.org\t123"], "zh")
+    assert sents == ["他喜欢猫吗？"] and kept == 1
+    assert assemble(parts, ["Does he like cats?"], "en") == "Does he like cats? https://x.org\t123"
+    sents, (parts,), _ = plan(["Does he like cats? Yes."], "en")
+    assert assemble(parts, ["他喜欢猫吗？", "喜欢。"], "zh") == "他喜欢猫吗？喜欢。"

@@ -98,21 +98,23 @@ def plan(texts: Sequence[str], source: str) -> tuple[list[str], list[list[str | 
 
 
 def assemble(parts: list[str | int], translations: Sequence[str], target: str) -> str:
-    """A text's parts joined, each sentence index replaced by its translation; two
-    sentences with nothing between them get the space ``target`` puts there."""
+    """A text's parts joined, each sentence index replaced by its translation; where a
+    translation touches its neighbour (Chinese puts no space between sentences) it gets the
+    space ``target`` puts there."""
     out: list[str] = []
+    last = None  # the previous part that was not empty
     for part in parts:
         if part == "":
             continue
-        if isinstance(part, int):
-            if out and out[-1] != "" and not out[-1][-1:].isspace() and target not in UNSPACED:
-                out.append(" ")
-            out.append(translations[part])
-        else:
-            if (target in UNSPACED and out and out[-1][-1:] not in ("", "\n")
-                    and part.isspace() and "\n" not in part):
-                continue  # (the spaces between two English sentences, into Chinese)
-            out.append(part)
+        piece = translations[part] if isinstance(part, int) else part
+        if (target in UNSPACED and isinstance(part, str) and part.isspace()
+                and "\n" not in part and isinstance(last, int)):
+            continue  # (the spaces after an English sentence, into Chinese)
+        if (out and target not in UNSPACED and (isinstance(part, int) or isinstance(last, int))
+                and not out[-1][-1:].isspace() and piece[:1] and not piece[:1].isspace()):
+            out.append(" ")
+        out.append(piece)
+        last = part
     return "".join(out)
 
 

@@ -38,6 +38,9 @@ def test_a_paragraph_is_its_sentences_and_its_spacing(pairs, data):
     ("zh", "他喜欢猫吗？", False), ("zh", "我喜欢Python。", False),
     ("de", "Clever people go to school every day.", True), ("de", "他喜欢猫吗？", True),
     ("de", "Ein Hund rennt durch den Schnee.", False), ("de", "Hund", False),
+    # a corpus's own names (text_files: src, tgt): letters are enough; zh-CN is zh
+    ("src", "Ein Hund rennt durch den Schnee.", False), ("src", "w12 w3", False),
+    ("src", "123 :)", True), ("zh-CN", "他喜欢猫吗？", False), ("zh_Hans", "Hello there.", True),
 ])
 def test_what_holds_no_word_of_the_source_language_is_kept(source, text, kept):
     assert in_language(text, source) is not kept

@@ -53,14 +53,23 @@ def in_language(segment: str, source: str) -> bool:
     """Does ``segment`` hold a word of ``source``? Not without a letter (of the source's
     script for Chinese and Japanese: no digits only, URL, emoji, English into a Chinese
     model), nor when it is confidently another language (German into an English model)."""
-    if not _SCRIPT.get(source, _LETTER).search(segment):
+    code = language_code(source)
+    if not _SCRIPT.get(code, _LETTER).search(segment):
         return False
+    if code not in _identifier().nb_classes:  # a corpus's own name (text_files: "src")
+        return True
     lang, p = detect(segment)
-    return lang == source or p < CONFIDENT
+    return lang == code or p < CONFIDENT
+
+
+def language_code(name: str) -> str:
+    """A data config's language name as py3langid and pysbd know it: ``zh-CN`` -> ``zh``."""
+    return name.strip().lower().replace("_", "-").split("-")[0]
 
 
 @functools.cache
 def _segmenter(lang: str) -> pysbd.Segmenter:
+    lang = language_code(lang)
     return pysbd.Segmenter(language=lang if lang in pysbd.languages.LANGUAGE_CODES else "en",
                            clean=False, char_span=True)
 

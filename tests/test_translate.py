@@ -222,8 +222,8 @@ def test_attention_figure_file_and_folder(tiny_run, tmp_path):
     folder = tmp_path / "maps"
     translate(cfg_for(tiny_run, f"attention={folder}",
                       "attention_kinds=[cross,decoder_self,encoder_self]"),
-              ["他喜欢猫吗？", "", "我们每天去学校。"])
-    assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.png"]
+              ["他喜欢猫吗？", "", "我们每天去学校。他喜欢猫吗？"])
+    assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.1.png", "line3.2.png"]
     with pytest.raises(TinyMTError, match="give a folder"):
         translate(cfg_for(tiny_run, f"attention={png}"), ["他喜欢猫吗？", "我们每天去学校。"])
 

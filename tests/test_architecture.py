@@ -74,7 +74,7 @@ CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding
 # (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + real text:
 # tinymt.text, format=html and LibreTranslate's routes)
 BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_320),
-           "src/tinymt": (("**/*.py",), 14_450)}
+           "src/tinymt": (("**/*.py",), 14_470)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

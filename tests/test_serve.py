@@ -250,6 +250,9 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
         assert answer == {"translatedText": " ".join(expected[:3]) + "\n\n123 :)",
                           "untranslatedSegments": 1}
         assert lt.detect("Ein Hund rennt durch den Schnee.")[0]["language"] == "de"
+        assert ask(server.base, "Clever people go to school every day.", source="auto") == (
+            400, {"error": "en→en is not a language pair this server translates: it "
+                           "translates zh→en"})  # never a translation made up
     finally:
         if server is not greedy:
             assert server.stop()[0] == 0

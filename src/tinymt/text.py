@@ -3,10 +3,8 @@ kept as it is, the translations put back with the input's line breaks and spacin
 
 ``plan(texts, source)`` -> the sentences to translate and, per text, its parts (a string
 kept as it is, or the index of a sentence); ``assemble(parts, translations, target)``
-joins them. Segmentation is pysbd's: on our test sets (paragraphs of 2-5 sentences of
-Multi30k de/en/fr, Tatoeba zh/en, the built-in corpus) it split every paragraph whose
-sentences end in a full stop, sentencex 98.9-100 % (docs/serve.md, "Text in"). Language
-identification is py3langid's (its model ships in the wheel: nothing is downloaded).
+joins them. Segmentation by pysbd, language identification by py3langid (its model in the
+wheel); why these and how well they do: docs/serve.md, "Text in".
 """
 
 from __future__ import annotations
@@ -129,8 +127,7 @@ def assemble(parts: list[str | int], translations: Sequence[str], target: str) -
 
 class _Markup(HTMLParser):
     """HTML as parts: ``(False, markup or text as written)`` or ``(True, text to translate,
-    decoded)``; what <script>, <style>, <code> and <pre> hold is kept (html.parser: the
-    standard library's, forgiving of broken markup, as browsers are)."""
+    decoded)``; what <script>, <style>, <code>, <pre> hold is kept (html.parser: forgiving)."""
 
     KEEP = {"script", "style", "code", "pre"}
 

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import LIBRETRANSLATE, detect
+from tinymt.text import CONFIDENT, LIBRETRANSLATE, detect
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
@@ -212,12 +212,19 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair)
         alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
         out["alternatives"] = alts[0] if req.single else alts
     if req.auto:
-        detected = detections(req.items)
+        detected = detections(req.items, pair)
         out["detectedLanguage"] = detected[0] if req.single else detected
     return out
 
 
-def detections(items: list[str]) -> list[dict]:
-    """Each item's language as LibreTranslate reports it (py3langid's; confidence in %)."""
-    return [{"confidence": round(100 * p, 1), "language": lang}
-            for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
+def detections(items: list[str], pair: Pair | None = None) -> list[dict]:
+    """Each item's language as LibreTranslate reports it (py3langid's; confidence in %);
+    with ``pair`` (``source=auto``), an item confidently in another language than its
+    source is LibreTranslate's 400 naming the pair, rather than a translation made up."""
+    found = [{"confidence": round(100 * p, 1), "language": lang}
+             for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
+    for d in found if pair else []:
+        if d["language"] != pair.source and d["confidence"] >= 100 * CONFIDENT:
+            raise ApiError(400, f"{d['language']}→{pair.target} is not a language pair this "
+                                f"server translates: it translates {pair.source}→{pair.target}")
+    return found

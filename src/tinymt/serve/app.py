@@ -164,6 +164,8 @@ def create_app(service: Service) -> Starlette:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair, service.decode.beam)
+            if req.auto:  # another language than the model's: a 400 before any work
+                detections(req.items, service.pair)
             nbests, kept = await service.translate(req.items, req.alternatives + 1, arrival,
                                                    req.html)
         answer = translate_answer(req, nbests, service.pair)

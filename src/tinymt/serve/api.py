@@ -20,9 +20,10 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import CONFIDENT, LIBRETRANSLATE, detect
+from tinymt.text import CONFIDENT, LIBRETRANSLATE, SENTENCE_END, detect
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+MAX_SENTENCES = 1024  # a request's, all its items together
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
 MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
 LANGUAGE_NAMES = {
@@ -176,6 +177,8 @@ def text_items(fields: Mapping, limits: Limits, max_items: int | None = None
                                 f"most {limits.max_chars:,}")
         if "\x00" in text:
             raise ApiError(400, "Invalid request: q holds a NUL character")
+    if sum(len(SENTENCE_END.findall(t)) for t in items) >= MAX_SENTENCES:  # (pysbd: 0.3 ms each)
+        raise ApiError(400, f"Invalid request: q holds more than {MAX_SENTENCES:,} sentences")
     return items, single
 
 

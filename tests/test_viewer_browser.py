@@ -338,16 +338,19 @@ def test_the_html_file_shows_hostile_text_as_text(browser, tiny_run, tmp_path):
     ``<!--<script>`` (only ``</`` was escaped in its inlined data); every line now shows as
     text, nothing in it runs."""
     target = tmp_path / "maps.html"
-    translate(compose_translate(f"run={tiny_run}", f"attention={target}"), HOSTILE)
+    lines = [f"猫{line}" for line in HOSTILE]  # Chinese in each: every line is translated
+    translate(compose_translate(f"run={tiny_run}", f"attention={target}"), lines)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(target.as_uri())
     page.locator("#tinymt-attention[data-ready='true']").wait_for(timeout=60_000)
-    for k, line in enumerate(HOSTILE):
+    sentences = plan(lines, "zh")[0]  # a probe a sentence (U+2028 ends a line)
+    assert len(sentences) >= len(lines)
+    for k, sentence in enumerate(sentences):
         page.locator("#probe").select_option(f"probe_{k}")
         page.locator("#tinymt-attention[data-ready='true']").wait_for()
-        assert page.locator("#sentence").text_content() == line
+        assert page.locator("#sentence").text_content() == sentence
     assert page.evaluate("() => window.__pwned") is None
     assert page.locator("img, iframe, #tinymt-attention script").count() == 0
     assert not errors, errors

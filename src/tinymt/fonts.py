@@ -127,6 +127,7 @@ class FontBusy(Exception):
 # the last 16 answers are kept (~20 MB at most: a page asks for its characters on reload).
 _CUTTING, _WAITING = threading.Lock(), threading.BoundedSemaphore(4)
 WAIT_S = 10.0  # the longest a request waits for the cut before it
+BUSY = "fonts are being cut for other pages; try again shortly"
 _cutter: list = []  # [process, connection] of the cutting process, started when needed
 _EXITING = threading.Event()
 atexit.register(_EXITING.set)  # runs before multiprocessing.util's, which ends the process
@@ -183,9 +184,9 @@ def refuse_when_busy(query: bytes) -> None:
     taken; called before a route parses it (unquoting 4,096 characters' 36 KB costs the
     event loop ~3 ms: refused only after that, a storm of them slowed every other answer
     5-fold). A page's own short text goes on to the cache."""
-    if len(query) > 4096 and not _WAITING.acquire(blocking=False):
-        raise FontBusy("fonts are being cut for other pages; try again shortly")
     if len(query) > 4096:
+        if not _WAITING.acquire(blocking=False):
+            raise FontBusy(BUSY)
         _WAITING.release()
 
 
@@ -203,12 +204,11 @@ def font_for_query(text: str | None) -> bytes:
 
 @functools.lru_cache(maxsize=16)
 def _font(chars: str) -> bytes:
-    busy = FontBusy("fonts are being cut for other pages; try again shortly")
     if not _WAITING.acquire(blocking=False):
-        raise busy
+        raise FontBusy(BUSY)
     try:
         if not _CUTTING.acquire(timeout=WAIT_S):
-            raise busy
+            raise FontBusy(BUSY)
         try:
             return _cut(chars)
         finally:

@@ -31,13 +31,6 @@ def _identifier() -> LanguageIdentifier:  # 0.6 s: loaded on first use
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
-# LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
-# languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
-LIBRETRANSLATE = frozenset(
-    "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
-    "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
-
-
 def detect(text: str, among: frozenset[str] | None = None) -> tuple[str, float]:
     """The language of ``text`` (ISO 639-1) and py3langid's probability for it (0..1),
     ``among`` these languages when given (their probabilities renormalised)."""

@@ -20,9 +20,14 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import CONFIDENT, LIBRETRANSLATE, SENTENCE_END, detect
+from tinymt.text import CONFIDENT, SENTENCE_END, detect
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
+# LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
+# languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
+LIBRETRANSLATE = frozenset(
+    "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
+    "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
 MAX_SENTENCES = 1024  # a request's, all its items together
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
 MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
@@ -205,29 +210,30 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
 
 
 # ----------------------------------------------------------------------------- answers
-def translate_answer(req: TranslateRequest, nbests: list[list[str]], pair: Pair) -> dict:
+def translate_answer(req: TranslateRequest, nbests: list[list[str]],
+                     detected: list[dict] | None = None) -> dict:
     """LibreTranslate's answer: each item's best translation, its alternatives (the next
-    best of the n-best) when asked for, and the language py3langid finds when the source
-    was ``auto``."""
+    best of the n-best) when asked for, and ``detected`` (``source=auto``)."""
     best = [hyps[0] if hyps else "" for hyps in nbests]
     out: dict = {"translatedText": best[0] if req.single else best}
     if req.alternatives:
         alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
         out["alternatives"] = alts[0] if req.single else alts
-    if req.auto:
-        detected = detections(req.items, pair)
+    if detected is not None:
         out["detectedLanguage"] = detected[0] if req.single else detected
     return out
 
 
-def detections(items: list[str], pair: Pair | None = None) -> list[dict]:
-    """Each item's language as LibreTranslate reports it (py3langid's; confidence in %);
-    with ``pair`` (``source=auto``), an item confidently in another language than its
-    source is LibreTranslate's 400 naming the pair, rather than a translation made up."""
-    found = [{"confidence": round(100 * p, 1), "language": lang}
-             for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
-    for d in found if pair else []:
-        if d["language"] != pair.source and d["confidence"] >= 100 * CONFIDENT:
-            raise ApiError(400, f"{d['language']}→{pair.target} is not a language pair this "
-                                f"server translates: it translates {pair.source}→{pair.target}")
-    return found
+def detections(items: list[str]) -> list[dict]:
+    """Each item's language as LibreTranslate reports it: py3langid's, among
+    LibreTranslate's languages, confidence in %."""
+    return [{"confidence": round(100 * p, 1), "language": lang}
+            for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
+
+
+def check_detected(detected: list[dict], pair: Pair) -> None:
+    """``source=auto``: an item confidently in another language than the model's is the
+    400 of a pair this server does not translate, never a translation made up."""
+    for d in detected:
+        if d["confidence"] >= 100 * CONFIDENT:
+            pair.check(d["language"], pair.target)

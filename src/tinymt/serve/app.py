@@ -56,6 +56,7 @@ from tinymt.fonts import (
 )
 from tinymt.serve.api import (
     ApiError,
+    check_detected,
     check_key,
     detections,
     read_fields,
@@ -164,11 +165,11 @@ def create_app(service: Service) -> Starlette:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair, service.decode.beam)
-            if req.auto:  # another language than the model's: a 400 before any work
-                detections(req.items, service.pair)
+            detected = detections(req.items) if req.auto else None
+            check_detected(detected or [], service.pair)  # (a 400 before any work)
             nbests, kept = await service.translate(req.items, req.alternatives + 1, arrival,
                                                    req.html)
-        answer = translate_answer(req, nbests, service.pair)
+        answer = translate_answer(req, nbests, detected)
         if kept:  # segments with no word of the source language, returned as they were
             answer["untranslatedSegments"] = kept
         return JSONResponse(answer)

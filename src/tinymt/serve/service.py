@@ -109,22 +109,24 @@ class Service:
         is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
         def prepare():  # (~1 ms a paragraph: a long text off the event loop)
             units = [html_parts(t) if html else [(True, t)] for t in items]
-            return units, plan([s for parts in units for text, s in parts if text], source)
+            return units, plan([s for parts in units for is_text, s in parts if is_text], source)
         source, tgt = self.pair.source, self.pair.target
         small = sum(map(len, items)) < 2000  # ~0.1 ms: a thread's hop would cost more
         units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
         ids = source_ids(self.run, sents, warn=lambda _: None)
         hyps = await self._wait(Job(ids, nbest), arrival)
         texts = [[self.run.tgt_tokenizer.decode(toks) for toks, _ in h] or [""] for h in hyps]
+        kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
+
+        def text(node: list, k: int) -> str:  # a text node's k-th translation
+            joined = assemble(node, kth[k], tgt)
+            return escape(joined, quote=False) if html else joined
         plans, out = iter(plans), []
         for parts in units:
-            nodes = [next(plans) if text else s for text, s in parts]  # a plan, or markup
+            nodes = [next(plans) if is_text else s for is_text, s in parts]  # a plan, or markup
             n = max((len(texts[i]) for p in nodes if isinstance(p, list) for i in p
-                     if isinstance(i, int)), default=1)
-            kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(n)]
-            out.append(["".join(p if isinstance(p, str) else escape(assemble(p, kth[k], tgt),
-                                                                     quote=False) if html
-                                else assemble(p, kth[k], tgt) for p in nodes)
+                     if isinstance(i, int)), default=1)  # (the n-best may be shorter)
+            out.append(["".join(p if isinstance(p, str) else text(p, k) for p in nodes)
                         for k in range(n)])
         return out, kept
 

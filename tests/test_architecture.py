@@ -72,9 +72,10 @@ SHARED_MAY_IMPORT: dict[str, set[str]] = {}
 CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding/greedy.py")
 # lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold
 # (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + real text:
-# tinymt.text, format=html and LibreTranslate's routes)
-BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_320),
-           "src/tinymt": (("**/*.py",), 14_470)}
+# tinymt.text, format=html, LibreTranslate's routes, spans copied through the attention;
+# the benchmark: + the text pipeline off beside on, /detect's accuracy and latency)
+BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_370),
+           "src/tinymt": (("**/*.py",), 14_620)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

@@ -583,8 +583,12 @@ def test_a_trained_run_decodes_with_ct2_and_serves(tiny_run, tmp_path):
     assert greedy["ct2_float32"]["bleu"] == pytest.approx(greedy["ours_cache"]["bleu"])
     rows = res["serve"]["rows"]
     assert {(r["engine"], r["method"], r["clients"]) for r in rows} == {
-        (e, m, c) for e in ("torch", "ct2") for m in ("one_at_a_time", "micro_batching")
-        for c in (1, 4)}
+        (e, m, c) for e in ("torch", "ct2") for m in ("one_at_a_time", "micro_batching",
+                                                      "text_off") for c in (1, 4)
+        if (e, m) != ("ct2", "text_off")}
+    detected = res["serve"]["detect"]  # 500 lines of each set (or why not: no ../shared)
+    assert isinstance(detected, str) or len(detected) == 5 and all(
+        r["lines"] == 500 and r["correct"] >= 490 and r["p50_ms"] > 0 for r in detected)
     for r in rows:  # every answer arrived, and each equals the sentence translated alone
         assert r["errors"] == 0 and r["equal_to_one_at_a_time"] == r["requests"] == 8
         assert r["p50_ms"] <= r["p99_ms"] and r["server_rss_mib"] > 50

@@ -174,15 +174,16 @@ def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
     text."""
     from hydra import compose, initialize_config_dir
 
-    from tinymt.translate import load_translator, source_ids
+    from tinymt.translate import load_translator, masked_sentences, source_ids
     from tinymt.viewer.html import inline_data
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
         cfg = compose(config_name="serve", overrides=[f"run={tiny_run}", "device=cpu"])
     service = Service(*load_translator(cfg), cfg)
     items = ['他喜欢"猫"吗？\n</script>\0', "", "我请李雷帮我订了去北京的机票。"]
-    ids = source_ids(service.run, items, warn=lambda _: None)
-    done = [service._attention(t, s) for t, s in zip(items, ids)]
+    masked = masked_sentences(service.run, items)
+    ids = source_ids(service.run, [m for m, _ in masked], warn=lambda _: None)
+    done = [service._attention(*args) for args in zip(items, masked, ids)]
     whole = {"translatedText": [t for t, _ in done],
              "view": inline_data(service.name, [d for _, pairs in done for d, _ in pairs])}
     assert service._attention_json([t for t, _ in done], done) == json.dumps(
@@ -249,6 +250,12 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
         status, answer = ask(server.base, "".join(SENTENCES[:3]) + "\n\n123 :)", source="zh-Hans")
         assert answer == {"translatedText": " ".join(expected[:3]) + "\n\n123 :)",
                           "untranslatedSegments": 1}
+        # a number and a URL the vocabulary cannot spell: copied in as translate.py does
+        spans = ["他买了3本书。请看 https://x.org/a?b=1 的机票。"]
+        assert ask(server.base, spans[0])[1]["translatedText"] == (
+            translate(compose_translate("engine=ct2", f"model_dir={model}"), spans,
+                      stdout=io.StringIO())["translations"] if engine == "ct2"
+            else translations(tiny_run, sentences=spans))[0]
         assert lt.detect("Ein Hund rennt durch den Schnee.")[0]["language"] == "de"
         assert ask(server.base, "Clever people go to school every day.", source="auto") == (
             400, {"error": "en→en is not a language pair this server translates: it "

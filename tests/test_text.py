@@ -6,10 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tinymt.corpus import generate_splits
-from tinymt.text import assemble, detect, in_language, plan
+from tinymt.text import MASK, assemble, detect, in_language, mask_spans, plan
 
 TEST = generate_splits(train_size=0, valid_size=0, test_size=200)["test"]
 GAPS = st.sampled_from(["", " ", "  ", "\n", "\n\n", " \n ", "\r\n", "\t"])
+SPANS = st.sampled_from(["3", "25,50", "10:30", "1990", "https://example.com/a?b=1.c",
+                         "www.tinymt.org/x", "li.lei@example.com"])
 
 
 @given(st.lists(st.sampled_from(TEST), min_size=1, max_size=5), st.data())
@@ -62,3 +64,20 @@ def test_a_kept_segment_next_to_a_sentence_gets_the_target_s_space():
     assert assemble(parts, ["Does he like cats?"], "en") == "Does he like cats? https://x.org\t123"
     sents, (parts,), _ = plan(["Does he like cats? Yes."], "en")
     assert assemble(parts, ["他喜欢猫吗？", "喜欢。"], "zh") == "他喜欢猫吗？喜欢。"
+
+
+@given(st.lists(st.tuples(st.sampled_from(TEST), SPANS, st.integers(1, 30)), min_size=1,
+                max_size=4), st.sets(SPANS))
+def test_numbers_urls_and_addresses_are_masked_and_never_cut(rows, spelled):
+    """A span put inside a sentence: the sentence is not cut at its ``?`` or ``.``; it is
+    masked unless the model spells it, and the mask stands for it."""
+    sents = [p.zh[:min(at, len(p.zh) - 1)] + f" {w} " + p.zh[min(at, len(p.zh) - 1):]
+             for p, w, at in rows]
+    found, _, _ = plan(["".join(sents)], "zh")
+    assert found == [s.strip() for s in sents]
+    for sent, (_, written, _) in zip(found, rows):
+        text, spans = mask_spans(sent, lambda s: s in spelled)
+        assert [w for *_, w in spans] == [written]
+        (start, end, w), = spans
+        assert text[start:end] == (w if w in spelled else MASK)
+        assert text[:start] + w + text[end:] == sent

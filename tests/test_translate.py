@@ -7,6 +7,7 @@ one line and exit status 2 is tests/test_cli_errors.py's.
 """
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -336,3 +337,40 @@ def test_a_paragraph_is_translated_sentence_by_sentence(tiny_run):
     assert res["translations"] == [" ".join(alone[:3]), f"{alone[3]} 123 :)", "https://x.org"]
     assert out.getvalue().splitlines() == res["translations"]
     assert len(warnings) == 1 and warnings[0].startswith("2 segment(s)"), warnings
+
+
+def test_a_span_the_vocabulary_cannot_spell_replaces_the_word_that_looks_at_it(tiny_run):
+    """Luong et al.'s unknown-word replacement, written plainly: a number (no digit is in
+    the built-in vocabulary) is read as one <unk>, and the output word whose pieces give
+    that <unk> the most cross-attention (each layer's heads averaged, then the layers) is
+    replaced by it; a URL inside the sentence is one span, not cut at its ``?``."""
+    import torch
+
+    from tinymt.corpus import sample_pairs
+
+    run = load_run(tiny_run, "best", "cpu", "outputs")
+    run.model.eval()
+    lines, expected = [], []
+    for n, (_, pair) in enumerate(sample_pairs(12, 5)):
+        at = 1 + n % (len(pair.zh) - 1)
+        lines.append(f"{pair.zh[:at]}{n + 7}{pair.zh[at:]}")
+        src = run.src_tokenizer.encode(normalize(f"{pair.zh[:at]}\ue000{pair.zh[at:]}"))
+        out = translate_ids(run.model, [src])[0][0][0]
+        with torch.no_grad():
+            _, attn = run.model(torch.tensor([[*src, 3]]), torch.tensor([[2, *out]]),
+                                need_weights=True)
+        k = src.index(UNK_ID)
+        looks = sum(w[0].mean(0)[:len(out), k] for w in attn["cross"]) / len(attn["cross"])
+        words = []  # output words as piece positions
+        for i, piece in enumerate(run.tgt_tokenizer.pieces(out)):
+            if piece.startswith("\u2581") or not words:
+                words.append([])
+            words[-1].append(i)
+        best = max(range(len(words)), key=lambda w: float(sum(looks[i] for i in words[w])))
+        texts = [run.tgt_tokenizer.decode([out[i] for i in w]) for w in words]
+        lead, _, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
+        texts[best] = f"{lead}{n + 7}{trail}"  # the word replaced, its punctuation kept
+        expected.append(" ".join(texts))
+    got = translate(cfg_for(tiny_run), [*lines, "请看 https://x.org/a?b=1 的机票。"])
+    assert got["translations"][:-1] == expected
+    assert "https://x.org/a?b=1" in got["translations"][-1]

@@ -369,6 +369,7 @@ class ServeConfig(EngineConfig):
     send_timeout_s: float = _r(20.0, number(0, 3600, lo_open=True))
     max_connections: int = _r(1000, integer(1, 1_000_000))
     attention_items: int = _r(8, integer(0, 1000, note="0 = no /attention, no page"))
+    text: bool = True
     access_log: bool = False
 
 

@@ -3,7 +3,8 @@ kept as it is, the translations put back with the input's line breaks and spacin
 
 ``plan(texts, source)`` -> the sentences to translate and, per text, its parts (a string
 kept as it is, or the index of a sentence); ``assemble(parts, translations, target)``
-joins them. Segmentation by pysbd, language identification by py3langid (its model in the
+joins them; ``mask_spans`` hides the numbers, URLs and e-mail addresses a model cannot
+spell (put back by :func:`tinymt.translate.copy_spans`). Segmentation by pysbd, language identification by py3langid (its model in the
 wheel); why these and how well they do: docs/serve.md, "Text in".
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 from html.parser import HTMLParser
 
@@ -24,6 +25,10 @@ _SCRIPT = {"zh": re.compile(r"[\u3400-\u9fff\uf900-\ufaff]"),  # a source's lett
 _LETTER = re.compile(r"[^\W\d_]")  # any other source: a letter of any script
 UNSPACED = {"zh", "ja"}  # written without spaces between sentences
 CONFIDENT = 0.8  # py3langid's probability above which a text is taken to be in its language
+SPAN = re.compile(r"(?:https?://|www\.)[!-~]*[\w/=&#~-]"  # a URL (not its last full stop)
+                  r"|[\w.%+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+                  r"|(?<![A-Za-z])\d+(?:[.,:/]\d+)*(?![A-Za-z])", re.ASCII)  # 3, 25,50, 10:30
+MASK = "\ue000"  # a private-use character: in no vocabulary, so the model reads one <unk>
 
 
 @functools.cache
@@ -67,10 +72,11 @@ def _segmenter(lang: str) -> pysbd.Segmenter:
 
 def sentences(line: str, lang: str) -> list[str]:
     """``line`` (no line break) cut into sentences, each with the spacing around it:
-    they join to ``line``."""
+    they join to ``line``; never inside a URL, e-mail address or number (``a?b=1``)."""
     if not SENTENCE_END.search(line.strip()):  # one sentence (pysbd costs ~0.3 ms)
         return [line] if line else []
-    cuts = sorted({0, len(line)} | {s.end for s in _segmenter(lang).segment(line)})
+    inside = {i for m in SPAN.finditer(line) for i in range(m.start() + 1, m.end())}
+    cuts = sorted({0, len(line)} | {s.end for s in _segmenter(lang).segment(line)} - inside)
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
 
 
@@ -95,6 +101,20 @@ def plan(texts: Sequence[str], source: str) -> tuple[list[str], list[list[str | 
             parts.append(line[len(body):])
         plans.append(parts)
     return todo, plans, kept
+
+
+def mask_spans(sentence: str, spells: Callable[[str], bool]
+               ) -> tuple[str, list[tuple[int, int, str]]]:
+    """``sentence`` with each span of :data:`SPAN` the model cannot ``spell`` replaced by
+    :data:`MASK` (a URL read as 15 unknown pieces derails the model; one unknown does not),
+    and every span, as ``(start, end, as written)`` in the text returned."""
+    out, spans, last = "", [], 0
+    for m in SPAN.finditer(sentence):
+        out += sentence[last:m.start()]
+        written = m.group() if spells(m.group()) else MASK
+        spans.append((len(out), len(out) + len(written), m.group()))
+        out, last = out + written, m.end()
+    return out + sentence[last:], spans
 
 
 def assemble(parts: list[str | int], translations: Sequence[str], target: str) -> str:

@@ -12,6 +12,8 @@ decoding step is this module's, the same for both engines.
 from __future__ import annotations
 
 import io
+import itertools
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +32,7 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
-from tinymt.text import assemble, plan
+from tinymt.text import UNSPACED, assemble, mask_spans, plan
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
@@ -121,6 +123,55 @@ def source_ids(run: LoadedRun | LoadedExport, lines: Sequence[str], warn,
     return ids
 
 
+def masked_sentences(run: LoadedRun | LoadedExport, sentences: Sequence[str], copy: bool = True
+                     ) -> list[tuple[str, list[tuple[int, int, str]]]]:
+    """Each sentence normalised, the numbers, URLs and e-mail addresses its source vocabulary
+    cannot spell masked (:func:`tinymt.text.mask_spans`), with its spans (none: ``copy``
+    off)."""
+    tok = run.src_tokenizer
+    return [mask_spans(normalize(s), lambda span: tok.unk_id not in tok.encode(span))
+            if copy else (normalize(s), []) for s in sentences]
+
+
+def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Sequence[int],
+               out: Sequence[int], device) -> str:
+    """The translation ``out`` of a masked sentence as text, each of its spans missing there
+    copied in place of the output word that attends to it most (cross-attention, every
+    head of every layer averaged): Luong et al. (2015)'s unknown-word replacement, the
+    word replaced whole, its punctuation kept. CTranslate2 gives no attention: as decoded."""
+    sentence, spans = masked
+    text = run.tgt_tokenizer.decode(out)
+    missing = [span for span in spans if span[2] not in text]
+    if not missing or not out or isinstance(run, LoadedExport):
+        return text
+    cross = collect_attention(run.model, src, out, device)["cross"]
+    attn = np.mean([a.mean(0) for a in cross], axis=0)[:len(out), :len(src)]  # (T_out, T_src)
+    at = [0, *itertools.accumulate(len(c.encode()) for c in sentence)]  # char -> byte offset
+    pieces = run.src_tokenizer.sp.encode(sentence, return_type="proto").pieces[:len(src)]
+    unspaced = target_language(run.config.get("data", {})) in UNSPACED
+    words: list[list[int]] = []  # output positions, a word each (a piece: Chinese)
+    for i, piece in enumerate(run.tgt_tokenizer.pieces(out)):
+        if not words or unspaced or piece.startswith("▁"):
+            words.append([])
+        words[-1].append(i)
+    texts = [run.tgt_tokenizer.decode([out[i] for i in w]).strip() for w in words]
+    for start, end, written in missing:
+        cols = [k for k, p in enumerate(pieces) if p.begin < at[end] and p.end > at[start]]
+        best = max(range(len(words)), key=lambda w: attn[words[w]][:, cols].sum())
+        lead, core, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
+        texts[best] = lead + (f"{core} {written}" if core in {s[2] for s in missing}
+                              else written) + trail
+    return ("" if unspaced else " ").join(t for t in texts if t)
+
+
+def hypothesis_texts(run: LoadedRun | LoadedExport, masked: Sequence[tuple[str, list]],
+                     ids: Sequence[Sequence[int]], nbests, device) -> list[list[str]]:
+    """Each sentence's hypotheses as text, their spans copied in (:func:`copy_spans`: the
+    model runs only for a sentence with a span)."""
+    return [[copy_spans(run, m, src, toks, device) for toks, _ in hyps]
+            for m, src, hyps in zip(masked, ids, nbests)]
+
+
 def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, device,
            progress: bool = False) -> list[list[tuple[list[int], float]]]:
     """Per id list, ``decode.nbest`` ``(ids, score)`` best first, by the engine ``run`` is
@@ -153,16 +204,19 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     if kept:
         warn(f"{kept} segment(s) with no word of the model's language "
              f"({source_language(data)}) left as they are")
-    ids = source_ids(run, sents, warn, first_line)
+    masked = masked_sentences(run, sents)
+    ids = source_ids(run, [m for m, _ in masked], warn, first_line)
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
-    best = [run.tgt_tokenizer.decode(hyps[0][0]) if hyps else "" for hyps in nbests]
+    outs = hypothesis_texts(run, masked, ids, nbests, device)
+    best = [o[0] if o else "" for o in outs]
     texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
-    for text, hyps in zip(texts, nbests if d.nbest > 1 else [None] * len(texts)):
+    whole = zip(nbests, outs) if d.nbest > 1 else [(None, None)] * len(texts)  # n-best: lines
+    for text, (hyps, out) in zip(texts, whole):
         if hyps is None:
             print(text, file=out_f)  # one output line per input line
             continue
-        for toks, s in hyps or [([], float("nan"))]:
-            print(f"{s:.4f}\t{run.tgt_tokenizer.decode(toks)}", file=out_f)
+        for (_, s), t in zip(hyps, out) if hyps else [(([], float("nan")), "")]:
+            print(f"{s:.4f}\t{t}", file=out_f)
         print("", file=out_f)
     if cfg.attention:  # a figure per sentence: line<n>.png, or line<n>.<k>.png for several
         of_line = [[p for p in parts if isinstance(p, int)] for parts in plans]

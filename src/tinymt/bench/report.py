@@ -10,7 +10,8 @@ END = "<!-- benchmark report: to here -->"
 METHODS = {"ours_cache": "ours, KV cache", "ours_nocache": "ours, recompute prefix",
            "peer": "peer (nn.Transformer), recompute prefix",
            "ct2_float32": "CTranslate2, float32", "ct2_int8": "CTranslate2, int8",
-           "micro_batching": "micro-batching", "one_at_a_time": "one at a time"}
+           "micro_batching": "micro-batching", "one_at_a_time": "one at a time",
+           "text_off": "micro-batching, text=false"}
 
 
 def num(x: float | None, digits: int = 0) -> str:
@@ -95,13 +96,22 @@ def render_serving(sv: dict) -> list[str]:
                 "= alone", "mean batch", "server RSS MiB"], rows)
     for (engine, method, clients), sps in by.items():
         alone = by.get((engine, "one_at_a_time", clients))
+        off = by.get((engine, "text_off", clients))
         if method == "micro_batching" and alone:
             L.append(f"- {engine}, {clients} client{'s' * (clients != 1)}: micro-batching "
-                     f"{sps / alone:.2f}× one at a time.")
+                     f"{sps / alone:.2f}× one at a time" + (off and ", with the text pipeline "
+                     f"{sps / off - 1:+.1%} sentences/s against `text=false`" or "") + ".")
     if sv.get("ct2_equal_to_torch") is not None:
         L.append(f"- CTranslate2's answers alone equal torch's for {sv['ct2_equal_to_torch']:,} "
                  f"of {s['sentences']:,} sentences.")
     L += [f"- {engine}: not measured ({why})." for engine, why in sv.get("skipped", {}).items()]
+    if isinstance(d := sv.get("detect"), list):
+        L += ["", "Language identification, `POST /detect` (one line a request, one client):",
+              ""] + table(["language", "lines of", "lines", "correct", "p50 ms", "p99 ms"], [
+            [r["language"], r["corpus"], f"{r['lines']:,}", f"{r['correct'] / r['lines']:.1%}",
+             num(r["p50_ms"], 1), num(r["p99_ms"], 1)] for r in d])
+    elif d:
+        L.append(f"- `POST /detect`: not measured ({d}).")
     if h := sv.get("hostile"):
         ms = sorted(p for p in h["probes_ms"] if p is not None)
         L += ["", f"Hostile load ({h['seconds']:g} s: 16 clients cutting distinct 4,096-"

@@ -1,13 +1,15 @@
-"""Serving (``--sections serve``): per engine (torch; the run's CTranslate2 export) two
-``scripts/serve.py`` side by side, *micro-batching* (the defaults) and *one at a time*, take
-the same requests (``POST /translate``, a test sentence each) at each level of closed-loop
-clients, each client on its own keep-alive connection."""
+"""Serving (``--sections serve``): per engine (torch; the run's CTranslate2 export)
+``scripts/serve.py`` side by side, *micro-batching* (the defaults), *one at a time* and
+(torch) micro-batching with the text pipeline off, take the same requests (``POST
+/translate``, a test sentence each) at each level of closed-loop clients, each client on its
+own keep-alive connection; then ``POST /detect`` on lines of the shared test sets."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import os
 import random
@@ -36,7 +38,13 @@ from tinymt.rundir import load_run
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
 METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
-           "micro_batching": []}  # the server's settings beyond the engine's
+           "micro_batching": [], "text_off": ["text=false"]}  # settings beyond the engine's
+DETECT_SETS = [  # POST /detect's test lines: language, corpus, file (../shared/data), column
+    ("zh", "Tatoeba", "tatoeba-cmn-eng/cmn-eng.tsv.gz", 1),
+    ("en", "Tatoeba", "tatoeba-cmn-eng/cmn-eng.tsv.gz", 0),
+    ("en", "Multi30k", "multi30k/test_2016_flickr.en.gz", 0),
+    ("de", "Multi30k", "multi30k/test_2016_flickr.de.gz", 0),
+    ("fr", "Multi30k", "multi30k/test_2016_flickr.fr.gz", 0)]
 
 
 class ServerProcess:
@@ -145,11 +153,13 @@ def _level(server: ServerProcess, payloads: list[dict], clients: int,
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
-                  levels: dict[int, int]) -> tuple[list[dict], list[str | None]]:
-    """Both servers of one engine, level by level in turn; and the reference answers."""
+                  levels: dict[int, int], methods: list[str], detect_lines: int = 0
+                  ) -> tuple[list[dict], list[str | None], list[dict] | str | None]:
+    """The servers of one engine, level by level in turn; the reference answers; and
+    :func:`detect_rows` on the defaults' server (``detect_lines``: 0, none)."""
     rows, servers = [], {}
     with contextlib.ExitStack() as stack:
-        for method, extra in METHODS.items():
+        for method, extra in ((m, METHODS[m]) for m in methods):
             servers[method] = ServerProcess([*overrides, *extra])
             stack.callback(servers[method].stop)
         ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
@@ -164,7 +174,31 @@ def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
                 log(f"[serve {engine}] {method:<14} {clients:>3} clients: "
                     f"{row['sentences_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
                     f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
-    return rows, ref["answers"]
+        detected = detect_lines and detect_rows(servers["micro_batching"].base, detect_lines)
+    return rows, ref["answers"], detected
+
+
+def detect_rows(base: str, lines: int) -> list[dict] | str:
+    """``POST /detect``, one line a request, on ``lines`` lines of each of
+    :data:`DETECT_SETS` (spread over the file): correct and latency; or why not measured."""
+    rows = []
+    with httpx2.Client(base_url=base, timeout=30, trust_env=False) as http:
+        for lang, corpus, name, column in DETECT_SETS:
+            path = Path("../shared/data") / name
+            if not path.is_file():
+                return f"{path} is missing"
+            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
+                texts = [line.split("\t")[column].strip() for line in f if line.strip()]
+            texts, found, ms = texts[::max(1, len(texts) // lines)][:lines], [], []
+            for text in texts:
+                t0 = time.perf_counter()
+                found.append(http.post("/detect", json={"q": text}).raise_for_status().json())
+                ms.append((time.perf_counter() - t0) * 1000)
+            rows.append({"language": lang, "corpus": corpus, "lines": len(texts),
+                         "correct": sum(f[0]["language"] == lang for f in found),
+                         "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)})
+            log(f"[serve detect] {lang} ({corpus}): {rows[-1]['correct']} of {len(texts)}")
+    return rows
 
 
 def run_sentences(run, n: int) -> list[str]:
@@ -190,7 +224,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
     payloads = [{"q": t, **pair} for t in texts]
     common = [f"device={device.type}", f"threads={torch.get_num_threads()}"]
     engines = {"torch": [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"]}
-    rows, refs, skipped = [], {}, {}
+    rows, refs, skipped, detected = [], {}, {}, None
     with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
         try:
             require_ct2()
@@ -199,9 +233,13 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
         for engine, overrides in engines.items():
-            engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
-                                                      levels)
+            torch_ = engine == "torch"  # (the text pipeline and /detect: the engine's alike)
+            engine_rows, refs[engine], found = _bench_engine(
+                engine, [*overrides, *common], payloads, levels,
+                ["one_at_a_time", "micro_batching"] + ["text_off"] * torch_,
+                (50 if args.quick else 500) * torch_)
             rows += engine_rows
+            detected = found if torch_ else detected
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")
@@ -211,7 +249,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         "pair": pair, "sentences": len(texts), "requests": {str(c): n for c, n in levels.items()},
         "threads": torch.get_num_threads(), "beam": defaults.decode.beam,
         "batch_sentences": defaults.batch_sentences, "batch_wait_ms": defaults.batch_wait_ms},
-        "rows": rows, "skipped": skipped, "hostile": hostile or None,
+        "rows": rows, "skipped": skipped, "hostile": hostile or None, "detect": detected,
         "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
         if "ct2" in refs else None}
 

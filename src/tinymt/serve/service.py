@@ -23,7 +23,15 @@ from tinymt.rundir import LoadedRun
 from tinymt.serve.api import ApiError, Limits, Pair
 from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher
 from tinymt.text import assemble, html_parts, plan
-from tinymt.translate import attention_documents, search, source_ids, view_name
+from tinymt.translate import (
+    attention_documents,
+    copy_spans,
+    hypothesis_texts,
+    masked_sentences,
+    search,
+    source_ids,
+    view_name,
+)
 from tinymt.viewer.document import document_json, dumps
 from tinymt.viewer.html import inline_data
 
@@ -48,6 +56,7 @@ class Service:
         self.limits = Limits(cfg.max_chars, cfg.max_items, cfg.max_body_bytes)
         self.keys = read_keys(cfg.api_keys) if cfg.api_keys else None
         self.attention_items = cfg.attention_items if isinstance(run, LoadedRun) else 0
+        self.text = cfg.text  # False: an item is one sentence, as given
         self.timeout = float(cfg.timeout_s)
         self.engine = cfg.engine
         self.name = view_name(run) if isinstance(run, LoadedRun) else run.path.name
@@ -59,13 +68,14 @@ class Service:
         return search(self.run, ids, SimpleNamespace(**{**vars(self.decode), "nbest": nbest}),
                       self.device)
 
-    def _attention(self, item: str, ids: list[int]) -> tuple[str, list[tuple[dict, str]]]:
+    def _attention(self, item: str, masked, ids: list[int]) -> tuple[str, list[tuple[dict, str]]]:
         """A sentence's translation and its view documents (none if empty), each with its
         JSON, all on the worker: a JSON encoder on another thread would hold the GIL from
         the worker's steps for each of its calls (a probe then took 1 s, not 0.03)."""
         out = [h[0][0] if h else [] for h in self._decode([ids], 1)][0]
         docs = attention_documents(self.run, [item], [ids], [out], self.device)
-        return self.run.tgt_tokenizer.decode(out), [(d, document_json(d)) for d in docs]
+        return copy_spans(self.run, masked, ids, out, self.device), \
+            [(d, document_json(d)) for d in docs]
 
     def _attention_json(self, texts: list[str], done: list[tuple[str, list[tuple[dict, str]]]]
                         ) -> bytes:
@@ -83,7 +93,7 @@ class Service:
         for n in (1, 4):
             self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
-            self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", sample)))
+            self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", ("", []), sample)))
         plan(["warm-up. 热身。"], self.pair.source)  # loads the segmenter and py3langid (0.6 s)
 
     def close(self) -> None:
@@ -109,13 +119,16 @@ class Service:
         is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
         def prepare():  # (~1 ms a paragraph: a long text off the event loop)
             units = [html_parts(t) if html else [(True, t)] for t in items]
-            return units, plan([s for parts in units for is_text, s in parts if is_text], source)
+            texts = [s for parts in units for is_text, s in parts if is_text]
+            return units, plan(texts, source) if self.text else (
+                texts, [[i] for i in range(len(texts))], 0)
         source, tgt = self.pair.source, self.pair.target
         small = sum(map(len, items)) < 2000  # ~0.1 ms: a thread's hop would cost more
         units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
-        ids = source_ids(self.run, sents, warn=lambda _: None)
+        masked = masked_sentences(self.run, sents, self.text)
+        ids = source_ids(self.run, [m for m, _ in masked], warn=lambda _: None)
         hyps = await self._wait(Job(ids, nbest), arrival)
-        texts = [[self.run.tgt_tokenizer.decode(toks) for toks, _ in h] or [""] for h in hyps]
+        texts = [t or [""] for t in await self._texts(masked, ids, hyps)]
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
 
         def text(node: list, k: int) -> str:  # a text node's k-th translation
@@ -134,16 +147,24 @@ class Service:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the
         items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
         one task a sentence (sentences to translate go in between), the rest translated."""
-        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source)
-        ids = source_ids(self.run, sents, warn=lambda _: None)
-        drawn = ids[:self.attention_items]
-        done = [await self._wait(Job(fn=functools.partial(self._attention, sent, s)))
-                for sent, s in zip(sents, drawn)]
-        rest = await self._wait(Job(ids[len(drawn):], 1)) if len(ids) > len(drawn) else []
-        texts = [t for t, _ in done] + [self.run.tgt_tokenizer.decode(h[0][0]) if h else ""
-                                        for h in rest]
+        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source) if self.text \
+            else (items, [[i] for i in range(len(items))], 0)
+        masked = masked_sentences(self.run, sents, self.text)
+        ids = source_ids(self.run, [m for m, _ in masked], warn=lambda _: None)
+        drawn = len(ids[:self.attention_items])
+        done = [await self._wait(Job(fn=functools.partial(self._attention, *args)))
+                for args in zip(sents, masked, ids[:drawn])]
+        rest = await self._wait(Job(ids[drawn:], 1)) if len(ids) > drawn else []
+        rest = await self._texts(masked[drawn:], ids[drawn:], rest)
+        texts = [t for t, _ in done] + [t[0] if t else "" for t in rest]
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
+
+    async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
+        """The hypotheses as text (:func:`tinymt.translate.hypothesis_texts`), on the worker
+        when a sentence holds a number, URL or e-mail address (the model then runs)."""
+        fn = functools.partial(hypothesis_texts, self.run, masked, ids, hyps, self.device)
+        return await self._wait(Job(fn=fn)) if any(spans for _, spans in masked) else fn()
 
     async def _wait(self, job: Job, arrival: Arrival | None = None):
         loop = asyncio.get_running_loop()

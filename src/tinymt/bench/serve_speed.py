@@ -2,7 +2,8 @@
 ``scripts/serve.py`` side by side, *micro-batching* (the defaults), *one at a time* and
 (torch) micro-batching with the text pipeline off, take the same requests (``POST
 /translate``, a test sentence each) at each level of closed-loop clients, each client on its
-own keep-alive connection; then ``POST /detect`` on lines of the shared test sets."""
+own keep-alive connection, in two passes of half the requests, the servers in opposite
+orders; then ``POST /detect`` on lines of the shared test sets."""
 
 from __future__ import annotations
 
@@ -133,23 +134,37 @@ async def _load(base: str, payloads: list[dict], clients: int) -> dict:
         await asyncio.gather(*(client() for _ in range(clients)))
         seconds = time.perf_counter() - t0
     return {"requests": len(payloads), "seconds": seconds, "answers": answers,
-            "sentences_per_s": (len(payloads) - len(errors)) / seconds,
+            "latencies": latencies, "sentences_per_s": (len(payloads) - len(errors)) / seconds,
             "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
             "errors": len(errors), "first_error": errors[0] if errors else None}
 
 
 def _level(server: ServerProcess, payloads: list[dict], clients: int,
-           reference: list[str | None]) -> dict:
+           reference: list[str | None], first: int = 0) -> dict:
+    """``payloads`` (from the ``first`` on) sent by ``clients`` clients to ``server``."""
     before = server.health()
     row = asyncio.run(_load(server.base, payloads, clients))
     after = server.health()
-    batches = after.get("batches", 0) - before.get("batches", 0)
     answers = row.pop("answers")
     return {**row, "clients": clients, "server_rss_mib": server.rss_mib(),
-            "mean_batch": (after.get("sentences", 0) - before.get("sentences", 0)) / batches
-            if batches else None,
+            **{k: after.get(k, 0) - before.get(k, 0) for k in ("batches", "sentences")},
             "equal_to_one_at_a_time": sum(a is not None and a == reference[i % len(reference)]
-                                          for i, a in enumerate(answers))}
+                                          for i, a in enumerate(answers, first))}
+
+
+def _passes(parts: list[dict]) -> dict:
+    """The rows of one server's passes at a level as one row."""
+    n, errors = sum(p["requests"] for p in parts), sum(p["errors"] for p in parts)
+    seconds, latencies = sum(p["seconds"] for p in parts), [x for p in parts
+                                                            for x in p["latencies"]]
+    batches = sum(p["batches"] for p in parts)
+    return {"requests": n, "seconds": seconds, "sentences_per_s": (n - errors) / seconds,
+            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+            "errors": errors, "first_error": next(
+                (p["first_error"] for p in parts if p["first_error"]), None),
+            "clients": parts[0]["clients"], "server_rss_mib": parts[-1]["server_rss_mib"],
+            "mean_batch": sum(p["sentences"] for p in parts) / batches if batches else None,
+            "equal_to_one_at_a_time": sum(p["equal_to_one_at_a_time"] for p in parts)}
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
@@ -166,10 +181,15 @@ def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
         if ref["errors"]:
             raise TinyMTError(f"serve benchmark, {engine}: {ref['errors']} reference requests "
                               f"failed ({ref['first_error']})")
-        for clients, n in levels.items():
-            for method, server in servers.items():
-                row = _level(server, [payloads[i % len(payloads)] for i in range(n)], clients,
-                             ref["answers"])
+        for clients, n in levels.items():  # two passes, the servers in opposite orders
+            payload = [payloads[i % len(payloads)] for i in range(n)]
+            parts = {method: [] for method in servers}
+            for (a, b), order in zip(((0, n // 2), (n // 2, n)), (methods, methods[::-1])):
+                for method in order:  # (a drift of the machine weighs on each alike)
+                    parts[method].append(_level(servers[method], payload[a:b], clients,
+                                                ref["answers"], a))
+            for method in methods:
+                row = _passes(parts[method])
                 rows.append({"engine": engine, "method": method, **row})
                 log(f"[serve {engine}] {method:<14} {clients:>3} clients: "
                     f"{row['sentences_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "

@@ -54,7 +54,7 @@ def in_language(segment: str, source: str) -> bool:
         return False
     if code not in _identifier().nb_classes:  # a corpus's own name (text_files: "src")
         return True
-    lang, p = detect(segment)
+    lang, p = _identifier().classify(segment)  # (the best alone: half rank()'s 0.1 ms)
     return lang == code or p < CONFIDENT
 
 

@@ -38,6 +38,7 @@ def test_a_paragraph_is_its_sentences_and_its_spacing(pairs, data):
     ("zh", "li.lei@example.com", True), ("zh", "🙂👍", True), ("zh", "3.14", True),
     ("zh", "Clever people go to school every day.", True), ("zh", "", True),
     ("zh", "他喜欢猫吗？", False), ("zh", "我喜欢Python。", False),
+    ("zh", "私は猫が好きです。", True),  # Japanese: Chinese characters and kana
     ("de", "Clever people go to school every day.", True), ("de", "他喜欢猫吗？", True),
     ("de", "Ein Hund rennt durch den Schnee.", False), ("de", "Hund", False),
     # a corpus's own names (text_files: src, tgt): letters are enough; zh-CN is zh

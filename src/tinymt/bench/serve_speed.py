@@ -2,8 +2,8 @@
 ``scripts/serve.py`` side by side, *micro-batching* (the defaults), *one at a time* and
 (torch) micro-batching with the text pipeline off, take the same requests (``POST
 /translate``, a test sentence each) at each level of closed-loop clients, each client on its
-own keep-alive connection, in two passes of half the requests, the servers in opposite
-orders; then ``POST /detect`` on lines of the shared test sets."""
+own keep-alive connection, in :data:`PASSES` passes, the servers' order reversed each
+time; then ``POST /detect`` on lines of the shared test sets."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from tinymt.rundir import load_run
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
+PASSES = 4  # a level's requests in this many parts, the servers' order reversed each time
 METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
            "micro_batching": [], "text_off": ["text=false"]}  # settings beyond the engine's
 DETECT_SETS = [  # POST /detect's test lines: language, corpus, file (../shared/data), column
@@ -158,7 +159,8 @@ def _passes(parts: list[dict]) -> dict:
     seconds, latencies = sum(p["seconds"] for p in parts), [x for p in parts
                                                             for x in p["latencies"]]
     batches = sum(p["batches"] for p in parts)
-    return {"requests": n, "seconds": seconds, "sentences_per_s": (n - errors) / seconds,
+    return {"requests": n, "seconds": seconds,  # (the median pass: one noisy pass is outvoted)
+            "sentences_per_s": statistics.median(p["sentences_per_s"] for p in parts),
             "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
             "errors": errors, "first_error": next(
                 (p["first_error"] for p in parts if p["first_error"]), None),
@@ -181,11 +183,12 @@ def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
         if ref["errors"]:
             raise TinyMTError(f"serve benchmark, {engine}: {ref['errors']} reference requests "
                               f"failed ({ref['first_error']})")
-        for clients, n in levels.items():  # two passes, the servers in opposite orders
+        for clients, n in levels.items():  # in passes, the servers' order reversed each time
             payload = [payloads[i % len(payloads)] for i in range(n)]
             parts = {method: [] for method in servers}
-            for (a, b), order in zip(((0, n // 2), (n // 2, n)), (methods, methods[::-1])):
-                for method in order:  # (a drift of the machine weighs on each alike)
+            cuts = [n * k // PASSES for k in range(PASSES + 1)]
+            for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
+                for method in methods[::-1] if k % 2 else methods:  # (a drift weighs alike)
                     parts[method].append(_level(servers[method], payload[a:b], clients,
                                                 ref["answers"], a))
             for method in methods:

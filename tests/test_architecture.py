@@ -74,8 +74,8 @@ CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding
 # (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + real text:
 # tinymt.text, format=html, LibreTranslate's routes, spans copied through the attention;
 # the benchmark: + the text pipeline off beside on, /detect's accuracy and latency)
-BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_370),
-           "src/tinymt": (("**/*.py",), 14_620)}
+BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_390),
+           "src/tinymt": (("**/*.py",), 14_650)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

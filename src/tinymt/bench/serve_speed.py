@@ -53,7 +53,7 @@ class ServerProcess:
     """``python scripts/serve.py <overrides>`` on a free loopback port, up once ``/health``
     answers (a bounded wait); its stderr kept for the error message."""
 
-    def __init__(self, overrides: list[str]):
+    def __init__(self, overrides: list[str], wait: bool = True):
         with socket.socket() as s:
             s.bind((HOST, 0))
             self.port = s.getsockname()[1]
@@ -64,7 +64,13 @@ class ServerProcess:
              f"port={self.port}", f"host={HOST}", "access_log=false"],
             cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + START_TIMEOUT_S
+        self.overrides, self.started = overrides, time.monotonic()
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Wait until ``/health`` answers; one line naming the server if it does not."""
+        deadline, overrides = self.started + START_TIMEOUT_S, self.overrides
         while True:
             with contextlib.suppress(httpx2.HTTPError, ValueError):
                 self.health()
@@ -176,9 +182,11 @@ def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
     :func:`detect_rows` on the defaults' server (``detect_lines``: 0, none)."""
     rows, servers = [], {}
     with contextlib.ExitStack() as stack:
-        for method, extra in ((m, METHODS[m]) for m in methods):
-            servers[method] = ServerProcess([*overrides, *extra])
+        for method, extra in ((m, METHODS[m]) for m in methods):  # starting side by side
+            servers[method] = ServerProcess([*overrides, *extra], wait=False)
             stack.callback(servers[method].stop)
+        for server in servers.values():
+            server.ready()
         ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
         if ref["errors"]:
             raise TinyMTError(f"serve benchmark, {engine}: {ref['errors']} reference requests "
@@ -311,8 +319,9 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
     async def font(k: int) -> None:
         while time.monotonic() < end:
             k += fonts  # 64 texts in turn: more than the cache keeps
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                status = await ask(f"GET {font_path}?text={texts[k % len(texts)]}")
+            with contextlib.suppress(OSError, ValueError, IndexError, asyncio.TimeoutError):
+                status = await asyncio.wait_for(  # (a cut under way when the load ends: left)
+                    ask(f"GET {font_path}?text={texts[k % len(texts)]}"), end - time.monotonic())
                 out["fonts"][str(status)] = out["fonts"].get(str(status), 0) + 1
                 await asyncio.sleep(0.05 if status != 200 else 0)  # (spares the machine)
 

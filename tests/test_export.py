@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -26,7 +27,13 @@ from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.corpus import sample_pairs
-from tinymt.ct2 import check_exportable, export_run, load_export, translate_export_ids
+from tinymt.ct2 import (
+    check_exportable,
+    export_attention,
+    export_run,
+    load_export,
+    translate_export_ids,
+)
 from tinymt.ct2.export import meta_digest
 from tinymt.data import normalize
 from tinymt.decoding import max_output_length, translate_ids
@@ -115,6 +122,18 @@ def test_forced_targets_score_as_in_our_model(run, exports, src_ids):
         assert len(r.log_probs) == len(hyps[k]) + 1  # + EOS: the source EOS was added too
         worst = max(worst, max(abs(a - c) for a, c in zip(ours[k].tolist(), r.log_probs)))
     assert worst < LOGP_TOL
+
+
+def test_the_alignment_heads_are_our_last_layer_s_cross_attention(run, exports, src_ids):
+    """What the span copying reads (tinymt.translate.copy_spans): CTranslate2's attention,
+    teacher-forced, is our last decoder layer's cross-attention, its heads averaged."""
+    ex = load_export(exports["none"], "cpu", threads=1)
+    for src, (hyp, _) in zip(src_ids[:12], (h[0] for h in translate_ids(run.model, src_ids[:12]))):
+        b = collate([src], [hyp])
+        with torch.inference_mode():
+            cross = run.model(b.src, b.tgt_in, need_weights=True)[1]["cross"][-1][0]  # (h, T, S)
+        ours = cross.mean(0)[:len(hyp), :len(src)].numpy()
+        assert np.abs(export_attention(ex, src, hyp) - ours).max() < 1e-4
 
 
 def test_greedy_is_ours_token_for_token(run, exports, src_ids):

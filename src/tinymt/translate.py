@@ -23,7 +23,7 @@ import numpy as np
 
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.config import attention_file, check_translate
-from tinymt.ct2 import LoadedExport, load_export, translate_export_ids
+from tinymt.ct2 import LoadedExport, export_attention, load_export, translate_export_ids
 from tinymt.data import capped_lines, normalize, read_lines, source_language, target_language
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
@@ -136,16 +136,17 @@ def masked_sentences(run: LoadedRun | LoadedExport, sentences: Sequence[str], co
 def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Sequence[int],
                out: Sequence[int], device) -> str:
     """The translation ``out`` of a masked sentence as text, each of its spans missing there
-    copied in place of the output word that attends to it most (cross-attention, every
-    head of every layer averaged): Luong et al. (2015)'s unknown-word replacement, the
-    word replaced whole, its punctuation kept. CTranslate2 gives no attention: as decoded."""
+    copied in place of the output word that attends to it most (cross-attention, the last
+    layer's heads averaged, as CTranslate2's alignment heads): Luong et al. (2015)'s
+    unknown-word replacement, the word replaced whole, its punctuation kept."""
     sentence, spans = masked
     text = run.tgt_tokenizer.decode(out)
     missing = [span for span in spans if span[2] not in text]
-    if not missing or not out or isinstance(run, LoadedExport):
+    if not missing or not out:
         return text
-    cross = collect_attention(run.model, src, out, device)["cross"]
-    attn = np.mean([a.mean(0) for a in cross], axis=0)[:len(out), :len(src)]  # (T_out, T_src)
+    attn = export_attention(run, src, out) if isinstance(run, LoadedExport) else \
+        collect_attention(run.model, src, out, device)["cross"][-1].mean(0)[:len(out), :len(src)]
+    # attn: (T_out, T_src)
     at = [0, *itertools.accumulate(len(c.encode()) for c in sentence)]  # char -> byte offset
     pieces = run.src_tokenizer.sp.encode(sentence, return_type="proto").pieces[:len(src)]
     unspaced = target_language(run.config.get("data", {})) in UNSPACED

@@ -7,8 +7,9 @@
 """
 
 from tinymt.ct2.convert import check_exportable, require_ct2
-from tinymt.ct2.engine import LoadedExport, load_export, translate_export_ids
+from tinymt.ct2.engine import LoadedExport, export_attention, load_export, translate_export_ids
 from tinymt.ct2.export import export_run
 
-__all__ = ["LoadedExport", "check_exportable", "export_run", "load_export", "require_ct2",
+__all__ = ["LoadedExport", "check_exportable", "export_attention", "export_run", "load_export",
+           "require_ct2",
            "translate_export_ids"]

@@ -98,7 +98,7 @@ def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
     act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
-        activation=act[cfg.activation])
+        activation=act[cfg.activation], alignment_heads=cfg.n_heads)  # (the last layer's)
     enc, dec = spec.encoder, spec.decoder
     _inputs(enc, model.src_embed, model.src_pos, model.max_positions)
     _inputs(dec, model.tgt_embed, model.tgt_pos, model.max_positions)

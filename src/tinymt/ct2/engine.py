@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from tinymt.checkpoint import file_sha256
@@ -190,6 +191,16 @@ def check_vocabularies(path: Path, src_tok: Tokenizer, tgt_tok: Tokenizer) -> No
         if config.get(key) != token:
             raise TinyMTError(f"{path / 'config.json'}: {key} is {config.get(key)!r}, not "
                               f"{token!r}: export the model again")
+
+
+def export_attention(export: LoadedExport, src: Sequence[int], out: Sequence[int]):
+    """``(len(out), len(src))``: each output token's attention on the source, teacher-forced
+    on ``out`` (the export's alignment heads: the last layer's, averaged)."""
+    [res] = export.translator.translate_batch(
+        [export.src_tokenizer.pieces(src)], target_prefix=[export.tgt_tokenizer.pieces(out)],
+        beam_size=1, max_decoding_length=len(out) + 1, min_decoding_length=0,
+        return_attention=True, max_input_length=0)
+    return np.asarray(res.attention[0], dtype=np.float32)[:len(out), :len(src)]
 
 
 def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]], *, beam: int = 1,

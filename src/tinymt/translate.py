@@ -125,9 +125,8 @@ def source_ids(run: LoadedRun | LoadedExport, lines: Sequence[str], warn,
 
 def masked_sentences(run: LoadedRun | LoadedExport, sentences: Sequence[str], copy: bool = True
                      ) -> list[tuple[str, list[tuple[int, int, str]]]]:
-    """Each sentence normalised, the numbers, URLs and e-mail addresses its source vocabulary
-    cannot spell masked (:func:`tinymt.text.mask_spans`), with its spans (none: ``copy``
-    off)."""
+    """Each sentence normalised, what its source vocabulary cannot spell masked
+    (:func:`tinymt.text.mask_spans`), with its spans (none: ``copy`` off)."""
     tok = run.src_tokenizer
     return [mask_spans(normalize(s), lambda span: tok.unk_id not in tok.encode(span))
             if copy else (normalize(s), []) for s in sentences]
@@ -135,10 +134,10 @@ def masked_sentences(run: LoadedRun | LoadedExport, sentences: Sequence[str], co
 
 def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Sequence[int],
                out: Sequence[int], device) -> str:
-    """The translation ``out`` of a masked sentence as text, each of its spans missing there
-    copied in place of the output word that attends to it most (cross-attention, the last
-    layer's heads averaged, as CTranslate2's alignment heads): Luong et al. (2015)'s
-    unknown-word replacement, the word replaced whole, its punctuation kept."""
+    """``out`` as text, each span of the masked sentence missing there in place of the output
+    word that attends to it most (``attn``, (T_out, T_src): the last layer's cross-attention
+    heads averaged, as CTranslate2's alignment heads): Luong et al. (2015)'s unknown-word
+    replacement, the word replaced whole, its punctuation kept."""
     sentence, spans = masked
     text = run.tgt_tokenizer.decode(out)
     missing = [span for span in spans if span[2] not in text]
@@ -146,7 +145,6 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Seq
         return text
     attn = export_attention(run, src, out) if isinstance(run, LoadedExport) else \
         collect_attention(run.model, src, out, device)["cross"][-1].mean(0)[:len(out), :len(src)]
-    # attn: (T_out, T_src)
     at = [0, *itertools.accumulate(len(c.encode()) for c in sentence)]  # char -> byte offset
     pieces = run.src_tokenizer.sp.encode(sentence, return_type="proto").pieces[:len(src)]
     unspaced = target_language(run.config.get("data", {})) in UNSPACED
@@ -167,8 +165,7 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Seq
 
 def hypothesis_texts(run: LoadedRun | LoadedExport, masked: Sequence[tuple[str, list]],
                      ids: Sequence[Sequence[int]], nbests, device) -> list[list[str]]:
-    """Each sentence's hypotheses as text, their spans copied in (:func:`copy_spans`: the
-    model runs only for a sentence with a span)."""
+    """Each sentence's hypotheses as text, spans copied in (:func:`copy_spans`)."""
     return [[copy_spans(run, m, src, toks, device) for toks, _ in hyps]
             for m, src, hyps in zip(masked, ids, nbests)]
 

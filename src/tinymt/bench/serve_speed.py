@@ -41,12 +41,9 @@ START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
 PASSES = 4  # a level's requests in this many parts, the servers' order reversed each time
 METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
            "micro_batching": [], "text_off": ["text=false"]}  # settings beyond the engine's
-DETECT_SETS = [  # POST /detect's test lines: language, corpus, file (../shared/data), column
-    ("zh", "Tatoeba", "tatoeba-cmn-eng/cmn-eng.tsv.gz", 1),
-    ("en", "Tatoeba", "tatoeba-cmn-eng/cmn-eng.tsv.gz", 0),
-    ("en", "Multi30k", "multi30k/test_2016_flickr.en.gz", 0),
-    ("de", "Multi30k", "multi30k/test_2016_flickr.de.gz", 0),
-    ("fr", "Multi30k", "multi30k/test_2016_flickr.fr.gz", 0)]
+TATOEBA = "tatoeba-cmn-eng/cmn-eng.tsv.gz"  # /detect's test lines: language, corpus, file, column
+DETECT_SETS = [("zh", "Tatoeba", TATOEBA, 1), ("en", "Tatoeba", TATOEBA, 0)] + [
+    (lang, "Multi30k", f"multi30k/test_2016_flickr.{lang}.gz", 0) for lang in ("en", "de", "fr")]
 
 
 class ServerProcess:
@@ -160,12 +157,11 @@ def _level(server: ServerProcess, payloads: list[dict], clients: int,
 
 
 def _passes(parts: list[dict]) -> dict:
-    """The rows of one server's passes at a level as one row."""
-    n, errors = sum(p["requests"] for p in parts), sum(p["errors"] for p in parts)
-    seconds, latencies = sum(p["seconds"] for p in parts), [x for p in parts
-                                                            for x in p["latencies"]]
-    batches = sum(p["batches"] for p in parts)
-    return {"requests": n, "seconds": seconds,  # (the median pass: one noisy pass is outvoted)
+    """The rows of one server's passes at a level as one row (sentences/s: the median pass,
+    one noisy pass is outvoted)."""
+    n, errors, batches = (sum(p[k] for p in parts) for k in ("requests", "errors", "batches"))
+    latencies = [x for p in parts for x in p["latencies"]]
+    return {"requests": n, "seconds": sum(p["seconds"] for p in parts),
             "sentences_per_s": statistics.median(p["sentences_per_s"] for p in parts),
             "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
             "errors": errors, "first_error": next(
@@ -228,7 +224,6 @@ def detect_rows(base: str, lines: int) -> list[dict] | str:
             rows.append({"language": lang, "corpus": corpus, "lines": len(texts),
                          "correct": sum(f[0]["language"] == lang for f in found),
                          "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)})
-            log(f"[serve detect] {lang} ({corpus}): {rows[-1]['correct']} of {len(texts)}")
     return rows
 
 
@@ -263,14 +258,12 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         except TinyMTError as e:
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
-        for engine, overrides in engines.items():
-            torch_ = engine == "torch"  # (the text pipeline and /detect: the engine's alike)
+        for engine, overrides in engines.items():  # (text pipeline, /detect: torch's alone)
             engine_rows, refs[engine], found = _bench_engine(
                 engine, [*overrides, *common], payloads, levels,
-                ["one_at_a_time", "micro_batching"] + ["text_off"] * torch_,
-                (50 if args.quick else 500) * torch_)
-            rows += engine_rows
-            detected = found if torch_ else detected
+                ["one_at_a_time", "micro_batching"] + ["text_off"] * (engine == "torch"),
+                (50 if args.quick else 500) * (engine == "torch"))
+            rows, detected = rows + engine_rows, found or detected
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")

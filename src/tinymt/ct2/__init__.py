@@ -11,5 +11,4 @@ from tinymt.ct2.engine import LoadedExport, export_attention, load_export, trans
 from tinymt.ct2.export import export_run
 
 __all__ = ["LoadedExport", "check_exportable", "export_attention", "export_run", "load_export",
-           "require_ct2",
-           "translate_export_ids"]
+           "require_ct2", "translate_export_ids"]

@@ -244,8 +244,7 @@ def serve(cfg) -> dict:
     sock = _listen(cfg.host, cfg.port)  # a taken port fails before the model loads
     service, old_handlers = None, {}
     try:
-        # on a thread that ends: torch work on this thread would give it an OpenMP team of
-        # its own beside the worker's, and the worker's search ran 3x slower (30 ms, not 9)
+        # on a thread that ends (an OpenMP team here beside the worker's: its search 3x slower)
         with concurrent.futures.ThreadPoolExecutor(1) as loader:
             run, device = loader.submit(load_translator, cfg, cfg.threads).result()
         start_cutting()

@@ -161,8 +161,7 @@ class Service:
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
 
     async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
-        """The hypotheses as text (:func:`tinymt.translate.hypothesis_texts`), on the worker
-        when a sentence holds a number, URL or e-mail address (the model then runs)."""
+        """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs (spans)."""
         fn = functools.partial(hypothesis_texts, self.run, masked, ids, hyps, self.device)
         return await self._wait(Job(fn=fn)) if any(spans for _, spans in masked) else fn()
 

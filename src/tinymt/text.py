@@ -4,8 +4,8 @@ kept as it is, the translations put back with the input's line breaks and spacin
 ``plan(texts, source)`` -> the sentences to translate and, per text, its parts (a string
 kept as it is, or the index of a sentence); ``assemble(parts, translations, target)``
 joins them; ``mask_spans`` hides the numbers, URLs and e-mail addresses a model cannot
-spell (put back by :func:`tinymt.translate.copy_spans`). Segmentation by pysbd, language identification by py3langid (its model in the
-wheel); why these and how well they do: docs/serve.md, "Text in".
+spell (:func:`tinymt.translate.copy_spans` puts them back). pysbd segments, py3langid
+identifies (its model in the wheel); why these and how well: docs/serve.md, "Text in".
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ SENTENCE_END = re.compile(r"[.!?。！？]\W*\s*\w")  # a sentence may end befor
 _SCRIPT = {"zh": re.compile(r"[\u3400-\u9fff\uf900-\ufaff]"),  # a source's letters
            "ja": re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")}
 _LETTER = re.compile(r"[^\W\d_]")  # any other source: a letter of any script
-_OTHER = {"zh": re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")}  # kana, hangul: without them,
-# Chinese characters are Chinese (py3langid's 0.05 ms on the event loop: a few % at 64 clients)
+_OTHER = {"zh": re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")}  # kana, hangul (not Chinese)
 UNSPACED = {"zh", "ja"}  # written without spaces between sentences
 CONFIDENT = 0.8  # py3langid's probability above which a text is taken to be in its language
 SPAN = re.compile(r"(?:https?://|www\.)[!-~]*[\w/=&#~-]"  # a URL (not its last full stop)
@@ -54,8 +53,9 @@ def in_language(segment: str, source: str) -> bool:
     code = language_code(source)
     if not _SCRIPT.get(code, _LETTER).search(segment):
         return False
-    if code not in _identifier().nb_classes or (code in _OTHER and not _OTHER[code].search(
-            segment)):  # a corpus's own name (text_files: "src"); Chinese by its script
+    # a corpus's own name (text_files: "src"), or Chinese by its script (other sources: a
+    # letter, found above): py3langid's 0.05 ms on the event loop cost a few % at 64 clients
+    if code not in _identifier().nb_classes or not _OTHER.get(code, _LETTER).search(segment):
         return True
     lang, p = _identifier().classify(segment)  # (the best alone: half rank()'s 0.1 ms)
     return lang == code or p < CONFIDENT

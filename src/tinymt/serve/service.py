@@ -119,10 +119,7 @@ class Service:
         is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
         def prepare():  # (~1 ms a paragraph: a long text off the event loop)
             units = [html_parts(t) if html else [(True, t)] for t in items]
-            texts = [s for parts in units for is_text, s in parts if is_text]
-            return units, plan(texts, source) if self.text else (
-                texts, [[i] for i in range(len(texts))], 0)
-        source, tgt = self.pair.source, self.pair.target
+            return units, self._plan([s for parts in units for is_text, s in parts if is_text])
         small = sum(map(len, items)) < 2000  # ~0.1 ms: a thread's hop would cost more
         units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
         masked = masked_sentences(self.run, sents, self.text)
@@ -132,7 +129,7 @@ class Service:
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
 
         def text(node: list, k: int) -> str:  # a text node's k-th translation
-            joined = assemble(node, kth[k], tgt)
+            joined = assemble(node, kth[k], self.pair.target)
             return escape(joined, quote=False) if html else joined
         plans, out = iter(plans), []
         for parts in units:
@@ -147,11 +144,10 @@ class Service:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the
         items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
         one task a sentence (sentences to translate go in between), the rest translated."""
-        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source) if self.text \
-            else (items, [[i] for i in range(len(items))], 0)
+        sents, plans, _ = await asyncio.to_thread(self._plan, items)
         masked = masked_sentences(self.run, sents, self.text)
         ids = source_ids(self.run, [m for m, _ in masked], warn=lambda _: None)
-        drawn = len(ids[:self.attention_items])
+        drawn = min(len(ids), self.attention_items)
         done = [await self._wait(Job(fn=functools.partial(self._attention, *args)))
                 for args in zip(sents, masked, ids[:drawn])]
         rest = await self._wait(Job(ids[drawn:], 1)) if len(ids) > drawn else []
@@ -159,6 +155,11 @@ class Service:
         texts = [t for t, _ in done] + [t[0] if t else "" for t in rest]
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
+
+    def _plan(self, texts: list[str]) -> tuple[list[str], list[list[str | int]], int]:
+        """:func:`tinymt.text.plan`; ``text=false``: each text one sentence, as given."""
+        return plan(texts, self.pair.source) if self.text else (
+            texts, [[i] for i in range(len(texts))], 0)
 
     async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
         """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs (spans)."""

@@ -358,8 +358,9 @@ print(f"\ncross-attention: queries {tuple(q.shape)} from the decoder, keys {tupl
 #
 # * **importance** (Michel et al., 2019): how much the loss depends on the head's gate,
 #   normalised per layer; an unimportant head can often be removed;
-# * **where it looks**: *previous / same / next token* (at least half its attention on that
-#   position), *broad* (close to uniform) or *content* (anything else);
+# * **where it looks**: *previous / self / next* (at least half its attention on that
+#   position), *</s>* (*<s>* in the decoder: as much on the token a head with nothing to do
+#   rests on), *diffuse* (close to uniform) or *content* (anything else);
 # * **AER** (alignment error rate) of each cross-attention head against the built-in
 #   corpus's gold word alignments: lower means the head aligns like a dictionary would.
 #
@@ -381,8 +382,9 @@ print(f"\ncross-attention: queries {tuple(q.shape)} from the decoder, keys {tupl
 #
 # * **重要性**（Michel 等，2019）：损失对这个头的门控有多敏感，按层归一化；不重要的头
 #   往往可以去掉；
-# * **看哪里**：*前一个 / 同一个 / 后一个词元*（至少一半的注意力在那个位置）、*broad*
-#   （接近均匀）或 *content*（其他情况）；
+# * **看哪里**：*previous / self / next*（前一个 / 同一个 / 后一个词元：至少一半的注意力在那个
+#   位置）、*</s>*（解码器里是 *<s>*：无事可做的头停靠的位置，注意力同样至少一半在那里）、
+#   *diffuse*（接近均匀）或 *content*（其他情况）；
 # * 每个交叉注意力头相对于内置语料金标准词对齐的 **AER**（对齐错误率）：越低，说明这个头
 #   越像词典那样对齐。
 #

@@ -1,4 +1,4 @@
-"""Per-head relation accuracy (tinymt.heads.relations) on attention written by hand.
+"""Per-head relation accuracy (tinymt.relations) on attention written by hand.
 
 Every expected number below is worked out by hand from the rows written here; the
 sentences have a word of two pieces (word attention = its pieces' rows summed, the mass
@@ -9,9 +9,11 @@ left count, the BOS row belongs to no word).
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import QUIET, FixedAttention, analyze_cfg, copy_run
@@ -19,7 +21,8 @@ from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
 from tinymt.errors import TinyMTError
 from tinymt.heads import analyze, attention_pass
-from tinymt.heads.relations import (
+from tinymt.labels import frame_labels, label_sample
+from tinymt.relations import (
     MARGIN,
     MIN_INSTANCES,
     RelationCounts,
@@ -145,6 +148,152 @@ def test_baseline_offset_margin_and_tracking():
     assert row["instances"] == 3 * n and row["tracks"]  # 1.0 >= 2/3 + MARGIN
     assert 1.0 - 2 / 3 >= MARGIN
     assert "subject" in big["tracked"]
+
+
+# ----------------------------------------------------------------------------- frame labels
+class BatchAttention(torch.nn.Module):
+    """Stands in for a Transformer of one layer: for a batch of sentences (each source
+    piece is 100 + the sentence's index), their rows of the attention given ``{kind: (n,
+    h, T_q, T_k)}``, cut to the batch's positions."""
+
+    def __init__(self, attn: dict[str, np.ndarray]):
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, src, tgt_in, need_weights=False):
+        assert need_weights
+        rows, (S, T) = [int(s[0]) - 100 for s in src], (src.shape[1], tgt_in.shape[1])
+        out = {}
+        for kind, (q, k) in (("encoder_self", (S, S)), ("decoder_self", (T, T)),
+                             ("cross", (T, S))):
+            a = self.attn[kind][rows]
+            assert a[:, :, q:].sum() == a[..., k:].sum() == 0  # nothing real cut off
+            out[kind] = [torch.tensor(a[:, :, :q, :k], dtype=torch.float32)]
+        return None, out
+
+
+def labelled_batch(n: int = 24, seed: int = 0):
+    """``n`` sentences of 4 or 5 source words (one piece each) and 3 target words, and the
+    attention of two heads of each kind. Gold: source word 0 is the subject of word 1 (even
+    sentences) or 2 (odd: the best fixed offset finds half); target word 2 the object of
+    word 0 (always two to the left) and word 0 the subject of word 1 or 2 (uniform attention
+    finds it, by the tie: first wins); word i aligned to word i. Encoder head 0 sends word 0
+    to its verb (random rows otherwise), head 1 0.7 to the next piece; decoder head 0 0.8 to
+    <s> and the rest to itself, head 1 uniform; cross head 0 0.9 to the aligned word, head 1
+    0.8 to </s>."""
+    rng = np.random.default_rng(seed)
+    enc, dec, cross = np.zeros((n, 2, 6, 6)), np.zeros((n, 2, 4, 4)), np.zeros((n, 2, 4, 6))
+    words = {k: [] for k in ("src_weights", "tgt_weights", "alignment", "src_relations",
+                             "tgt_relations")}
+    for b in range(n):
+        n_w, verb = 4 + b % 2, 1 + b % 2
+        S = n_w + 1
+        uniform = np.full(S, 1 / S)
+        for i in range(S):
+            enc[b, 0, i, :S] = .1 * uniform + .9 * np.eye(S)[verb] if i == 0 else \
+                rng.dirichlet(np.ones(S))
+            enc[b, 1, i, :S] = .3 * uniform + .7 * np.eye(S)[min(i + 1, S - 1)]
+        for i in range(4):
+            dec[b, 0, i, :i + 1] = [1.0] if i == 0 else [.8] + [0] * (i - 1) + [.2]
+            dec[b, 1, i, :i + 1] = 1 / (i + 1)
+            cross[b, 0, i, :S] = np.eye(S)[S - 1] if i == 3 else .9 * np.eye(S)[i] + .1 * \
+                np.eye(S)[S - 1]
+            cross[b, 1, i, :S] = .8 * np.eye(S)[S - 1] + .2 * uniform
+        words["src_weights"].append(np.vstack([np.eye(n_w), np.zeros((1, n_w))]))
+        words["tgt_weights"].append(np.vstack([np.eye(3), np.zeros((1, 3))]))
+        words["alignment"].append([(0, 0), (1, 1), (2, 2)])
+        words["src_relations"].append([(SUBJ, 0, verb)])
+        words["tgt_relations"].append([(OBJ, 2, 0), (SUBJ, 0, verb)])
+    src_ids = [[100 + b] * (4 + b % 2) for b in range(n)]
+    return {"encoder_self": enc, "decoder_self": dec, "cross": cross}, src_ids, words
+
+
+def reference_labels(attn: dict, src_ids: list, words: dict | None) -> dict:
+    """The labels worked out with plain loops, row by row and word by word (one piece a
+    word here): ``{kind: [short label of head 0, head 1]}``, and each relation label's
+    baseline and offset."""
+    out, details, diffuse = {}, {}, set()
+    for kind, a in attn.items():
+        causal, labels = kind == "decoder_self", []
+        for h in range(2):
+            mass, ent, rows = {}, 0.0, 0
+            for b, ids in enumerate(src_ids):
+                n_q = len(ids) + 1 if kind == "encoder_self" else 4
+                n_k = 4 if causal else len(ids) + 1
+                for i in range(n_q):
+                    keys = i + 1 if causal else n_k
+                    if keys < 2:
+                        continue
+                    row = a[b, h, i, :keys]
+                    rows += 1
+                    ent += -sum(p * math.log(p) for p in row if p > 0) / math.log(keys)
+                    spots = {"<s>" if causal else "</s>": 0 if causal else n_k - 1}
+                    if kind != "cross":
+                        spots.update({"previous": i - 1, "self": i, "next": i + 1})
+                    for name, j in spots.items():
+                        mass[name] = mass.get(name, 0.0) + (row[j] if 0 <= j < keys else 0.0)
+            name, top = max(mass.items(), key=lambda kv: kv[1])
+            if ent / rows >= .8:
+                diffuse.add((kind, h))
+            labels.append(name if top / rows >= .5 else "diffuse" if ent / rows >= .8
+                          else "content")
+        out[kind] = labels
+    if words is None:
+        return out, details
+    for kind, side, shift in (("encoder_self", "src", 0), ("decoder_self", "tgt", 1)):
+        found = {}  # (relation, direction) -> [hits of head 0, head 1, instances, offsets]
+        for b in range(len(src_ids)):
+            n_words = words[f"{side}_weights"][b].shape[1]
+            for r, d, hd in words[f"{side}_relations"][b]:
+                for direction, q, g in ((0, d, hd), (1, hd, d)):
+                    if shift and g > q:  # the decoder sees its left only
+                        continue
+                    f = found.setdefault((r, direction), [0, 0, 0, {}])
+                    f[2] += 1
+                    f[3][g - q] = f[3].get(g - q, 0) + 1
+                    for h in range(2):
+                        others = [w for w in range(n_words) if w != q]
+                        row = attn[kind][b, h, q + shift]
+                        best = max(others, key=lambda w: (row[w + shift], -w))
+                        f[h] += row[best + shift] > 0 and best == g
+        for (r, direction), (h0, h1, n, offsets) in found.items():
+            base, off = max((c, -k) for k, c in offsets.items() if k)
+            for h, hits in enumerate((h0, h1)):
+                if n >= 20 and hits / n >= base / n + .1 and (kind, h) not in diffuse:
+                    label = f"{RELATIONS[r]} {'→←'[direction]} {hits / n:.2f}"
+                    if hits / n - base / n > details.get((kind, h), (-1,))[0]:
+                        details[kind, h] = (hits / n - base / n, base / n, -off)
+                        out[kind][h] = label
+    for h in range(2):
+        share = [attn["cross"][b, h, t, t] for b in range(len(src_ids)) for t in range(3)]
+        if np.mean(share) >= .5:
+            out["cross"][h] = f"aligns {np.mean(share):.2f}"
+    return out, details
+
+
+def test_frame_labels_against_plain_loops():
+    """The trainer's labels of every head (tinymt.labels.frame_labels: length-sorted batches,
+    padded) on 24 constructed sentences are what plain loops over the same attention give,
+    and what the attention was built to do; without gold words, the positional ones."""
+    attn, src_ids, words = labelled_batch()
+    model = BatchAttention(attn)
+    sample = label_sample(src_ids, [[7, 8, 9]] * 24, words, batch_tokens=40)
+    assert len(sample.batches) > 2 and sorted(i for idx, _ in sample.batches for i in idx) == \
+        list(range(24))
+    got = frame_labels(model, sample, "cpu")
+    want, details = reference_labels(attn, src_ids, words)
+    assert {k: [label.split(" · ")[0] for label in v[0]] for k, v in got.items()} == want
+    assert want == {"encoder_self": ["subject → 1.00", "next"], "decoder_self": ["<s>", "diffuse"],
+                    "cross": ["aligns 0.90", "</s>"]}
+    margin, base, offset = details["encoder_self", 0]
+    assert (base, offset) == (.5, 1)
+    assert got["encoder_self"][0][0] == "subject → 1.00 · accuracy 1.00 over 24 instances · " \
+                                        "baseline 0.50: the word at offset +1"
+    assert got["cross"][0][0] == "aligns 0.90 · 0.90 of its attention on gold-aligned source words"
+    plain = frame_labels(model, label_sample(src_ids, [[7, 8, 9]] * 24, None), "cpu")
+    assert {k: [label.split(" · ")[0] for label in v[0]] for k, v in plain.items()} == \
+        reference_labels(attn, src_ids, None)[0]
+    assert plain["encoder_self"][0][0].startswith("content")  # random rows, without its verb
 
 
 # ----------------------------------------------------------------------------- the report

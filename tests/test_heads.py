@@ -339,8 +339,9 @@ STATS_ATTENTION = {
 }
 L2, L3 = math.log(2), math.log(3)
 # Means worked out by hand, [head 0, head 1]. Entropy and distance are means over every
-# query row; norm_entropy (entropy / log(number of keys)), offset and the masses at -1 / 0 /
-# +1 over the rows with more than one key (all but the decoder's BOS row 0).
+# query row; norm_entropy (entropy / log(number of keys)), offset, the masses at -1 / 0 / +1
+# and on the sink (</s>; the decoder's <s>) over the rows with more than one key (all but the
+# decoder's BOS row 0).
 STATS_EXPECTED = {
     # 3 x 3, diagonal j* = i, distance |j - i| / 3. Head 1 rows: offsets +1, +1, (-1 + 0)/2
     "encoder_self": {
@@ -349,7 +350,8 @@ STATS_EXPECTED = {
         "distance": [0, (1 / 3 + 1 / 3 + .5 * 1 / 3) / 3],      # 5/18
         "offset": [0, (1 + 1 - .5) / 3],                        # 0.5
         "prev": [0, (0 + 0 + .5) / 3], "same": [1, (0 + 0 + .5) / 3],
-        "next": [0, (1 + 1 + 0) / 3]},                          # 2/3 >= 0.5: next token
+        "next": [0, (1 + 1 + 0) / 3],                           # 2/3 >= 0.5: next
+        "sink": [1 / 3, (0 + 1 + .5) / 3]},                     # column 2, </s>: 1/2 < 2/3
     # 4 x 4 causal, j* = i, distance |j - i| / 4; row i has i + 1 keys
     "decoder_self": {
         "entropy": [0, (0 + L2 + L3 + L2) / 4],                 # ln 12 / 4 = 0.6212
@@ -359,19 +361,20 @@ STATS_EXPECTED = {
         "distance": [(0 + 3 * 1 / 4) / 4, (.5 / 4 + (3 / 4) / 3 + .5 / 4) / 4],  # 3/16, 1/8
         "offset": [-1, (-.5 + (-2 - 1) / 3 - .5) / 3],          # -1, -2/3
         "prev": [1, (.5 + T3 + .5) / 3], "same": [0, (.5 + T3 + .5) / 3],  # 4/9 < 0.5
-        "next": [0, 0]},
+        "next": [0, 0], "sink": [1 / 3, (.5 + T3 + 0) / 3]},     # column 0, <s>: 5/18
     # 4 rows x 3 keys: j*_i = (i + 1/2) * 3/4 - 1/2 = -1/8, 5/8, 11/8, 17/8; distance
     # |j - j*_i| / 3. Uniform: rows (1/8 + 9/8 + 17/8) / 9, (5/8 + 3/8 + 11/8) / 9, ...;
     # head 1: |0 + 1/8|, |0 - 5/8|, |1 - 11/8|, |2 - 17/8|, each / 3
     "cross": {
         "entropy": [L3, 0],
         "norm_entropy": [1, 0],
+        "sink": [1 / 3, 1 / 4],                                  # column 2, </s>
         "distance": [(27 + 19 + 19 + 27) / 72 / 4,              # 23/72 = 0.3194
                      (1 / 8 + 5 / 8 + 3 / 8 + 1 / 8) / 3 / 4]}, # 5/48
 }
-STATS_LABELS = {"encoder_self": [["same token", "next token"]],
-                "decoder_self": [["previous token", "broad"]],
-                "cross": [["broad", "content"]]}
+STATS_LABELS = {"encoder_self": [["self", "next"]],
+                "decoder_self": [["previous", "diffuse"]],
+                "cross": [["diffuse", "content"]]}
 
 
 def test_attention_statistics_of_constructed_attention():

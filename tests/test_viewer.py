@@ -152,6 +152,16 @@ def test_weights_tokens_and_entropy():
                        "y", 0, forced_reference=False)
 
 
+def test_head_labels_are_optional_and_round_trip():
+    """A record may carry each head's label ([layer][head] strings, the trainer's) or not
+    (older records, the HTML file's): both read back as written."""
+    doc = small_document()
+    assert "labels" not in decode(encode(doc))["kinds"]["cross"]
+    doc["kinds"]["cross"]["labels"] = [["aligns 0.81 · 0.81 of its attention on gold-aligned "
+                                        "source words", "x" * 200]]
+    assert decode(encode(doc))["kinds"]["cross"]["labels"] == doc["kinds"]["cross"]["labels"]
+
+
 def test_records_round_trip_and_damage_is_refused():
     _, doc = showcase_document()
     blob = encode(doc)
@@ -228,6 +238,16 @@ def header_refusals():
         ("infinite entropy", change((*c, "entropy"), [[0.0, "=1e999"]]),
          "cross.entropy is not 1x2 finite numbers"),
         ("entropy of too few heads", change((*c, "entropy"), [[0.0]]), "cross.entropy is not"),
+        ("labels that are null", change((*c, "labels"), None),
+         "cross.labels is not 1x2 strings of at most 200 characters"),
+        ("labels of too few heads", change((*c, "labels"), [["next"]]), "cross.labels is not"),
+        ("labels of too many layers", change((*c, "labels"), [["a", "b"]] * 2),
+         "cross.labels is not"),
+        ("a label that is a number", change((*c, "labels"), [["next", 7]]), "cross.labels is not"),
+        ("a label that is a list", change((*c, "labels"), [["a", ["b"]]]), "cross.labels is not"),
+        ("a label of 201 characters", change((*c, "labels"), [["a", "x" * 201]]),
+         "cross.labels is not"),
+        ("a flat list of labels", change((*c, "labels"), ["a", "b"]), "cross.labels is not"),
     ]
 
 
@@ -346,6 +366,21 @@ def test_the_trainer_logs_every_probe_at_every_validation(tiny_run):
     for kind, view in doc["kinds"].items():
         assert later["kinds"][kind]["rows"] == view["rows"]
         assert not np.array_equal(later["kinds"][kind]["weights"], view["weights"])
+    # each head's label (tinymt.labels), measured on the validation sentences: the same in
+    # every probe's record of a step, measured anew at every frame
+    frames = [{tag: decode(acc.Tensors(tag)[k].tensor_proto.string_val[0])["kinds"]
+               for tag in tags} for k in (0, -1)]
+    for frame in frames:
+        for kind, view in frame["probe_0"].items():
+            assert np.shape(view["labels"]) == view["weights"].shape[:2], kind
+            assert all(frame[tag][kind]["labels"] == view["labels"] for tag in tags)
+    assert frames[0]["probe_0"]["cross"]["labels"] != frames[1]["probe_0"]["cross"]["labels"]
+    scalars = EventAccumulator(str(tiny_run), size_guidance={"scalars": 0})
+    scalars.Reload()
+    for name in ("head_label_seconds", "probe_seconds"):
+        assert [e.step for e in scalars.Scalars(f"logging/{name}")] == TINY_FRAMES
+    assert all(0 < a.value < b.value for a, b in zip(scalars.Scalars("logging/head_label_seconds"),
+                                                     scalars.Scalars("logging/probe_seconds")))
 
 
 def _events(run: Path) -> EventAccumulator:

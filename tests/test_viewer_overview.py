@@ -26,13 +26,16 @@ from conftest import (
     tensorboard_process,
     view_palette,
 )
-from tinymt.viewer.html import html_page
+from tinymt.viewer.document import jsonable
+from tinymt.viewer.html import html_page, inline_data
 
 pytestmark = pytest.mark.slow
 
 ROUTE = "data/plugin/tinymt_attention"
 MEAN = (0x55, 0x55, 0x55)  # view.js MEAN_COLOR: the mean-of-heads row
 DARK = (32, 33, 36)  # view.js BACKGROUND.dark
+# a head's label as the trainer records it: the label, then what was measured
+RELATION = "object ← 0.62 · accuracy 0.62 over 40 instances · baseline 0.45: the word at offset -2"
 
 
 def page_of(tmp_path: Path, docs: list[dict], name: str = "maps.html") -> Path:
@@ -129,12 +132,15 @@ def test_the_overview_shows_every_head_and_opens_one(browser, tmp_path):
 
 
 def test_the_overview_fits_1400_x_900_without_a_scrollbar(browser, tmp_path):
-    """Width-bound (few layers, many heads) or height-bound, short or long sentences: the
-    overview of every kind fits 1400 x 900 beside the panel, no horizontal scrollbar (each
-    picture's frame was left out of the fit: 2 px a column too wide)."""
+    """Width-bound (few layers, many heads) or height-bound, short or long sentences, each
+    head named by a relation: the overview of every kind fits 1400 x 900 beside the panel,
+    no horizontal scrollbar (each picture's frame was left out of the fit: 2 px a column
+    too wide)."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     for layers, heads, n in [(2, 4, 16), (2, 8, 40), (1, 8, 60), (3, 16, 30), (6, 8, 40)]:
         doc = synthetic_document(layers=layers, heads=heads, n=n, step=1)
+        for view in doc["kinds"].values():
+            view["labels"] = [[RELATION] * heads] * layers
         page.goto(page_of(tmp_path, [doc], f"fit_{layers}_{heads}_{n}.html").as_uri())
         ready(page)
         for kind in ("encoder_self", "decoder_self", "cross"):
@@ -232,6 +238,95 @@ def test_keyboard_dark_mode_and_a_narrow_window(browser, tmp_path):
     page.close()
 
 
+def labelled(doc: dict, step: int) -> dict:
+    """``doc`` with each head's label as the trainer records it: positional everywhere, and
+    at step 800 encoder layer 1 head 2 tracking a relation, cross layer 5 head 0 aligning."""
+    for view in doc["kinds"].values():
+        layers, heads = view["weights"].shape[:2]
+        view["labels"] = [["previous · 0.71 of its attention on the previous token"] * heads
+                          for _ in range(layers)]
+        view["labels"][0][0] = "diffuse · entropy 0.93 of the uniform's"
+    if step == 800:
+        doc["kinds"]["encoder_self"]["labels"][1][2] = RELATION
+        doc["kinds"]["cross"]["labels"][5][0] = "aligns 0.81 · 0.81 of its attention on " \
+                                                "gold-aligned source words"
+    return doc
+
+
+def steps_page(tmp_path: Path, docs: list[dict]) -> Path:
+    """The self-contained page of one probe at several steps (the Attention tab's frames,
+    without TensorBoard): html_page's inline data with the steps put together."""
+    page = html_page("synthetic", docs[:1])
+    data = inline_data("synthetic", docs[:1])
+    key = "synthetic\u0000probe_0"
+    data["steps"][key] = [d["step"] for d in docs]
+    data["docs"] = {f"{key}\u0000{d['step']}": jsonable(d) for d in docs}
+    head, rest = page.split('<script type="application/json" id="tinymt-data">')
+    target = tmp_path / "steps.html"
+    target.write_text(head + '<script type="application/json" id="tinymt-data">' +
+                      json.dumps(data, ensure_ascii=False).replace("<", "\\u003c") +
+                      rest[rest.index("</script>"):], encoding="utf-8")
+    return target
+
+
+def contrast(fg: str, bg: str) -> float:
+    """WCAG contrast of two CSS ``rgb(...)`` colours."""
+    def lum(css):
+        c = [int(v) / 255 for v in css[css.index("(") + 1:css.index(")")].split(",")[:3]]
+        c = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+    hi, lo = sorted((lum(fg), lum(bg)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_each_head_is_named_under_its_picture_frame_by_frame(browser, tmp_path):
+    """Under every head of the overview its label at the step shown (the mean's column
+    none); a relation in bold and its own colour, readable in dark mode too; its meaning in
+    full on hover; another step, another label; 8 heads x 6 layers still fit 1400 x 900."""
+    docs = [labelled(synthetic_document(layers=6, heads=8, n=40, step=s), s) for s in (100, 800)]
+    target = steps_page(tmp_path, docs)
+    errors = []
+    for scheme in ("light", "dark"):
+        page = browser.new_page(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(target.as_uri() + "#kind=encoder_self")
+        ready(page, 800)  # the last step first
+        tags = page.locator(".thumb").evaluate_all(
+            "els => els.map(e => { const t = e.querySelector('.ov-tag'), r = e.getBoundingClientRect();"
+            " return [+e.dataset.layer, +e.dataset.head, t.textContent, t.className,"
+            " getComputedStyle(t).fontWeight, getComputedStyle(t).color, r.right, r.bottom,"
+            " t.scrollWidth <= t.clientWidth + 1]; })")
+        assert len(tags) == 6 * 9 and all(t[8] for t in tags)  # none cut short
+        want = {(layer, h): "previous" for layer in range(6) for h in range(8)}
+        want.update({(0, 0): "diffuse", (1, 2): "object ← 0.62"})
+        want.update({(layer, -1): "" for layer in range(6)})
+        assert {(t[0], t[1]): t[2] for t in tags} == want
+        rel = next(t for t in tags if t[:2] == [1, 2])
+        plain = next(t for t in tags if t[:2] == [1, 3])
+        assert "relation" in rel[3] and "relation" not in plain[3]
+        assert int(rel[4]) >= 700 > int(plain[4]) and rel[5] != plain[5]
+        background = page.evaluate("getComputedStyle(document.querySelector('.tmv')).backgroundColor")
+        assert contrast(rel[5], background) >= 4.5 and contrast(plain[5], background) >= 3
+        assert max(t[6] for t in tags) <= 1400 and max(t[7] for t in tags) <= 900
+        assert page.evaluate("() => { const v = document.querySelector('.tmv-views');"
+                             " return v.scrollWidth - v.clientWidth; }") <= 0
+        # hover: the label in full, what it means
+        page.locator(".thumb[data-layer='1'][data-head='2'] canvas.cells").hover()
+        info = page.locator("#info").inner_text()
+        assert "object ← 0.62" in info and "accuracy 0.62 over 40 instances" in info
+        assert "baseline 0.45: the word at offset -2" in info and "← the head its dependent" in info
+        page.locator("#kind").select_option("cross")
+        assert page.locator(".thumb[data-layer='5'][data-head='0'] .ov-tag.relation").inner_text() \
+            == "aligns 0.81"
+        # the first frame: that head is not named by a relation yet
+        page.locator("#step").fill("0")
+        ready(page, 100)
+        assert page.locator(".thumb[data-layer='5'][data-head='0'] .ov-tag").inner_text() == "previous"
+        assert page.locator(".ov-tag.relation").count() == 0
+        assert not errors, errors
+        page.close()
+
+
 # ----------------------------------------------------------------------------- TensorBoard
 def open_tab(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -256,6 +351,10 @@ def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
     assert len(steps) >= 16, steps
     page, view, errors = open_tab(browser, f"{tensorboard}/#tinymt_attention")
     ready(view, steps[-1])
+    # under each head of the overview, its label in the trainer's record of the step shown
+    doc = json.loads(http_get(f"{tensorboard}/{ROUTE}/step?run=.&tag=probe_0&step={steps[-1]}")[1])
+    assert view.locator(".thumb:not([data-head='-1']) .ov-tag").all_inner_texts() == \
+        [label.split(" · ")[0] for row in doc["kinds"]["cross"]["labels"] for label in row]
     frame = tab_frame(page)
     frame.evaluate("""() => { window.__steps = new Set();
       new MutationObserver(() => window.__steps.add(document.querySelector('#tinymt-attention').dataset.step))

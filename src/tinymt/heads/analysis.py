@@ -17,10 +17,11 @@ from tinymt.errors import TinyMTError
 from tinymt.files import check_output, load_json, write_text
 from tinymt.heads import pruning, report
 from tinymt.heads.gates import all_heads, gates_without, head_shapes, pruned_heads
-from tinymt.heads.relations import relation_summary
 from tinymt.heads.sentences import load_sentences, showcase_links
-from tinymt.heads.stats import alignment_summary, attention_pass, head_labels
+from tinymt.heads.stats import alignment_summary, attention_pass
+from tinymt.labels import head_labels
 from tinymt.model import KINDS
+from tinymt.relations import relation_summary
 from tinymt.rundir import CONFIG, checkpoint_path, find_run, holds_run, load_run, lock_run
 from tinymt.runtime import pick_device
 

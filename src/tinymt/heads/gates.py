@@ -16,8 +16,6 @@ from tqdm import tqdm
 from tinymt.checkpoint import fold_head_masks
 from tinymt.model import Transformer
 
-SELF_KINDS = ("encoder_self", "decoder_self")
-
 
 def progress_bar(it, **kw):
     """``tqdm`` on stderr, redrawn at most once a second."""

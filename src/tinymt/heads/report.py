@@ -16,16 +16,15 @@ from torch.utils.tensorboard import SummaryWriter
 from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
 from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
-from tinymt.heads.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS
-from tinymt.heads.stats import BROAD_ENTROPY, POSITIONAL_MASS
+from tinymt.labels import BROAD_ENTROPY, POSITIONAL_MASS
 from tinymt.model import KINDS
 from tinymt.plotting import cjk_font_name, heatmap, save_figure
+from tinymt.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
 
 REPORT = "heads.md"  # <run>/heads.md, with its figures in <run>/heads/
 FIGURES = "heads"
 JSON_REPORT = "heads.json"  # <run>/heads.json: the relation numbers, machine-readable
 SWEEP_REPORT = "heads_sweep.md"  # <sweep>/heads_sweep.md: its runs side by side
-ARROWS = {"dep->head": "→", "head->dep": "←"}  # dependent → head, head ← dependent
 _SHOWN_SHARE = 0.3  # a link not in the gold is drawn when it gets this much of the word
 
 
@@ -230,11 +229,6 @@ def _fmt_aer(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
-def row_label(row: dict) -> str:
-    """``subject →`` (the dependent looks for its head) / ``subject ←`` (the reverse)."""
-    return f"{row['relation']} {ARROWS[row['direction']]}"
-
-
 def _tracked(v: dict, bold: str = "") -> str:
     """``n of m (relation, ...)``: the relations of one kind with a head beating the
     baseline, of those seen."""
@@ -316,10 +310,10 @@ def _stats_section(r: dict, img) -> list[str]:
                          if "prev" in m else "—", r["labels"][kind][layer][h]])
     return ["## 4. Entropy and distance", "",
             ("Entropy (nats) of each head's attention rows, and its distance from the "
-             "diagonal as a fraction of the sentence (0 = on the diagonal). Self-attention "
-             f"labels: previous / same / next token when ≥ {POSITIONAL_MASS:.0%} of the mass "
-             f"is on that offset; broad when the entropy is ≥ {BROAD_ENTROPY:.0%} of the "
-             "uniform's; else content."), "",
+             "diagonal as a fraction of the sentence (0 = on the diagonal). Labels: previous / "
+             f"self / next (self-attention) when ≥ {POSITIONAL_MASS:.0%} of the mass is on "
+             "that offset, `</s>` (`<s>` in the decoder) when that much is on it; diffuse "
+             f"when the entropy is ≥ {BROAD_ENTROPY:.0%} of the uniform's; else content."), "",
             *_table(["kind", "layer", "head", "entropy", "distance", "mean offset",
                      "mass at −1 / 0 / +1", "label"], rows),
             "", img("entropy_vs_distance", "entropy vs distance"), "",

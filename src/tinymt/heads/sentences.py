@@ -2,7 +2,7 @@
 model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments and
 relations; and the first showcase pair (我请李雷帮我订了去北京的机票。 / I asked Li Lei to
 help me book a ticket to Beijing.) head by head (:func:`showcase_links`): the word each
-word attends to most (as :mod:`tinymt.heads.relations` counts it), and its gold relation.
+word attends to most (as :mod:`tinymt.relations` counts it), and its gold relation.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize, prepare, target_language
 from tinymt.errors import TinyMTError
-from tinymt.heads.relations import attended_words
+from tinymt.labels import sentence_words, word_weights
+from tinymt.relations import attended_words
 from tinymt.rundir import LoadedRun
-from tinymt.words import piece_word_weights
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Sentences:
     src_ids: list[list[int]]
     tgt_ids: list[list[int]]
     refs: list[str]
-    words: dict | None  # see tinymt.heads.stats.attention_pass; None without gold alignments
+    words: dict | None  # tinymt.labels.sentence_words; None without gold alignments
     truncated: int = 0
 
 
@@ -51,41 +51,11 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
     ds = data.splits[split]
     ds = ds.select(range(min(max_sentences or len(ds), len(ds))))
     src_text, refs = ds["src"][:], ds["tgt"][:]
-    max_len = run.model.max_positions - 1  # room for eos / bos
-    src_ids = run.src_tokenizer.encode_batch(src_text)
-    tgt_ids = run.tgt_tokenizer.encode_batch(refs)
-    long = [len(s) > max_len or len(t) > max_len for s, t in zip(src_ids, tgt_ids)]
-    src_ids = [s[:max_len] for s in src_ids]
-    tgt_ids = [t[:max_len] for t in tgt_ids]
-    words = None
-    if {"src_words", "tgt_words", "alignment"} <= set(ds.column_names):
-        words = _alignment_words(run, ds, src_ids, tgt_ids, long)
-    return (Sentences(src_ids, tgt_ids, refs, words, sum(long)), target_language(data_cfg),
+    src_ids, tgt_ids, words, cut = sentence_words(
+        run.src_tokenizer, run.tgt_tokenizer, ds, run.src_tokenizer.encode_batch(src_text),
+        run.tgt_tokenizer.encode_batch(refs), run.model.max_positions - 1)  # room for eos / bos
+    return (Sentences(src_ids, tgt_ids, refs, words, cut), target_language(data_cfg),
             data_cfg.get("source", "?"))
-
-
-def _alignment_words(run: LoadedRun, ds, src_ids, tgt_ids, long: list[bool]) -> dict:
-    """``{"src_weights": [...], "tgt_weights": [...], "alignment": [...],
-    "src_relations": [...], "tgt_relations": [...]}`` per sentence: piece -> word weights
-    with a row of zeros for EOS, the gold links and the gold relation triples of each side
-    (empty lists when the data has none); ``None`` for the sentences in ``long``
-    (positions cut off: their alignment is incomplete)."""
-    words = {f"{side}_weights": [None if cut else _word_weights(tok, ids, w, eos=True)
-                                 for ids, w, cut in zip(side_ids, ds[f"{side}_words"][:], long)]
-             for side, tok, side_ids in (("src", run.src_tokenizer, src_ids),
-                                         ("tgt", run.tgt_tokenizer, tgt_ids))}
-    for col in ("alignment", "src_relations", "tgt_relations"):
-        values = ds[col][:] if col in ds.column_names else [[]] * len(src_ids)
-        words[col] = [None if cut else [tuple(x) for x in v] for v, cut in zip(values, long)]
-    return words
-
-
-def _word_weights(tokenizer, ids, words, eos: bool) -> np.ndarray:
-    """:func:`piece_word_weights` of ``ids`` with a row of zeros (no word) for the EOS after
-    them (``eos``) or the BOS before them."""
-    weights = piece_word_weights(tokenizer.pieces(ids), words)
-    none = np.zeros((1, len(words)))
-    return np.concatenate([weights, none] if eos else [none, weights])
 
 
 def showcase_links(run: LoadedRun, device) -> dict | None:
@@ -110,7 +80,7 @@ def showcase_links(run: LoadedRun, device) -> dict | None:
             ("encoder_self", sides[src], run.src_tokenizer, src_ids, True),  # pieces + EOS
             ("decoder_self", sides[tgt], run.tgt_tokenizer, tgt_ids, False)):  # BOS + pieces
         attended, share = attended_words(np.stack(attn[kind]),  # (L, h, T, T) -> (L, h, n)
-                                         _word_weights(tok, ids, words, eos))
+                                         word_weights(tok, ids, words, eos))
         # both directions: the query may be either end
         gold = {(q, k): RELATIONS[r] for r, d, h in rels for q, k in ((d, h), (h, d))}
         out[kind] = {"words": list(words), "attended": attended, "share": share, "gold": gold}

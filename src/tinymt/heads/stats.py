@@ -1,13 +1,7 @@
 """One teacher-forced pass with attention weights (:func:`attention_pass`): every head's
-entropy, distance and offsets, the cross heads' word alignments and the self-attention
-heads' relation counts (:class:`RelationCounts`).
-
-Per head, sums over the non-padding query rows: the entropy (nats), the distance from the
-diagonal ``sum_j w_ij |j - j*_i| / T_k`` with ``j*_i = (i + 1/2) T_k / T_q - 1/2`` (``j* =
-i`` for self-attention) and for self-attention the mass on the offsets -1 / 0 / +1 and the
-mean signed offset; :meth:`AttentionStats.means` turns them into means (the offsets and the
-entropy relative to the uniform's over the rows with more than one key: not the decoder's
-BOS row).
+row statistics (:class:`tinymt.labels.AttentionStats`: entropy, distance, offsets), the
+cross heads' word alignments and the self-attention heads' relation counts
+(:class:`tinymt.relations.RelationCounts`).
 
 Alignment: decoder row ``t`` predicts target piece ``t``; pieces are mapped to words by
 their characters (:func:`tinymt.words.piece_word_weights`). :class:`AlignmentCounts` adds
@@ -18,16 +12,16 @@ up ``|A & G|``, ``|A|`` and ``|G|`` over the split for ``AER = 1 - 2|A & G| / (|
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from tinymt.batching import eval_batches
-from tinymt.heads.gates import SELF_KINDS, head_shapes, progress_bar
-from tinymt.heads.relations import RelationCounts
-from tinymt.metrics import attention_entropy
+from tinymt.heads.gates import head_shapes, progress_bar
+from tinymt.labels import AttentionStats, add_rows
 from tinymt.model import KINDS, Transformer
+from tinymt.relations import RelationCounts
 from tinymt.runtime import eval_mode
 
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
@@ -113,55 +107,6 @@ def alignment_summary(counts: AlignmentCounts) -> dict:
             "gold_links": counts.gold}
 
 
-POSITIONAL_MASS = 0.5  # a self-attention head is "positional" with this much mass on one offset
-BROAD_ENTROPY = 0.8  # ... "broad" when its entropy is this fraction of the uniform's
-# statistics averaged over the query rows with more than one key to choose from
-_CHOICE_ROW_STATS = frozenset({"norm_entropy", "offset", "prev", "same", "next"})
-_OFFSETS = ((-1, "prev", "previous token"), (0, "same", "same token"), (1, "next", "next token"))
-
-
-@dataclass
-class AttentionStats:
-    """Per kind, sums over query rows ``{name: (n_layers, n_heads)}`` and the numbers of
-    rows summed ``[all, with more than one key]``; :meth:`means` divides."""
-
-    sums: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    rows: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def means(self) -> dict[str, dict[str, np.ndarray]]:
-        """``{kind: {name: (n_layers, n_heads)}}``: the sums divided by their rows."""
-        return {kind: {name: v / max(self.rows[kind][int(name in _CHOICE_ROW_STATS)], 1)
-                       for name, v in d.items()} for kind, d in self.sums.items()}
-
-
-def _row_sums(kind: str, w: torch.Tensor, q_len: torch.Tensor,
-              k_len: torch.Tensor) -> tuple[dict[str, torch.Tensor], int, int]:
-    """One layer's ``w`` ``(B, h, T_q, T_k)`` (real lengths ``q_len`` / ``k_len``): the
-    sums over its rows ``{name: (h,)}``, the number of rows, of rows with a choice."""
-    B, _H, T_q, T_k = w.shape
-    w = w.float()  # float32 on the device (MPS has no float64); batches add up in float64
-    i = torch.arange(T_q, device=w.device, dtype=torch.float32)[:, None]  # (T_q, 1)
-    j = torch.arange(T_k, device=w.device, dtype=torch.float32)[None, :]  # (1, T_k)
-    q_real = i[None, :, 0] < q_len[:, None]  # (B, T_q)
-    ql, kl = q_len.float()[:, None, None], k_len.float()[:, None, None]  # (B, 1, 1)
-    dist = (j[None] - ((i[None] + 0.5) * kl / ql - 0.5)).abs() / kl  # (B, T_q, T_k)
-    ent = attention_entropy(w)  # (B, h, T_q)
-    causal = kind == "decoder_self"
-    n_keys = ((i[None, :, 0] + 1).expand(B, T_q) if causal else k_len[:, None].expand(B, T_q)
-              ).float()
-    multi = q_real & (n_keys > 1)  # rows where the uniform distribution has entropy > 0
-    per_row = {"entropy": ent, "norm_entropy": ent / n_keys.clamp_min(2).log()[:, None, :],
-               "distance": (w * dist[:, None]).sum(-1)}  # each (B, h, T_q)
-    if kind in SELF_KINDS:
-        rel = j - i  # (T_q, T_k) key offset from the query
-        per_row["offset"] = (w * rel).sum(-1)
-        for off, name, _ in _OFFSETS:
-            per_row[name] = (w * (rel == off)).sum(-1)
-    sums = {name: (v * (multi if name in _CHOICE_ROW_STATS else q_real)[:, None, :].float()
-                   ).sum((0, 2)) for name, v in per_row.items()}
-    return sums, int(q_real.sum()), int(multi.sum())
-
-
 def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 4096,
                    device="cpu", words: dict | None = None, progress: bool = False
                    ) -> tuple[AttentionStats, AlignmentCounts | None, RelationCounts | None]:
@@ -179,19 +124,11 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
                                        disable=not progress):
             batch = batch.to(device)
             _, attn = model(batch.src, batch.tgt_in, need_weights=True)
-            src_len = (~batch.src_pad_mask).sum(1)  # (B,) eos included
-            tgt_len = (~batch.tgt_pad_mask).sum(1)  # (B,) bos included
-            for kind, (q_len, k_len) in (("encoder_self", (src_len, src_len)),
-                                         ("decoder_self", (tgt_len, tgt_len)),
-                                         ("cross", (tgt_len, src_len))):
-                layers = [_row_sums(kind, w, q_len, k_len) for w in attn[kind]]
-                d = stats.sums.setdefault(kind, {})
-                for name in layers[0][0]:
-                    v = torch.stack([s[name] for s, _, _ in layers]).cpu().double().numpy()
-                    d[name] = d.get(name, 0.0) + v  # (n_layers, h)
-                stats.rows[kind] = stats.rows.get(kind, 0) + np.array(layers[-1][1:])
+            add_rows(stats, attn, batch)
             if counts is None:
                 continue
+            src_len = (~batch.src_pad_mask).sum(1)  # (B,) eos included
+            tgt_len = (~batch.tgt_pad_mask).sum(1)  # (B,) bos included
             stacked = {k: torch.stack(attn[k], 1).float().cpu().numpy()  # (B, L, h, T_q, T_k)
                        for k in KINDS}
             for b, i in enumerate(idx):  # the gold words of each sentence
@@ -201,27 +138,7 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
                 n_t, n_s = int(tgt_len[b]), int(src_len[b])
                 counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w,
                            words["alignment"][i])
-                if relations is None:
-                    continue
-                # decoder input = BOS + the target pieces: the rows of tgt_w (+ EOS) shifted
-                dec_w = np.concatenate([np.zeros((1, tgt_w.shape[1])), tgt_w[:-1]])
-                relations.add("encoder_self", stacked["encoder_self"][b, :, :, :n_s, :n_s],
-                              src_w, words["src_relations"][i])
-                relations.add("decoder_self", stacked["decoder_self"][b, :, :, :n_t, :n_t],
-                              dec_w, words["tgt_relations"][i])
+                if relations is not None:
+                    relations.add_sentence(stacked, b, words, i, n_s, n_t)
     return stats, counts, relations
 
-
-def head_labels(means: dict[str, np.ndarray], kind: str) -> list[list[str]]:
-    """A word per head ``[layer][head]``: previous/same/next token (self-attention with >=
-    50% of its mass on that offset), broad (entropy >= 80% of the uniform's) or content."""
-    def label(layer: int, h: int) -> str:
-        if kind in SELF_KINDS:
-            mass, name = max(((means[key][layer, h], name) for _, key, name in _OFFSETS),
-                             key=lambda m: m[0])
-            if mass >= POSITIONAL_MASS:
-                return name
-        return "broad" if means["norm_entropy"][layer, h] >= BROAD_ENTROPY else "content"
-
-    n_layers, n_heads = means["entropy"].shape
-    return [[label(layer, h) for h in range(n_heads)] for layer in range(n_layers)]

@@ -36,6 +36,7 @@ from tinymt.config import as_train_config
 from tinymt.data import PreparedData, TrainSegments, prepare
 from tinymt.errors import TinyMTError
 from tinymt.files import clean_stale_temps, write_text
+from tinymt.labels import LabelSample
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
     METRICS,
@@ -81,6 +82,7 @@ class Training:
     segments: TrainSegments  # the train ids of each epoch (subword regularization)
     writer: SummaryWriter | None  # rank 0 only
     probes: list[str]
+    sample: LabelSample | None  # the head labels' sentences (rank 0, with probes)
     state: dict = field(default_factory=lambda: {
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
         "train_seconds": 0.0, "skipped_steps": 0})
@@ -181,7 +183,8 @@ def run_loop(t: Training) -> str:
                     return f"no BLEU gain in {tc.patience} validations"
                 t.model.train()
             elif tc.probe_every and step % tc.probe_every == 0 and t.rt.is_main and t.probes:
-                validation.log_frame(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step)
+                validation.log_frame(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step,
+                                     t.sample)
             if signum:
                 stop_here(t, int(signum))  # last.pt at this step, then exit 128 + signum
     return "max_steps"
@@ -256,7 +259,8 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
                   f"ppl {metrics['ppl']:.2f} | BLEU {metrics['bleu']:.2f} chrF "
                   f"{metrics['chrf']:.2f} | {state['train_seconds']:.0f} s trained"
                   + (" *" if improved else ""))
-        log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step)
+        log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step,
+                       t.sample)
         # the curve of valid BLEU against training time (validation time not counted)
         t.writer.add_scalar("valid/train_seconds", state["train_seconds"], step)
         save_checkpoints(t, best=improved)
@@ -379,8 +383,10 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     if segments.sampling:
         log(f"data: subword regularization: alpha {cfg.data.sampling_alpha}, every epoch's "
             f"train pieces drawn from (seed {tc.seed}, epoch)")
+    probes = probe_sentences(cfg, data)
+    sample = validation.label_sentences(cfg, data) if rt.is_main and probes else None
     t = Training(cfg, rt, run_dir, data, model, model, optimizer, scheduler, sampler, segments,
-                 None, probe_sentences(cfg, data))
+                 None, probes, sample)
     if resume is not None:
         restore(t, resume)
         if rt.is_main:

@@ -6,7 +6,9 @@ source listed by length, as Tatoeba's is, the first ``limit`` would be the short
 score too kind); under torchrun each rank does a share and the results are gathered.
 :func:`log_validation` writes the numbers, source/reference/hypothesis samples, every
 head's attention of the probe sentences (as view documents for the Attention tab,
-:mod:`tinymt.viewer`, and as PNG grids) and each head's mean attention entropy;
+:mod:`tinymt.viewer`, with every head's label measured on the first
+:data:`LABEL_SENTENCES` validation pairs, :mod:`tinymt.labels`; and as PNG grids) and each
+head's mean attention entropy;
 :func:`log_hparams` the final numbers for TensorBoard's HPARAMS tab.
 """
 
@@ -27,12 +29,15 @@ from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import translate_ids
+from tinymt.labels import LabelSample, frame_labels, label_sample, sentence_words
 from tinymt.loss import sequence_loss
 from tinymt.metrics import attention_entropy, score
 from tinymt.model import KINDS
 from tinymt.plotting import figure_to_array
 from tinymt.viewer.document import GOLD_COLUMNS, Probe, build_document, probe_from_pair
 from tinymt.viewer.summary import probe_summary
+
+LABEL_SENTENCES = 64  # the validation pairs every frame's head labels are measured on
 
 
 @torch.inference_mode()
@@ -92,8 +97,21 @@ def probe_sentences(cfg: DictConfig, data: PreparedData) -> list[Probe]:
     return probes
 
 
+def label_sentences(cfg: DictConfig, data: PreparedData) -> LabelSample | None:
+    """The first :data:`LABEL_SENTENCES` validation pairs (None without any), with their
+    gold words where the data has them: every frame labels the heads on them."""
+    valid = data.splits["valid"]
+    n = min(LABEL_SENTENCES, len(valid))
+    src, tgt = data.ids("valid")
+    return label_sample(*sentence_words(
+        data.src_tokenizer, data.tgt_tokenizer, valid.select(range(n)),
+        [src[i] for i in range(n)], [tgt[i] for i in range(n)],
+        cfg.model.max_positions - 1)[:3]) if n else None
+
+
 def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: PreparedData,
-                   metrics: dict, probes: list[Probe], rt: runtime.Runtime, step: int) -> None:
+                   metrics: dict, probes: list[Probe], rt: runtime.Runtime, step: int,
+                   sample: LabelSample | None = None) -> None:
     for name in ("loss", "ppl", "bleu", "chrf"):
         writer.add_scalar(f"valid/{name}", metrics[name], step)
     k = cfg.trainer.n_text_samples
@@ -101,33 +119,39 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
     rows += [f"| {s} | {r} | {h} |" for s, r, h in
              zip(metrics["srcs"][:k], metrics["refs"][:k], metrics["hyps"][:k])]
     writer.add_text("samples", "\n".join(rows), step)
-    _log_probes(writer, model, cfg, data, probes, rt, step)
+    _log_probes(writer, model, cfg, data, probes, rt, step, sample)
 
 
-def log_frame(writer, model, cfg, data, probes: list[Probe], rt, step: int) -> None:
+def log_frame(writer, model, cfg, data, probes: list[Probe], rt, step: int,
+              sample: LabelSample | None = None) -> None:
     """Between validations (``trainer.probe_every``): the probes' view documents (one more
     frame of the Attention tab) and their heads' entropy, nothing else (no BLEU, no PNG
     grids); the model is back in training mode after."""
     model.eval()
-    _log_probes(writer, model, cfg, data, probes, rt, step, full=False)
+    _log_probes(writer, model, cfg, data, probes, rt, step, sample, full=False)
     model.train()
 
 
-def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, full=True) -> None:
-    """Every head of every probe: the view document for the Attention tab, the PNG grids
-    for the Images tab (``trainer.attention_images``) and each head's mean entropy over the
-    probes as scalars (``full=False``: the documents and scalars only). A probe
-    with a reference is teacher-forced on it (the axes stay put from step to step). What
-    the two kinds of logging cost is logged too (``logging/*``: seconds, bytes)."""
+def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=None,
+                full=True) -> None:
+    """Every head of every probe: the view document for the Attention tab (each head's
+    label on ``sample`` in it), the PNG grids for the Images tab
+    (``trainer.attention_images``) and each head's mean entropy over the probes as scalars
+    (``full=False``: the documents and scalars only). A probe with a reference is
+    teacher-forced on it (the axes stay put from step to step). What the logging costs is
+    logged too (``logging/*``: seconds, bytes; ``probe_seconds``: all of it but the PNG
+    grids)."""
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
     cap = cfg.model.max_positions - 1
     entropy: dict[tuple[str, int], list[np.ndarray]] = {}
+    start = time.perf_counter()
+    labels = frame_labels(model, sample, rt.device) if sample is not None else {}
     cost = {"attention_view_seconds": 0.0, "attention_view_bytes": 0,
-            "attention_png_seconds": 0.0}
-    for p, probe in enumerate(probes):
-        ids = src_tok.encode(normalize(probe.sentence))[:cap]
-        out = translate_ids(model, [ids], beam=1, device=rt.device,
-                            max_len_b=cfg.trainer.valid_max_len_b)[0][0][0]
+            "attention_png_seconds": 0.0, "head_label_seconds": time.perf_counter() - start}
+    sources = [src_tok.encode(normalize(probe.sentence))[:cap] for probe in probes]
+    outs = [o[0][0] for o in translate_ids(model, sources, beam=1, device=rt.device,
+                                           max_len_b=cfg.trainer.valid_max_len_b)]  # one batch
+    for p, (probe, ids, out) in enumerate(zip(probes, sources, outs)):
         translation = tgt_tok.decode(out)
         forced = tgt_tok.encode(normalize(probe.reference))[:cap] \
             if probe.reference is not None else out
@@ -135,6 +159,8 @@ def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, full=Tr
         t0 = time.perf_counter()
         doc = build_document(attn, src_tok.pieces(ids), tgt_tok.pieces(forced), probe,
                              translation, step, forced_reference=probe.reference is not None)
+        for kind in labels.keys() & doc["kinds"].keys():
+            doc["kinds"][kind]["labels"] = labels[kind]
         summary = probe_summary(f"probe_{p}", doc, probe.sentence, probe.reference)
         writer._get_file_writer().add_summary(summary, step)
         t1 = time.perf_counter()
@@ -155,6 +181,7 @@ def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, full=Tr
     for (kind, layer), ents in entropy.items():
         for h, e in enumerate(np.mean(ents, axis=0)):  # (h,)
             writer.add_scalar(f"attention_entropy/{kind}/layer_{layer}/head_{h}", float(e), step)
+    cost["probe_seconds"] = time.perf_counter() - start - cost["attention_png_seconds"]
     for name, value in cost.items():
         writer.add_scalar(f"logging/{name}", value, step)
 

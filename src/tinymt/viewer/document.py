@@ -10,7 +10,13 @@ notebook) draws the same document::
      "kinds": {kind: {"rows": [query tokens], "cols": [key tokens],
                       "weights": uint8 (layers, heads, T_q, T_k),
                       "entropy": [[nats per head] per layer],
-                      "gold": [[row, col, label], ...]}}}
+                      "gold": [[row, col, label], ...],
+                      "labels": [[str per head] per layer]}}}  # optional: the trainer's
+
+``labels`` (records the trainer writes): what each head does at that step, measured on the
+first validation sentences (:func:`tinymt.labels.frame_labels`), ``"object ← 0.62 ·
+accuracy 0.62 over 40 instances · baseline 0.45: the word at offset -2"``: the label, then
+what was measured.
 
 Rows and columns: ``encoder_self`` reads the source pieces + ``</s>`` on both axes;
 ``decoder_self`` the decoder input ``<s>`` + target pieces on both (row i is the query at

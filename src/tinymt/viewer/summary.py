@@ -34,6 +34,8 @@ MAX_HEADS = 1024  # layers x heads of one kind
 MAX_CELLS = 1 << 24  # weights of one record, all kinds: 16 MiB, 67 MB of JSON to the page
 TOP_FIELDS = {"sentence", "reference", "translation", "forced", "step", "scale", "kinds"}
 KIND_FIELDS = {"rows", "cols", "entropy", "gold", "shape"}
+OPTIONAL_KIND_FIELDS = {"labels"}  # each head's label at that step (tinymt.labels)
+MAX_LABEL = 200  # characters of one head's label
 
 
 def encode(doc: dict) -> bytes:
@@ -135,7 +137,7 @@ def check_header(doc) -> dict[str, tuple[int, ...]]:
 
 
 def _check_kind(view, kind: str) -> tuple[int, ...]:
-    _fields(view, KIND_FIELDS, kind)
+    _fields(view, KIND_FIELDS, kind, OPTIONAL_KIND_FIELDS)
     for axis in ("rows", "cols"):
         tokens = view[axis]
         if not isinstance(tokens, list) or not 1 <= len(tokens) <= MAX_TOKENS:
@@ -159,6 +161,12 @@ def _check_kind(view, kind: str) -> tuple[int, ...]:
             isinstance(row, list) and len(row) == heads and all(map(_number, row))
             for row in entropy)):
         raise ValueError(f"{kind}.entropy is not {layers}x{heads} finite numbers")
+    labels = view.get("labels", [[""] * heads] * layers)
+    if not (isinstance(labels, list) and len(labels) == layers and all(
+            isinstance(row, list) and len(row) == heads and all(
+                isinstance(s, str) and len(s) <= MAX_LABEL for s in row) for row in labels)):
+        raise ValueError(f"{kind}.labels is not {layers}x{heads} strings of at most "
+                         f"{MAX_LABEL} characters")
     if not isinstance(view["gold"], list):
         raise ValueError(f"{kind}.gold is not a list")
     for cell in view["gold"]:
@@ -169,11 +177,11 @@ def _check_kind(view, kind: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _fields(obj, fields: set, what: str) -> None:
+def _fields(obj, fields: set, what: str, optional: set = frozenset()) -> None:
     if not isinstance(obj, dict):
         raise ValueError(f"{what} is not a JSON object")
-    if set(obj) != fields:
-        odd = sorted(set(obj) ^ fields)
+    if not fields <= set(obj) <= fields | optional:
+        odd = sorted(fields - set(obj) | set(obj) - fields - optional)
         raise ValueError(f"{what} has fields {', '.join(map(repr, odd))[:120]} "
                          "missing or unknown")
 

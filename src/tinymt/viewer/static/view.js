@@ -48,11 +48,12 @@ const FONT_STACK = '"Noto Sans CJK SC", "Noto Sans CJK", "Noto Sans SC", "Noto S
 
 const CSS = `
 .tmv { --bg: #fff; --fg: #222; --muted: #777; --faint: #999; --panel: #fafafa; --border: #ddd;
-  --input: #fff; --button: #f5f5f5; --label: #333; --veil: #fff;
+  --input: #fff; --button: #f5f5f5; --label: #333; --veil: #fff; --relation: #a33b00;
   font-family: ${FONT_STACK}; font-size: 13px; line-height: 1.45; color: var(--fg); background: var(--bg);
   padding: 12px 16px 24px; width: 100%; min-height: 100vh; box-sizing: border-box; }
 .tmv.tmv-dark { --bg: #202124; --fg: #e8eaed; --muted: #9aa0a6; --faint: #80868b; --panel: #2a2b2e;
-  --border: #444; --input: #303134; --button: #3c4043; --label: #dadce0; --veil: #202124; color-scheme: dark; }
+  --border: #444; --input: #303134; --button: #3c4043; --label: #dadce0; --veil: #202124; --relation: #ffb38a;
+  color-scheme: dark; }
 .tmv * { box-sizing: border-box; } .tmv select, .tmv button, .tmv input { font: inherit; color: inherit; }
 .tmv .tmv-bar { display: flex; flex-wrap: wrap; align-items: center; gap: 6px 16px; margin-bottom: 6px; }
 .tmv .tmv-bar label { display: inline-flex; align-items: center; gap: 6px; color: var(--muted); }
@@ -114,6 +115,9 @@ const CSS = `
 .tmv .ov-pic { position: relative; line-height: 0; }
 .tmv .ov-gold { position: absolute; left: 0; top: 0; pointer-events: none; }
 .tmv .ov-gold rect.gold { stroke-width: 1; }
+.tmv .ov-tag { color: var(--muted); font-size: 11px; line-height: 14px; height: 14px; white-space: nowrap;
+  overflow: hidden; text-overflow: ellipsis; text-align: center; }
+.tmv .ov-tag.relation { color: var(--relation); font-weight: 700; }
 @media (max-width: 800px) {
   .tmv .tmv-main { flex-direction: column; }
   .tmv #info { position: fixed; top: auto; left: 8px; right: 8px; bottom: 8px; width: auto; max-height: 38vh;
@@ -249,6 +253,28 @@ function entropyText(kind, layer, h) {
   const e = entropyOf(kind, layer, h);
   return e === null ? "H = –" : `H = ${e.toFixed(2)} nats`;
 }
+
+// A head's label at this step, "object ← 0.62 · accuracy 0.62 over 40 instances · ...": the
+// label, then what was measured (the trainer's records only): [label, [details], a relation
+// or alignment?] or null.
+function headLabel(kind, layer, h) {
+  const text = h >= 0 && kind.labels && kind.labels[layer] && kind.labels[layer][h];
+  if (typeof text !== "string" || !text) return null;
+  const [label, ...details] = text.split(" · ");
+  return [label, details, /[→←]/.test(label) || label.startsWith("aligns ")];
+}
+
+const LABEL_HELP = {
+  relation: "Measured at this step on the first validation sentences: how often the word a word " +
+    "attends to most (itself aside) is its gold partner (→ the dependent finds its head, ← the head " +
+    "its dependent), against the best fixed offset (“always the word k away”) on the same words; " +
+    "named when it beats that by 0.10 or more over 20 or more instances.",
+  align: "Measured at this step on the first validation sentences: the share of its attention on the " +
+    "source words aligned (gold) with the word each row predicts.",
+  position: "Measured at this step on the first validation sentences: previous / self / next / " +
+    "</s> (<s>) when at least half of its attention is on that position; diffuse when its entropy is " +
+    "at least 0.8 of the uniform's; content otherwise.",
+};
 
 function addPath(svg, cls, d) {
   svg.appendChild(svgEl("path", { class: cls, d }));
@@ -944,8 +970,11 @@ class AttentionView {
     const width = Math.max(240, this.ui.views.clientWidth - labelW - cols * 10);
     const top = box.getBoundingClientRect().top, view = this.root.ownerDocument.defaultView;
     const height = Math.max(200, (view ? view.innerHeight : 900) - Math.max(0, top) - 40 - 18);
-    // a trend a fifth of a picture's height (12..28 px) under each
-    const fit = Math.min(width / cols, (height / rows - 8) / 1.2) / Math.max(nq, nk, 1);
+    // a trend a fifth of a picture's height (12..28 px) under each, and the head's label
+    // (as wide as the longest, about 6.6 px a character, if the window has room)
+    const tags = Array.isArray(kind.labels) ? kind.labels.flat().map((t) => String(t).split(" · ")[0]) : null;
+    const tagH = tags ? 16 : 0, tagW = tags ? Math.min(width / cols - 2, 4 + 6.6 * Math.max(0, ...tags.map((t) => t.length))) : 0;
+    const fit = Math.min(width / cols, (height / rows - 8 - tagH) / 1.2) / Math.max(nq, nk, 1);
     const s = Math.max(1, Math.min(12, fit)), spark = Math.max(12, Math.min(28, Math.round(nq * s / 5)));
     box.style.gridTemplateColumns = `${labelW}px repeat(${cols}, max-content)`;
     const cells = [el("span", {})];
@@ -960,11 +989,16 @@ class AttentionView {
         const canvas = el("canvas", { class: "cells", "data-layer": l, "data-head": h });
         paintCells(canvas, headRows(kind, l, h, nq, nk), nq, nk, o.scale, headColor(h, this.dark), o.bg, o.norm);
         Object.assign(canvas.style, { width: `${nk * s}px`, height: `${nq * s}px` });
-        const e = entropyOf(kind, l, h), pic = el("div", { class: "ov-pic" }, canvas);
+        const e = entropyOf(kind, l, h), pic = el("div", { class: "ov-pic" }, canvas), tag = headLabel(kind, l, h);
         if (o.gold) pic.append(goldOverlay(kind, nq, nk, s));
         const thumb = el("div", { class: "thumb", tabindex: 0, role: "button", "data-layer": l, "data-head": h,
-          "data-scale": s, "aria-label": `layer ${l}, ${headName(h)}${e === null ? "" : `, entropy ${e.toFixed(2)}`}: open` },
-        pic);
+          "data-scale": s, "aria-label": `layer ${l}, ${headName(h)}${e === null ? "" : `, entropy ${e.toFixed(2)}`}` +
+          `${tag ? `, ${tag[0]}` : ""}: open` }, pic);
+        if (tagH) {
+          const label = el("div", { class: tag && tag[2] ? "ov-tag relation" : "ov-tag" }, tag ? tag[0] : "");
+          label.style.width = `${Math.max(24, nk * s, tagW)}px`;
+          thumb.append(label);
+        }
         const sp = this.sparkCanvas(h, Math.max(24, Math.round(nk * s)), spark, l);
         if (sp) thumb.append(sp);
         cells.push(thumb);
@@ -1145,6 +1179,12 @@ class AttentionView {
     else this.ui.info.replaceChildren();
     const s = trendSeries(this.trend, this.kind, t.layer, t.head);
     const gold = s && s.gold.filter((v) => v !== null);
+    const tag = headLabel(kind, t.layer, t.head);
+    if (tag) {
+      const help = LABEL_HELP[!tag[2] ? "position" : tag[0].startsWith("aligns ") ? "align" : "relation"];
+      this.ui.info.prepend(el("div", { class: "info-label" }, el("b", {}, tag[0]),
+        ...tag[1].map((d) => el("div", {}, d)), el("div", { class: "muted" }, help)));
+    }
     this.ui.info.prepend(el("div", { class: "info-title" }, `layer ${t.layer}, ${headName(t.head)}: `,
       el("span", { class: "muted" }, entropyText(kind, t.layer, t.head) +
         (gold && gold.length ? ` · gold share ${gold[gold.length - 1].toFixed(2)}` : "") + " · click to open")));

@@ -273,11 +273,6 @@ def _adjectives(r, np: NP) -> None:
             np.adj = _pick(r, de)
 
 
-def _adjective(r, noun: L.Noun):
-    cands = _ATTR_ADJ[noun.zh]
-    return _pick(r, cands) if cands else None
-
-
 ADJ_PROB = 0.65  # a common noun's attributive adjective (黑猫, 可爱的猫)
 _DET_CHOICES: dict = {}
 _POSSESSABLE = frozenset(

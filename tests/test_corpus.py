@@ -454,7 +454,9 @@ def test_plurals_numerals_and_measure_words(samples):
             counts["sg"] += 1
         else:
             assert det == (num_en,)
-            assert en_of(p, ni) == n.plural, p
+            # 艾米带的九个苹果 the nine apples that Amy brought: "the" is the noun's
+            the = ("the",) if o.rel is not None else ()
+            assert en_of(p, ni) == the + n.plural, p
             counts["pl"] += 1
             if n.plural[-1] in (
                 "mice",
@@ -546,14 +548,21 @@ def test_relative_clauses_reorder(samples):
             continue
         hi = len(p.zh_words) - 1 - p.zh_words[::-1].index(o.head.zh)  # head: last mention
         head_en = en_idx(p, hi)
-        if o.rel is not None:
-            assert p.zh_words[hi - 1] == "的"  # Chinese: [clause] 的 head
-            rel_word = en_of(p, hi - 1)
-            assert rel_word in (("that",), ("who",))
+        if o.rel is not None:  # Chinese: [clause] 的 (这 / numeral + MW) (adjectives) head
+            mods = {"这", o.head.mw, *L.NUMERALS[o.count - 1][:1]}
+            mods |= {a.zh for a in (o.adj, o.adj2) if a is not None}
+            di = hi - 1
+            while p.zh_words[di] in mods or p.zh_words[di - 1] in mods - {"这"}:
+                di -= 1
+            assert p.zh_words[di] == "的", p
+            rel_word = en_of(p, di)
             assert rel_word == (("who",) if "person" in o.head.cats else ("that",))
-            that = en_idx(p, hi - 1)[0]
+            that = en_idx(p, di)[0]
             assert max(head_en) < that  # English: head that [clause]
-            assert p.en_words[min(head_en)] == "the"
+            if o.det == "this":  # 我买的这本书 this book that I bought
+                assert en_of(p, p.zh_words.index("这", di)) == ("this",)
+            else:  # 我买的(两本)书 the (two) books that I bought
+                assert p.en_words[min(head_en)] == "the"
             if o.rel.gap == "object":  # 我昨天买的书 the book that I bought yesterday
                 vi = max(i for i in range(hi) if p.zh_words[i] == o.rel.verb.zh)
                 assert en_of(p, vi) == o.rel.verb.past

@@ -220,8 +220,26 @@ def _simple_human(r, avoid=(), allow_kin=True):
     return NP("noun", _pick(r, _PERSONS), det=_pick(r, ("this", "that")))
 
 
+def _person_np(r, avoid=()):
+    """Whom a pivot verb asks or 帮 helps: a pronoun, a name, kin, or a person with a
+    demonstrative, an adjective or a possessor (那个聪明的女孩), so the person's noun
+    sits at varying distances from the verb."""
+    x = r.random()
+    if x < 0.5:
+        return _simple_human(r, avoid, allow_kin=False)
+    if x < 0.65:
+        return _kin(r, avoid)
+    n = _pick(r, _PERSONS)
+    if x < 0.75 and n.cats & _POSSESSABLE:
+        return NP("noun", n, possessor=_pronoun(r, avoid))
+    np = NP("noun", n, det=_pick(r, ("this", "that")))
+    if r.random() < 0.6:
+        _adjectives(r, np)
+    return np
+
+
 def _kin(r, avoid=()):
-    possessor = _pronoun(r, avoid) if r.random() < 0.7 else NP("name", _pick(r, L.NAMES))
+    possessor = _pronoun(r, avoid) if r.random() < 0.5 else NP("name", _pick(r, L.NAMES))
     return NP("noun", _pick(r, _KIN), possessor=possessor)
 
 
@@ -236,11 +254,26 @@ def _possessor(r):
     return NP("noun", _pick(r, _PERSONS), det="that")
 
 
-def _adjective(r, noun: L.Noun):
-    cands = _ATTR_ADJ[noun.zh]
-    return _pick(r, cands) if cands else None
+def _adjectives(r, np: NP) -> None:
+    """An attributive adjective for ``np`` (黑猫, 可爱的猫), and sometimes a second: a
+    de-adjective before a one-syllable one (漂亮的红裙子 beautiful red skirt)."""
+    cands = _ATTR_ADJ[np.head.zh]
+    if not cands:
+        return
+    np.adj = _pick(r, cands)
+    de = [a for a in cands if a.attr == "de"]
+    mono = [a for a in cands if a.attr == "mono"]
+    if de and mono:
+        x = r.random()
+        if x < 0.452:
+            np.adj, np.adj2 = _pick(r, de), _pick(r, mono)
+        elif x < 0.565:
+            np.adj = _pick(r, mono)
+        else:
+            np.adj = _pick(r, de)
 
 
+ADJ_PROB = 0.65  # a common noun's attributive adjective (黑猫, 可爱的猫)
 _DET_CHOICES: dict = {}
 _POSSESSABLE = frozenset(
     {"thing", "clothes", "vehicle", "book", "letter", "ticket", "furniture", "pet", "social"}
@@ -274,7 +307,7 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
         return NP("noun", n)
     if n.mass:
         x = r.random()
-        if x < 0.45:
+        if x < 0.452:
             return NP("noun", n)
         if x < 0.85:
             return NP("noun", n, det="num", count=_count(r, role))
@@ -286,11 +319,14 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
     kind = choice(r)
     if kind == "poss":
         np = NP("noun", n, possessor=_possessor(r))
-    elif kind == "rel":
+    elif kind == "rel":  # 我买的书 the book that I bought; 我买的这两本书: this, the two
         rel = _relative(r, n)
         if rel is None:
             return noun_np(r, n, tense, role, allow_clause=False)
-        return NP("noun", n, rel=rel)
+        np = NP("noun", n, rel=rel)
+        if r.random() < 0.5:
+            np.det = _pick(r, ("this", "num"))
+            np.count = 2 + int(r.random() * 9)
     elif kind == "goal":
         det = _weighted(r, [(2, "bare"), (2, "num"), (1, "that")])
         np = NP("noun", n, det=det, goal=_pick(r, _DESTINATIONS))
@@ -301,8 +337,8 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
         np = NP("noun", n, det="num", count=_count(r, role))
     else:
         np = NP("noun", n, det=kind)
-    if r.random() < 0.22:
-        np.adj = _adjective(r, n)
+    if r.random() < ADJ_PROB:
+        _adjectives(r, np)
     return np
 
 
@@ -374,7 +410,7 @@ def _subject(r, v: L.Verb | None, tense: str, human: bool | None = None) -> NP:
 
 # --------------------------------------------------------------------------- clauses
 
-_TENSE_WEIGHTS = [(3, "present"), (4, "past"), (1.5, "progressive"), (2, "future")]
+_TENSE_WEIGHTS = [(3, "present"), (3.5, "past"), (1.5, "progressive"), (2.5, "future")]
 _TIME_PROB = {"present": 0.35, "past": 0.6, "progressive": 0.4, "future": 0.6}
 
 
@@ -407,14 +443,28 @@ def _finish(r, c: Clause, question: bool, embedded: bool, place_verb=None, add_t
         places = info(place_verb).loc_places
         if places:
             c.place = _pick(r, places)
+            # 在公园里和李雷踢足球 play football with Li Lei in the park
+            if c.subj.human and place_verb.frame != "stative" and r.random() < 0.6:
+                c.partner = _simple_human(r, (c.subj.head.zh,) if c.subj.kind == "pronoun" else ())
     x = r.random()
     if question and x < 0.13:
         c.mood = "yn_question"
-    elif c.tense != "progressive" and x > 0.8:
-        c.negated = True
+    elif c.tense != "progressive" and x > (0.9 if c.tense == "past" else 0.8):
+        c.negated = True  # 没V: past negations fewer (nothing comes between 没 and V)
     if c.time is not None and not embedded and r.random() < 0.2:
         c.time_first = True
+    if r.random() < (0.8 if c.negated else 0.3):
+        c.adverb = _adverb(r, c)
     return c
+
+
+def _adverb(r, c: Clause):
+    """An adverb the clause's tense takes (经常, 总是: habitual, present), none after a
+    negated adjective (不经常累); when negated, mostly one between 不 and the verb."""
+    copula_neg = c.negated and isinstance(c.vp, Copula)
+    cands = [(4.0 if a.post and c.negated else 1.0, a) for a in L.ADVERBS
+             if c.tense in a.tenses and not (a.post and copula_neg)]
+    return _weighted(r, cands)
 
 
 def _trans_clause(r, question, embedded):
@@ -512,12 +562,12 @@ def _pivot_clause(r, question, embedded):
     tense = _tense(r, ("past", "future"))
     subj = _subject(r, None, tense, human=True)
     avoid = {subj.head.zh} if subj.kind in ("pronoun", "name") else set()
-    pivot = _simple_human(r, avoid)
+    pivot = _person_np(r, avoid)
     if pivot.kind in ("pronoun", "name"):
         avoid.add(pivot.head.zh)
     if v.zh == "请" and r.random() < 0.5:  # 请李雷帮我… ask Li Lei to help me …
         not_pivot = (pivot.head.zh,) if pivot.kind in ("pronoun", "name") else ()
-        inner = Help(_simple_human(r, not_pivot), _inner_vp(r, tense, avoid=tuple(avoid)))
+        inner = Help(_person_np(r, not_pivot), _inner_vp(r, tense, avoid=tuple(avoid)))
     elif v.zh == "教":
         inner = _inner_vp(r, tense, _INTRANS)
     else:

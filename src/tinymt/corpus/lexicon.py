@@ -94,6 +94,18 @@ class Adjective:
     cats: frozenset[str]  # noun categories (and "human"/"animal" for subjects)
 
 
+@dataclass(frozen=True)
+class Adverb:
+    """An adverb of the clause: 也 also, 经常 often. ``post``: after 不 / 会 in Chinese and
+    after "not" in English (不经常去 does not often go); otherwise before them (也不去 also
+    does not go). ``tenses``: the clause tenses it goes with."""
+
+    zh: str
+    en: str
+    post: bool
+    tenses: frozenset[str]
+
+
 # --------------------------------------------------------------------------- tables
 
 
@@ -242,7 +254,7 @@ NOUNS_TABLE = """
 笔 | 支 | pen | pens | thing
 铅笔 | 支 | pencil | pencils | thing
 本子 | 个 | notebook | notebooks | thing
-电脑 | 台 | computer | computers | thing device
+电脑 | 台 | computer | computers | thing device switch
 手机 | 部 | phone | phones | thing device
 相机 | 台 | camera | cameras | thing device
 手表 | 块 | watch | watches | thing device
@@ -260,7 +272,7 @@ NOUNS_TABLE = """
 画 | 幅 | painting | paintings | thing
 玩具 | 个 | toy | toys | thing toy
 娃娃 | 个 | doll | dolls | thing toy
-灯 | 盏 | lamp | lamps | thing
+灯 | 盏 | lamp | lamps | thing switch
 镜子 | 面 | mirror | mirrors | thing
 衬衫 | 件 | shirt | shirts | clothes
 外套 | 件 | coat | coats | clothes
@@ -270,9 +282,9 @@ NOUNS_TABLE = """
 帽子 | 顶 | hat | hats | clothes
 围巾 | 条 | scarf | scarves | clothes
 桌子 | 张 | table | tables | furniture
-椅子 | 把 | chair | chairs | furniture
-床 | 张 | bed | beds | furniture
-沙发 | 个 | sofa | sofas | furniture
+椅子 | 把 | chair | chairs | furniture seat
+床 | 张 | bed | beds | furniture seat
+沙发 | 个 | sofa | sofas | furniture seat
 书架 | 个 | bookshelf | bookshelves | furniture
 苹果 | 个 | apple | apples | food fruit
 香蕉 | 根 | banana | bananas | food fruit
@@ -446,6 +458,7 @@ TIMES_TABLE = """
 VERBS_TABLE = """
 看 | read | reads | read | read | reading | trans | book | human | read study home
 看 | watch | watches | watched | watched | watching | trans | movie | human | cinema home
+看 | visit | visits | visited | visited | visiting | trans | person | human | city home
 看见 | see | sees | saw | seen | seeing | trans | animal person thing vehicle plant furniture | human animal | outdoor city zoo farm
 买 | buy | buys | bought | bought | buying | trans | thing food book clothes ticket plant furniture animal:pet drink foodm vehicle | human | shop city
 卖 | sell | sells | sold | sold | selling | trans | thing food book clothes vehicle plant furniture | human | shop city
@@ -478,7 +491,9 @@ VERBS_TABLE = """
 喂 | feed | feeds | fed | fed | feeding | trans | animal | human | farm zoo home outdoor
 骑 | ride | rides | rode | ridden | riding | trans | vehicle:ride animal:ride | human | outdoor city
 开 | drive | drives | drove | driven | driving | trans | vehicle:drive | human | city
+开 | turn on | turns on | turned on | turned on | turning on | trans | thing:switch | human | home room
 坐 | take | takes | took | taken | taking | trans | vehicle:transit | human |
+坐 | sit on | sits on | sat on | sat on | sitting on | trans | furniture:seat | human animal | home
 打开 | open | opens | opened | opened | opening | trans | thing:box letter | human | home room
 做 | make | makes | made | made | making | trans | food:make toy | human | kitchen home
 种 | plant | plants | planted | planted | planting | trans | plant | human | garden
@@ -541,6 +556,8 @@ ADJECTIVES_TABLE = """
 大 | big | mono | y | animal thing vehicle furniture fruit tree city
 新 | new | mono | n | thing clothes vehicle book furniture
 旧 | old | mono | y | thing clothes vehicle book furniture
+胖 | fat | mono | y | person animal
+瘦 | thin | mono | y | person animal
 可爱 | cute | de | y | animal child
 漂亮 | beautiful | de | y | person clothes flower thing city
 有趣 | interesting | de | y | book movie story game person
@@ -577,6 +594,13 @@ ADJECTIVES_TABLE = """
 # Adjective + noun combinations that are words of their own in Chinese (大熊猫 = giant
 # panda), so the grammar never builds them.
 BLOCKED_ADJ_NOUN = frozenset({("大", "熊猫")})
+
+# zh | en | post (after 不/会, "not") | tenses
+_ALL = "present past progressive future"
+ADVERBS = tuple(Adverb(zh, en, post == "y", frozenset(t.split())) for zh, en, post, t in (
+    ("也", "also", "n", _ALL), ("真的", "really", "n", _ALL),
+    ("有时候", "sometimes", "n", "present"), ("经常", "often", "y", "present future"),
+    ("总是", "always", "y", "present")))
 
 # numerals before a measure word: 一 (a/an), 两 (two) ... 十 (ten)
 NUMERALS = (
@@ -688,6 +712,7 @@ def stats() -> dict[str, int]:
         "times": len(TIMES),
         "verbs": len(VERBS),
         "adjectives": len(ADJECTIVES),
+        "adverbs": len(ADVERBS),
         "numerals": len(NUMERALS),
         "measure words": len(MEASURE_WORDS),
     }

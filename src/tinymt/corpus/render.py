@@ -207,7 +207,9 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         if det == "num":
             tags.add("numeral")
             zh.append((_NUM_ZH[np.count - 1], d))
-            en_det = [(_NUM_EN[np.count - 1] if np.count > 1 else article(first), d)]
+            # 我买的两本书 the two books that I bought: the relative clause's "the" stays
+            en_det = (en_det if np.rel is not None else []) + [
+                (_NUM_EN[np.count - 1] if np.count > 1 else article(first), d)]
         elif det == "this":
             zh.append(("这", d))
             en_det = [("this", d)]
@@ -245,16 +247,16 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         ctx.rel("relative", gg, g)
         zh += [("去", gg), (np.goal.zh, x), ("的", _fn(gg))]
         goal_en = [("to", gg)] + [(w, x) for w in np.goal.goal]
-    if adj is not None:
-        tags.add("adjective")
-        a = (ctx.new(),)
-        ctx.rel("adjective", a, g)
-        zh.append((adj.zh, a))
-        if adj.attr == "de":
-            zh.append(("的", _fn(a)))
-        adj_en = [(adj.en, a)]
-    else:
-        adj_en = []
+    adj_en = []
+    for adj in (np.adj, np.adj2):
+        if adj is not None:
+            tags.add("adjective")
+            a = (ctx.new(),)
+            ctx.rel("adjective", a, g)
+            zh.append((adj.zh, a))
+            if adj.attr == "de":
+                zh.append(("的", _fn(a)))
+            adj_en.append((adj.en, a))
     zh.append((n.zh, g))
     if plural:
         tags.add("plural")
@@ -439,6 +441,12 @@ def render_clause(c: Clause, ctx: _Ctx):
         pen = [(pl.loc_prep, p)] + [(w, x) for w in pl.loc]
         tags.add("place")
         tags.add("time_place_reorder")
+        if c.partner is not None:  # 和李雷 with Li Lei: after the place in Chinese only
+            tags.add("comitative")
+            w = (ctx.new(),)
+            wzh, wen, _ = render_np(c.partner, "obj", ctx)
+            pzh += [("和", w)] + wzh
+            pen = [("with", w)] + wen + pen
 
     if isinstance(c.vp, Copula):
         pre, vzh, aux, main, pred = _copula(c, agr, q, ctx)
@@ -452,6 +460,24 @@ def render_clause(c: Clause, ctx: _Ctx):
     if qk is not None:  # 吗 and the fronted auxiliary: the question's marks
         ctx.rel("question", qk, pred)
         aux = [(aux[0][0], aux[0][1] + (qk,))] + aux[1:]
+    post_zh: list = []
+    if c.adverb is not None:  # 也不去 also does not go, 不经常去 does not often go
+        tags.add("adverb")
+        v = (ctx.new(),)
+        zadv, eadv = (c.adverb.zh, v), (c.adverb.en, v)
+        if c.adverb.post:  # after 不 / 会 ("not"); past the place unless negated
+            if neg:
+                pre, main = pre + [zadv], main[:1] + [eadv] + main[1:]
+            elif c.partner is not None:  # 经常在公园里和他… often … with him in the park
+                pre, main = pre + [zadv], [eadv] + main
+            else:
+                post_zh, main = [zadv], [eadv] + main
+        else:
+            pre = [zadv] + pre
+            if neg and mood == "declarative":
+                aux = [eadv] + aux
+            else:
+                main = [eadv] + main
 
     # Chinese: [time] subj [time] markers [在 place] VP [吗]
     zh = []
@@ -462,6 +488,7 @@ def render_clause(c: Clause, ctx: _Ctx):
         zh += tzh
     zh += pre
     zh += pzh
+    zh += post_zh
     zh += vzh
     if q is not None:
         zh.append(("吗", q + (qk,)))

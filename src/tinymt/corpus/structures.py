@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinymt.corpus.lexicon import Adjective, Name, Noun, Place, Pronoun, Time, Verb
+from tinymt.corpus.lexicon import Adjective, Adverb, Name, Noun, Place, Pronoun, Time, Verb
 
 # determiners of a common-noun phrase (NounPhrase.det, Chinese -> English):
 #   bare   猫 cats (generic plural) / 茶 tea (mass)      num  一只猫 a cat, 三只猫 three cats
@@ -43,6 +43,7 @@ class NP:
     det: str = "bare"
     count: int = 1  # numeral for det == "num" (1..10)
     adj: Adjective | None = None
+    adj2: Adjective | None = None  # a one-syllable second: 漂亮的红裙子 beautiful red skirt
     possessor: NP | None = None  # 我的猫 my cat; kin nouns: 我妈妈 my mother
     rel: RelClause | None = None  # 我昨天买的书 the book that I bought yesterday
     goal: Place | None = None  # 去北京的机票 a ticket to Beijing
@@ -161,6 +162,8 @@ class Clause:
     time: Time | None = None
     place: Place | None = None  # locative: 在公园里 in the park
     time_first: bool = False  # 昨天我… instead of 我昨天…
+    adverb: Adverb | None = None  # 也 also, 经常 often (declarative and yes-no clauses)
+    partner: NP | None = None  # 在公园里和李雷… … with Li Lei in the park (with a place)
 
     @property
     def question(self) -> bool:

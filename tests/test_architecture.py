@@ -74,10 +74,11 @@ CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding
 # lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold
 # (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + real text:
 # tinymt.text, format=html, LibreTranslate's routes, spans copied through the attention;
-# + every head's label at every frame, tinymt.labels; the benchmark: + the text pipeline
-# off beside on, /detect's accuracy and latency)
+# + every head's label at every frame, tinymt.labels; + the corpus's adverbs, company and
+# second adjectives; the benchmark: + the text pipeline off beside on, /detect's accuracy
+# and latency)
 BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_390),
-           "src/tinymt": (("**/*.py",), 14_850)}
+           "src/tinymt": (("**/*.py",), 14_960)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

@@ -234,7 +234,7 @@ class ModelConfig:
     name: str = "tiny"
     d_model: int = _r(128, WIDTH)
     n_heads: int = _r(4, integer(1, MAX_HEADS))
-    n_encoder_layers: int = _r(2, LAYERS)
+    n_encoder_layers: int = _r(3, LAYERS)
     n_decoder_layers: int = _r(2, LAYERS)
     d_ff: int = _r(512, WIDTH)
     dropout: float = _r(0.0, PROBABILITY)
@@ -277,7 +277,7 @@ class TrainerConfig:
     num_threads: int = _r(0, integer(0, MAX_THREADS, note="0 = torch's default"))
     max_tokens: int = _r(2048, BATCH_TOKENS)
     accumulate: int = _r(1, integer(1, MAX_ACCUMULATE, note="micro-batches per step"))
-    max_steps: int = _r(800, POSITIVE)
+    max_steps: int = _r(1200, POSITIVE)
     max_epochs: int = _r(1000, POSITIVE)
     max_minutes: float = _r(0.0, number(0, 10**6, note="about two years; 0 = no limit"))
     log_every: int = _r(50, POSITIVE)

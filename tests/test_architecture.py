@@ -76,9 +76,10 @@ CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding
 # tinymt.text, format=html, LibreTranslate's routes, spans copied through the attention;
 # + every head's label at every frame, tinymt.labels; + the corpus's adverbs, company and
 # second adjectives; the benchmark: + the text pipeline off beside on, /detect's accuracy
-# and latency)
-BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_390),
-           "src/tinymt": (("**/*.py",), 14_960)}
+# and latency, + a server's /health taken only from its own process (a port taken before
+# it bound it))
+BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_425),
+           "src/tinymt": (("**/*.py",), 14_995)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80
@@ -322,6 +323,7 @@ def report() -> Report:
     return r
 
 
+@pytest.mark.slow
 def test_checker_sees_the_package(report):
     mods = load_modules(PACKAGE, Report())
     assert {"tinymt", "tinymt.model", "tinymt.decoding", "tinymt.corpus"} <= mods.keys()

@@ -80,6 +80,7 @@ def test_not_a_checkpoint(tmp_path):
         load_checkpoint(tmp_path / "x.pt")
 
 
+@pytest.mark.slow
 def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
     """A real process is killed while it writes the new checkpoint's bytes."""
     save_checkpoint(_state(0.0, 1), tmp_path / "last.pt")

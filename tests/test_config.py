@@ -186,6 +186,7 @@ def test_a_drift_on_either_side_is_seen(tmp_path):
 
 
 # ----------------------------------------------------------------------------- checks
+@pytest.mark.slow
 def test_every_shipped_config_passes_the_checks():
     for experiment in EXPERIMENTS:
         as_train_config(_compose([f"experiment={experiment}"]))

@@ -2,10 +2,7 @@
 
 import gzip
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 
 import datasets
@@ -15,10 +12,8 @@ import pytest
 import tinymt.data.pipeline
 import tinymt.data.sources
 from conftest import (
-    REPO_ROOT,
     make_pairs,
     run_script_in_process,
-    run_script_with_fault,
     write_text_corpus,
 )
 from tinymt.data import COMPLETE, cache_path, normalize, prepare, summary_table
@@ -284,26 +279,32 @@ def _tree(folder) -> dict:
             if p.is_file()}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("error", ["MemoryError()", "RuntimeError(\"can't start new thread\")"])
-def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_path, error):
+def test_an_error_that_is_no_damage_keeps_the_cache(text_corpus, data_cfg, tmp_path, error,
+                                                    monkeypatch, capsys):
     """Any error while reading a complete cache (out of memory, no thread) once deleted it
     and rebuilt; only evidence of damage may. scripts/prepare_data.py, the reading failing."""
+    import datasets
+
     cfg = data_cfg(path=str(text_corpus))
     final = prepare(cfg, log=_quiet).tokenizer_dir.parent
     before = _tree(final)
-    fault = f"import datasets\ndef fail(*a, **k):\n    raise {error}\ndatasets.load_from_disk = fail\n"
-    done = run_script_with_fault("prepare_data", _cli_overrides(text_corpus, cfg.cache_dir), fault)
-    assert done.returncode == 2, done.stderr[-2000:]
-    lines = done.stderr.strip().splitlines()
+
+    def fail(*args, **kwargs):
+        raise eval(error)
+
+    monkeypatch.setattr(datasets, "load_from_disk", fail)
+    status, stderr = run_script_in_process("prepare_data",
+                                           _cli_overrides(text_corpus, cfg.cache_dir), capsys)
+    assert status == 2, stderr[-2000:]
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(final) in lines[0], lines
-    assert "left as it is" in lines[0] and "rebuilding" not in done.stdout
+    assert "left as it is" in lines[0] and "rebuilding" not in capsys.readouterr().out
     assert _tree(final) == before
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("new_id", [99999, 5])
-def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id):
+def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id, capsys):
     """A cached id changed after it was written (a flipped bit) was trusted: one outside
     the vocabulary failed deep inside the model, one inside it trained on another
     sentence. scripts/prepare_data.py rebuilds the entry."""
@@ -320,11 +321,12 @@ def test_a_changed_token_id_is_damage(text_corpus, data_cfg, new_id):
     del bad
     shutil.rmtree(splits)
     (final / "bad").rename(splits)
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"),
-                           *_cli_overrides(text_corpus, cfg.cache_dir)],
-                          capture_output=True, text=True, cwd=REPO_ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "was changed after it was written" in done.stdout and "rebuilding" in done.stdout
+    capsys.readouterr()
+    status, stderr = run_script_in_process("prepare_data",
+                                           _cli_overrides(text_corpus, cfg.cache_dir), capsys)
+    out = capsys.readouterr().out
+    assert status == 0, stderr[-2000:]
+    assert "was changed after it was written" in out and "rebuilding" in out
     again = prepare(cfg, log=_quiet)
     assert again.cache_hit and list(again.ids("train")[0]) == list(first.ids("train")[0])
 
@@ -555,6 +557,7 @@ def test_builtin_rejects_other_languages(data_cfg):
 # the reference corpora in ../shared/data (skipped when absent)
 
 
+@pytest.mark.slow
 def test_shared_multi30k_hub_layout(shared_data, data_cfg):
     d = prepare(
         data_cfg(
@@ -570,6 +573,7 @@ def test_shared_multi30k_hub_layout(shared_data, data_cfg):
     assert d.splits["train"][0]["src"].startswith("Zwei junge weiße Männer")
 
 
+@pytest.mark.slow
 def test_shared_multi30k_text_files(shared_data, data_cfg):
     d = prepare(
         data_cfg(
@@ -585,6 +589,7 @@ def test_shared_multi30k_text_files(shared_data, data_cfg):
     assert d.stats["pairs"] == {"train": 29000, "valid": 1014, "test": 1000}
 
 
+@pytest.mark.slow
 def test_shared_tatoeba(shared_data, data_cfg):
     d = prepare(
         data_cfg(
@@ -611,19 +616,6 @@ def test_shared_tatoeba(shared_data, data_cfg):
 # scripts/prepare_data.py
 
 
-def _script(*overrides, cwd):
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "prepare_data.py"), *overrides],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-
-
-@pytest.mark.slow
 def test_script_summary_and_one_line_error(tmp_path, text_corpus, monkeypatch, capsys):
     common = [
         "data=text_files",
@@ -632,11 +624,12 @@ def test_script_summary_and_one_line_error(tmp_path, text_corpus, monkeypatch, c
         "data.tgt_lang=en",
         "data.vocab_size=40",
     ]
-    ok = _script(*common, f"data.path={text_corpus}", cwd=tmp_path)
-    assert ok.returncode == 0, ok.stderr
-    assert "split" in ok.stdout and "pairs" in ok.stdout and "300" in ok.stdout
-    assert "40 joint" in ok.stdout
     monkeypatch.chdir(tmp_path)
+    status, stderr = run_script_in_process("prepare_data", [*common, f"data.path={text_corpus}"],
+                                           capsys)
+    out = capsys.readouterr().out
+    assert status == 0, stderr
+    assert "split" in out and "pairs" in out and "300" in out and "40 joint" in out
     status, stderr = run_script_in_process(
         "prepare_data", [*common, f"data.path={tmp_path / 'missing'}"], capsys)
     assert status == 2

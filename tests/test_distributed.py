@@ -17,13 +17,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import TINY_TRAIN_OVERRIDES
+from conftest import TINY_TRAIN_OVERRIDES, compose_train
 from tinymt.batching import collate
 from tinymt.corpus import SHOWCASE, generate_splits
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.rundir import load_run
 from tinymt.runtime import SLOW_RANK_ENV
+from tinymt.trainer import resume_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -63,13 +64,10 @@ def _translations(run, src_ids):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which(str(TORCHRUN)), reason="torchrun not installed")
-def test_torchrun_two_processes_matches_single_process(tmp_path):
+def test_torchrun_two_processes_matches_single_process(tmp_path, capsys):
     cache = f"data.cache_dir={tmp_path / 'cache'}"
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-    r = subprocess.run([sys.executable, "scripts/train.py", *COMMON, cache,
-                        f"run_dir={single}", f"hydra.run.dir={single}"],
-                       capture_output=True, text=True, cwd=ROOT, env=_env())
-    assert r.returncode == 0, r.stderr[-3000:]
+    train(compose_train(tmp_path, *COMMON, cache, f"run_dir={single}"))  # one process: this one
 
     r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "scripts/train.py",
                         *COMMON, cache, f"run_dir={ddp}", f"hydra.run.dir={ddp}"],
@@ -114,11 +112,11 @@ def test_torchrun_two_processes_matches_single_process(tmp_path):
     assert ma["epochs"] == mb["epochs"] >= 1  # an epoch boundary crossed: a second draw
 
     # the 2-process checkpoint resumes in one process and goes on
-    r = subprocess.run([sys.executable, "scripts/train.py", f"trainer.resume={ddp}",
-                        "trainer.max_steps=15"], capture_output=True, text=True, cwd=ROOT,
-                       env=_env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed" in r.stdout and "at step 12" in r.stdout
+    capsys.readouterr()
+    resume = [f"trainer.resume={ddp}", "trainer.max_steps=15"]
+    train(resume_config(compose_train(tmp_path, *resume), resume))
+    out = capsys.readouterr().out
+    assert "resumed" in out and "at step 12" in out
     assert json.loads((ddp / "metrics.json").read_text())["steps"] == 15
 
 

@@ -279,6 +279,7 @@ def test_translate_engine_ct2_nbest(exports, capsys):
     assert res["engine"] == "ct2" and res["model"] == str(exports["none"])
 
 
+@pytest.mark.slow
 def test_export_help_shows_examples():
     r = cli("export", "--help")
     assert r.returncode == 0 and "quantization=int8" in r.stdout and "engine=ct2" in r.stdout
@@ -290,7 +291,8 @@ FAKE_CT2 = "raise ImportError(\"No module named 'ctranslate2'\")\n"
 
 
 @pytest.mark.slow
-def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, tmp_path):
+def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, tmp_path,
+                                                             monkeypatch):
     fake = tmp_path / "site" / "ctranslate2"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(FAKE_CT2)
@@ -299,8 +301,11 @@ def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, 
     r = cli("export", f"run={tiny_run}", f"out={tmp_path / 'out'}", env=env)
     assert one_error_line(r) == "error: CTranslate2 is not installed: pip install -e '.[ct2]'"
     assert not (tmp_path / "out").exists()
-    r = cli("translate", "engine=ct2", f"model_dir={exports['none']}", "他喜欢猫吗？", env=env)
-    assert one_error_line(r) == "error: CTranslate2 is not installed: pip install -e '.[ct2]'"
+    with monkeypatch.context() as m:  # (in this process: an import of it fails the same way)
+        m.setitem(sys.modules, "ctranslate2", None)
+        with pytest.raises(TinyMTError) as e:
+            translate(translate_cfg("engine=ct2", f"model_dir={exports['none']}"), ["他喜欢猫吗？"])
+    assert str(e.value) == "CTranslate2 is not installed: pip install -e '.[ct2]'"
     r = subprocess.run([sys.executable, "-c", "import ctranslate2"], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 1  # the fake really hides it; the torch engine is lazy about it:

@@ -135,6 +135,7 @@ def test_a_folder_that_is_no_run_is_not_made_one(tmp_path):
     assert not any((tmp_path / "plain").iterdir())
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_told_who_writes(run):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         from tinymt.rundir import RunLock

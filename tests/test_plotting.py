@@ -8,11 +8,8 @@ from matplotlib.font_manager import FontProperties
 from tinymt.plotting import attention_grid, cjk_font_name, figure_to_array
 
 
-def _tick_labels(fig):
-    labels = []
-    for ax in fig.axes:
-        labels += [t for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
-    return labels
+def _labels(fig):
+    return [t for ax in fig.axes for t in ax.texts if t.get_text()]
 
 
 def test_one_panel_per_head_and_labels():
@@ -22,7 +19,9 @@ def test_one_panel_per_head_and_labels():
     fig = attention_grid(w, list("abcd"), list("vwxyz"), title="cross / layer 0")
     titled = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titled == ["head 0", "head 1", "head 2"]
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list("vwxyz")
+    # columns under every panel, rows beside the first: one label a token, in order
+    assert [t.get_text() for t in fig.axes[0].texts] == list("vwxyz") + list("abcd")
+    assert [t.get_text() for t in fig.axes[1].texts] == list("vwxyz")
     img = figure_to_array(fig)
     assert img.ndim == 3 and img.shape[2] == 3 and img.dtype == np.uint8
 
@@ -31,7 +30,7 @@ def test_chinese_labels_use_the_bundled_cjk_font():
     fig = attention_grid(np.full((1, 2, 2), 0.5), ["▁我", "请"], ["李", "雷"])
     cjk_file = font_manager.findfont(FontProperties(family=cjk_font_name()), fallback_to_default=False)
     assert "NotoSansCJK" in cjk_file
-    for text in _tick_labels(fig):
+    for text in _labels(fig):
         used = font_manager.findfont(text.get_fontproperties(), fallback_to_default=False)
         assert used == cjk_file, text.get_text()
     # the font really has these glyphs (a box would come from a missing glyph)

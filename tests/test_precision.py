@@ -6,6 +6,7 @@ float32, float32 master weights in the checkpoint). These tests train with it, a
 ``trainer.compile=true``, and use the results everywhere a run is used.
 """
 
+import functools
 import time
 
 import pytest
@@ -166,9 +167,14 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
 
 
 @pytest.mark.slow
-def test_compile_on_cpu(tmp_path):
-    """``trainer.compile=true`` (inductor, CPU) trains like eager: the same losses to float
-    rounding, finite, falling; its checkpoint loads without compile's parameter names."""
+def test_compile_on_cpu(tmp_path, monkeypatch):
+    """``trainer.compile=true`` trains like eager: the same losses to float rounding,
+    finite, falling; its checkpoint loads without compile's parameter names.
+
+    Dynamo and AOT autograd trace our model, loss and step here (``backend="aot_eager"``);
+    inductor's code generation is torch's own and takes a minute or two on a cold CPU
+    cache: tests/test_cuda.py compiles with inductor on the GPU."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     # no dropout: compiled code draws its dropout masks from another random stream
     steps = ["trainer.max_steps=12", "trainer.valid_every=12", "trainer.device=cpu",
              "model.dropout=0.0", "trainer.attention_images=true"]

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import tinymt.config  # noqa: F401
+from conftest import run_script_in_process
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import TranslateConfig
 from tinymt.data import normalize
@@ -49,17 +50,18 @@ def piped(data: bytes):
     return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
 
 
-@pytest.mark.slow
-def test_sentences_as_arguments(tiny_run):
+def test_sentences_as_arguments(tiny_run, capsys):
     """The script: every argument not of the form key=value is a sentence, and after ``--``
     every argument is one (``x=1`` too); printed in order, one line each."""
     sentences = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "Hello"]
-    r = cli(f"run={tiny_run}", *sentences, "--", "x=1", "他喜欢猫吗？")
-    assert r.returncode == 0, r.stderr
-    # the CLI prints what the library translates, in order, one line each
-    assert r.stdout.splitlines() == translate(
-        cfg_for(tiny_run), [*sentences, "x=1", "他喜欢猫吗？"])["translations"]
-    assert len(r.stdout.splitlines()) == 5
+    status, err = run_script_in_process(
+        "translate", [f"run={tiny_run}", "device=cpu", *sentences, "--", "x=1", "他喜欢猫吗？"],
+        capsys)
+    assert status == 0, err
+    out = capsys.readouterr().out.splitlines()
+    # the script prints what the library translates, in order, one line each
+    assert out == translate(cfg_for(tiny_run), [*sentences, "x=1", "他喜欢猫吗？"])["translations"]
+    assert len(out) == 5
 
 
 def test_input_is_normalised_like_the_training_text(tiny_run):
@@ -309,6 +311,7 @@ def test_input_file_errors(tiny_run, tmp_path):
         translate(cfg_for(tiny_run, f"input={bad}"))
 
 
+@pytest.mark.slow
 def test_help_shows_the_examples_and_every_option():
     """--help: configs/translate.yaml's header (the examples) and footer, and every key of
     the translate config with its default."""

@@ -396,11 +396,12 @@ def test_frames_between_validations_change_nothing_else(tiny_run, tmp_path):
     BLEU); the training itself is the same step for step as without them."""
     from tinymt.trainer import train
 
-    steps = ("trainer.max_steps=6", "trainer.valid_every=6", "trainer.attention_images=true",
+    steps = ("trainer.max_steps=6", "trainer.valid_every=6",
              f"data.cache_dir={tiny_run.parent / 'cache'}")  # the tiny run's data, built
     acc = {}
-    for every in (2, 0):
-        train(compose_train(tmp_path / str(every), *steps, f"trainer.probe_every={every}"))
+    for every in (2, 0):  # the PNG grids: drawn where they are checked
+        train(compose_train(tmp_path / str(every), *steps, f"trainer.probe_every={every}",
+                            f"trainer.attention_images={every > 0}"))
         acc[every] = _events(tmp_path / str(every) / "run")
     frames, plain = acc[2], acc[0]
     for tag in ("probe_0", "probe_1", "probe_2"):
@@ -681,6 +682,7 @@ def trend_logdir(tmp_path_factory) -> tuple[Path, dict]:
     return logdir, docs
 
 
+@pytest.mark.slow
 def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
     """``/trend`` on a real TensorBoard: every head's gold share against a cell-by-cell
     count, its entropy the header's; a refused record, a float tensor and a record whose

@@ -190,6 +190,7 @@ def test_the_html_file_loads_its_sc_face(browser, tmp_path):
     page.close()
 
 
+@pytest.mark.slow
 def test_the_attention_tab_serves_sc_subsets(monkeypatch):
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.transforms import offset_copy  # noqa: E402
 
 from tinymt.files import write_bytes  # noqa: E402
 from tinymt.fonts import font_path, sc_font_file  # noqa: E402
@@ -79,12 +80,16 @@ def attention_grid(weights: np.ndarray, query_labels: Sequence[str],
         ax = fig.add_axes((x0, y0, panel_w / fig_w, panel_h / fig_h))
         ax.imshow(masked[h], cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         ax.set_title(f"head {h}", fontsize=fontsize + 1, family=family)
-        ax.set_xticks(range(t_k), [_display(p) for p in key_labels], rotation=90,
-                      fontsize=fontsize, family=family)
-        # row labels once per row of panels: every head shares them
-        ax.set_yticks(range(t_q), [_display(p) for p in query_labels] if c == 0 else [],
-                      fontsize=fontsize, family=family)
-        ax.tick_params(length=0)
+        # labels as texts 3 pt off the axes, not ticks (five artists each: twice as slow)
+        ax.set_xticks([]), ax.set_yticks([])
+        below = offset_copy(ax.get_xaxis_transform(), fig=fig, y=-3, units="points")
+        beside = offset_copy(ax.get_yaxis_transform(), fig=fig, x=-3, units="points")
+        for i, label in enumerate(key_labels):
+            ax.text(i, 0, _display(label), transform=below, rotation=90, ha="center",
+                    va="top", fontsize=fontsize, family=family)
+        for i, label in enumerate(query_labels if c == 0 else []):  # once a row of panels
+            ax.text(0, i, _display(label), transform=beside, ha="right", va="center",
+                    fontsize=fontsize, family=family)
     if title:
         fig.suptitle(title, family=family, y=1 - 0.12 / fig_h, va="top", fontsize=fontsize + 2)
     return fig

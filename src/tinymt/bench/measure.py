@@ -63,6 +63,19 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the TCP socket listening on ``port`` (``/proc``: its
+    fds, this namespace's ``net/tcp*``); None where ``/proc`` cannot tell."""
+    try:
+        held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        rows = [r.split() for t in ("tcp", "tcp6") if Path(f"/proc/net/{t}").exists()
+                for r in Path(f"/proc/net/{t}").read_text().splitlines()[1:]]
+    except OSError:
+        return None
+    return any(r[3] == "0A" and int(r[1].rpartition(":")[2], 16) == port  # 0A: listening
+               and f"socket:[{r[9]}]" in held for r in rows)
+
+
 class MemoryMeter:
     """Peak memory of a measurement beyond what was resident when it began: on CUDA the
     allocator's peak; on a CPU this process's ``VmHWM``, reset at the start (after

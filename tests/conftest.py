@@ -15,8 +15,11 @@ import types
 os.environ["HF_HUB_OFFLINE"] = "1"  # must precede any import of datasets / huggingface_hub
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-# the per-user cache (tinymt.fonts builds the SC font there): the session's own, not the user's
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tinymt-tests-cache-")
+# the per-user cache (tinymt.fonts builds the SC font there, matplotlib lists the fonts):
+# the session's own, not the user's; one for the xdist workers, made before they start
+os.environ["TINYMT_TESTS_CACHE"] = (os.environ.get("TINYMT_TESTS_CACHE")
+                                    or tempfile.mkdtemp(prefix="tinymt-tests-cache-"))
+os.environ["XDG_CACHE_HOME"] = os.environ["TINYMT_TESTS_CACHE"]
 
 import contextlib
 import importlib.util
@@ -47,7 +50,8 @@ settings.register_profile("deep", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "tinymt"))
 
-atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+if "PYTEST_XDIST_WORKER" not in os.environ:  # the process that made it
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # `make test` runs the suite in parallel (pytest-xdist): each worker takes its share of the
 # cores, so torch's threads do not fight over them
@@ -539,13 +543,20 @@ def expected_pixels(weights, color, background=(255, 255, 255), norm: str = "wei
 
 def canvas_pixels(page, selector: str) -> list[tuple[dict, object]]:
     """Every canvas matching ``selector``: its data attributes and its RGB pixels
-    (T_q, T_k, 3), read back from the canvas itself."""
+    (T_q, T_k, 3), read back from the canvas itself. (As base64: a JSON array of every
+    byte takes Playwright seconds for the 54 canvases of an overview.)"""
+    import base64
+
     import numpy as np
 
-    got = page.locator(selector).evaluate_all(
-        "els => els.map(c => [Object.assign({}, c.dataset), c.width, c.height,"
-        " Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data)])")
-    return [(data, np.array(px, np.uint8).reshape(h, w, 4)[..., :3]) for data, w, h, px in got]
+    got = page.locator(selector).evaluate_all("""els => els.map(c => {
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let s = '';
+        for (let i = 0; i < px.length; i += 8192)
+            s += String.fromCharCode.apply(null, px.subarray(i, i + 8192));
+        return [Object.assign({}, c.dataset), c.width, c.height, btoa(s)]; })""")
+    return [(data, np.frombuffer(base64.b64decode(px), np.uint8).reshape(h, w, 4)[..., :3])
+            for data, w, h, px in got]
 
 
 def unpack(blob: bytes) -> tuple[dict, bytes]:
@@ -708,11 +719,14 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
 
 
 # ----------------------------------------------------------------------------- order
-# the longest files first (make test keeps this order: --no-loadscope-reorder), so none of
-# them runs alone at the end while the other workers wait
-FIRST = ("test_viewer_overview.py", "test_tour.py", "test_benchmark.py", "test_serve.py",
-         "test_resume.py", "test_distributed.py", "test_viewer_browser.py", "test_export.py",
-         "test_viewer.py", "test_loaders.py", "test_precision.py", "test_cli_errors.py")
+# the longest files first, longest to shortest (make test keeps this order:
+# --no-loadscope-reorder), so none of them runs alone at the end while the other workers wait
+FIRST = ("test_tour.py", "test_viewer_overview.py", "test_resume.py", "test_distributed.py",
+         "test_benchmark.py", "test_serve.py", "test_viewer_browser.py", "test_export.py",
+         "test_viewer.py", "test_precision.py", "test_viewer_fonts.py", "test_loaders.py",
+         "test_rundir.py", "test_sampling.py", "test_trainer.py", "test_cli_errors.py",
+         "test_head_relations.py", "test_translate.py", "test_libretranslate_page.py",
+         "test_config.py", "test_data.py", "test_fuzz.py")
 
 
 # a test that reads a trained run is end to end: it waits for the training (`-m "not slow"`

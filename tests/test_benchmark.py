@@ -594,7 +594,7 @@ def test_merge_keeps_what_was_not_measured_and_the_page_keeps_its_prose(monkeypa
         page.count(text) == 1 for text in ("prose before", "new figures", "prose after"))
 
 
-@pytest.mark.slow  # a tiny race, the trained run decoded, six servers, the CTranslate2 child
+@pytest.mark.slow  # a tiny race, the trained run decoded, five servers, the CTranslate2 child
 def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     """One run of scripts/benchmark.py, every section at its smallest: the pieces wired, the
     rows sane and consistent with each other (what each row is measured right by: the tests
@@ -605,7 +605,7 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
                      "--threads", "1",  # (a test per core: a second thread only waits)
                      "--run", str(tiny_run), "--steps", "2", "--warmup", "0", "--max-tokens", "512",
                      "--sentences", str(n), "--serve-clients", "2", "--serve-requests",
-                     str(requests), "--hostile-seconds", "1",
+                     str(requests), "--hostile-seconds", "0",  # (its own test: test_serve.py)
                      "--data-path", str(tmp_path / "no-multi30k"),  # the built-in corpus
                      "--cache-dir", str(tmp_path / "cache"), "--out", "r.md", "--json", "r.json",
                      cwd=tmp_path)
@@ -644,7 +644,4 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     detected = serve["detect"]  # 50 lines of each set (--quick) (or why not: no ../shared)
     assert isinstance(detected, str) or len(detected) == 5 and all(
         r["lines"] == 50 and r["correct"] >= 49 and r["p50_ms"] > 0 for r in detected)
-    hostile = serve["hostile"]  # the load's own test: tests/test_serve.py
-    assert hostile["exit"] == 0 and not hostile["traceback"] and hostile["probes_ms"]
-    assert hostile["seconds"] == 1 and hostile["stop_s"] > 0
-    assert hostile["rss_peak_mib"] >= hostile["rss_start_mib"] > 50
+    assert serve["hostile"] is None  # --hostile-seconds 0: none

@@ -71,9 +71,10 @@ def test_tour_executes_on_a_trained_model(trained_run, tmp_path, monkeypatch):
     nb = jupytext.read(NOTEBOOK)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('kernel python:', sys.executable)"))
     client = NotebookClient(nb, km=_kernel_manager(tmp_path), timeout=300,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+                            shutdown_kernel="immediate")
     try:
-        client.execute()  # raises CellExecutionError on the first failing cell
+        client.execute(cleanup_kc=True)  # CellExecutionError on the first failing cell
     finally:
         nbformat.write(nb, tmp_path / "tour.ipynb")  # executed copy, for a look after a failure
     text = _outputs_text(nb)
@@ -113,9 +114,10 @@ def test_tour_names_a_bad_run_in_one_line(tmp_path, monkeypatch):
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     nb.cells = nb.cells[: first_code + 1]  # the set-up cell picks the run
     client = NotebookClient(nb, km=_kernel_manager(tmp_path), timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+                            shutdown_kernel="immediate")
     with pytest.raises(CellExecutionError) as err:
-        client.execute()
+        client.execute(cleanup_kc=True)  # (the kernel stopped: our km= is otherwise kept)
     assert err.value.ename == "TinyMTError"
     assert err.value.evalue == (f"TINYMT_TOUR_RUN={tmp_path / 'no-such-run'}: no "
                                 "checkpoints/best.pt or last.pt there; name a run dir written "

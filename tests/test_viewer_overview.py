@@ -343,10 +343,10 @@ def tab_frame(page):
 
 
 def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
-    """The tiny run logs a frame every 2 steps (trainer.probe_every=2): Play shows all of
-    them; under each head its trend is the plugin's, a hover shows the hovered step's
-    values and the strips' scale, and a click on it jumps to that step;
-    the page's URL brings the view back; the loaded face is the SC one."""
+    """The tiny run logs a frame every 2 steps (trainer.probe_every=2): Play shows them in
+    order, and round again after the last; under each head its trend is the plugin's, a
+    hover shows the hovered step's values and the strips' scale, and a click on it jumps to
+    that step; the page's URL brings the view back; the loaded face is the SC one."""
     steps = json.loads(http_get(f"{tensorboard}/{ROUTE}/steps?run=.&tag=probe_0")[1])["steps"]
     assert len(steps) >= 16, steps
     page, view, errors = open_tab(browser, f"{tensorboard}/#tinymt_attention")
@@ -356,13 +356,22 @@ def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
     assert view.locator(".thumb:not([data-head='-1']) .ov-tag").all_inner_texts() == \
         [label.split(" · ")[0] for row in doc["kinds"]["cross"]["labels"] for label in row]
     frame = tab_frame(page)
-    frame.evaluate("""() => { window.__steps = new Set();
-      new MutationObserver(() => window.__steps.add(document.querySelector('#tinymt-attention').dataset.step))
+    frame.evaluate("""() => { window.__steps = [];
+      new MutationObserver(() => window.__steps.push(+document.querySelector('#tinymt-attention').dataset.step))
         .observe(document.querySelector('#tinymt-attention'), {attributes: true, attributeFilter: ['data-step']}); }""")
-    view.locator("#play").click()
-    frame.wait_for_function(f"() => window.__steps.size >= {len(steps)}", timeout=60_000)
-    view.locator("#play").click()
-    assert sorted(map(int, frame.evaluate("() => [...window.__steps]"))) == steps
+
+    def play(frames: int) -> list[int]:  # the steps Play showed, in order (a frame a 0.5 s)
+        frame.evaluate("() => { window.__steps = []; }")
+        view.locator("#play").click()
+        frame.wait_for_function(f"() => window.__steps.length >= {frames}", timeout=60_000)
+        view.locator("#play").click()
+        return frame.evaluate("() => window.__steps")[:frames]
+
+    assert play(3) == steps[:3]  # at the last step: from the first, one after another
+    view.locator("#step").press("End")
+    view.locator("#step").press("ArrowLeft")
+    ready(view, steps[-2])
+    assert play(3) == [steps[-1], steps[0], steps[1]]  # and round again
     # the trend of each head: what /trend says, the current step marked, a click moves there
     trend = json.loads(http_get(f"{tensorboard}/{ROUTE}/trend?run=.&tag=probe_0")[1])
     view.locator("#mode").select_option("matrix")

@@ -105,11 +105,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def under_torchrun() -> bool:
-    """Started by torchrun (any ``--nproc_per_node``), or with ``WORLD_SIZE > 1`` set."""
-    return "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
@@ -121,7 +116,7 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
     world_size, rank, local_rank = (int(os.environ.get(k, v)) for k, v in (
         ("WORLD_SIZE", "1"), ("RANK", "0"), ("LOCAL_RANK", "0")))
     dev = pick_device(device, local_rank)
-    joined = under_torchrun()
+    joined = "TORCHELASTIC_RUN_ID" in os.environ or world_size > 1  # torchrun (any nproc)
     if joined and not dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)

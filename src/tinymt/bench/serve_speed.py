@@ -79,14 +79,14 @@ class ServerProcess:
     def ready(self) -> None:
         """Wait until ``/health`` answers from this process; else one line naming it."""
         while True:
-            if self.proc.poll() is not None and self.tries < 3 and \
-                    "Address already in use" in self.stderr():
-                self._start()
             with contextlib.suppress(httpx2.HTTPError, ValueError):
                 self.health()
                 if self.proc.poll() is None and listens_on(self.proc.pid, self.port) is not False:
                     return
-            if self.proc.poll() is not None or time.monotonic() > self.started + START_TIMEOUT_S:
+            exited = self.proc.poll() is not None  # (it may exit while another answers)
+            if exited and self.tries < 3 and "Address already in use" in self.stderr():
+                self._start()
+            elif exited or time.monotonic() > self.started + START_TIMEOUT_S:
                 err = self.stop()[1][-1500:].strip().replace("\n", " | ")
                 raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
                                   f"{START_TIMEOUT_S:g} s: {err}")

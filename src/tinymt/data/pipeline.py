@@ -14,7 +14,6 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
-import datasets
 import numpy as np
 
 from tinymt.data.cache import cache_path, config_dict, load_complete, mark_complete, replaceable
@@ -221,6 +220,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
 def _quiet_and_uncollected():
     """No datasets progress bars, and no cyclic GC: millions of small lists, no cycles, which
     it would only rescan (10x slower)."""
+    import datasets  # (where used: tinymt.data.sources says why)
     bars, collecting = not datasets.are_progress_bars_disabled(), gc.isenabled()
     datasets.disable_progress_bars()
     gc.disable()

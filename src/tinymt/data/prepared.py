@@ -15,18 +15,20 @@ import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from datasets.utils.py_utils import asdict  # datasets' own: fields at their default left out
 
 from tinymt.checkpoint import file_sha256
 from tinymt.data.sources import SPLITS, ChunkWriter, record_batches
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json, write_text
 from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
+
+if TYPE_CHECKING:  # datasets: imported where used (tinymt.data.sources says why)
+    import datasets
 
 TOKENIZER_DIR = "tokenizer"
 SPLITS_DIR = "splits"
@@ -148,6 +150,8 @@ class SplitWriter(ChunkWriter):
                  "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
                  "_output_all_columns": False, "_split": None}
         write_text(json.dumps(state, indent=2, sort_keys=True), self.folder / "state.json")
+        import datasets
+        from datasets.utils.py_utils import asdict  # datasets' own: defaults left out
         info = asdict(datasets.DatasetInfo(features=self.features))
         write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2),
                    self.folder / "dataset_info.json")
@@ -195,6 +199,7 @@ def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
 
 def _load_split(where: Path) -> datasets.Dataset:
     """One split's folder (as ``save_to_disk`` writes it); damage named by that folder."""
+    import datasets
     try:
         return datasets.load_from_disk(str(where))
     except MemoryError:

@@ -15,15 +15,17 @@ import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import huggingface_hub.constants as hub_constants
 import numpy as np
 import pyarrow as pa
-from datasets.arrow_writer import ArrowWriter
 
 import tinymt.corpus as corpus
 from tinymt.errors import TinyMTError, first_line
+
+if TYPE_CHECKING:  # datasets is imported where used: a second to import, which translate
+    import datasets  # and serve, reading no prepared data, need not spend
 
 SPLITS = ("train", "valid", "test")
 TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
@@ -167,6 +169,7 @@ def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
 @contextlib.contextmanager
 def _offline_mode():
     """Force datasets / huggingface_hub offline (use the local HF cache, no retries)."""
+    import datasets
     saved = (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
     datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
     try:
@@ -176,6 +179,7 @@ def _offline_mode():
 
 
 def _hub_reachable() -> bool:
+    import datasets
     request = urllib.request.Request(datasets.config.HF_ENDPOINT, method="HEAD")
     try:
         urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT_S).close()
@@ -187,6 +191,7 @@ def _hub_reachable() -> bool:
 
 
 def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
+    import datasets
     local = Path(cfg.path).expanduser()
     if local.exists():
         try:
@@ -326,8 +331,10 @@ class ChunkWriter:
     def write(self, cols: Columns) -> None:
         table = as_table(cols)
         if self._writer is None:
+            from datasets import Features
+            from datasets.arrow_writer import ArrowWriter
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.features = datasets.Features.from_arrow_schema(table.schema)
+            self.features = Features.from_arrow_schema(table.schema)
             self._writer = ArrowWriter(features=self.features, path=str(self.path),
                                        writer_batch_size=ROWS_PER_BATCH)
         self._writer.write_table(table)

@@ -52,12 +52,8 @@ def write_figures(r: dict, fig_dir: Path, owner=None) -> dict[str, tuple[Path, n
             figures[f"relations/showcase_{kind}"] = _showcase_figure(r["showcase"], summary, kind)
     paths = {tag: fig_dir / f"{'aer_cross' if tag == 'aer' else tag.replace('/', '_')}.png"
              for tag in figures}
-    return {tag: (paths[tag], _save_png(fig, paths[tag], owner)) for tag, fig in figures.items()}
-
-
-def _save_png(fig, path: Path, owner) -> np.ndarray:
-    """Save ``fig`` to ``path`` and return the image as ``(H, W, 3)`` uint8 (TensorBoard)."""
-    return np.asarray(Image.open(io.BytesIO(save_figure(fig, path, owner))).convert("RGB"))
+    return {tag: (paths[tag], np.asarray(Image.open(io.BytesIO(  # (H, W, 3) uint8: TensorBoard
+        save_figure(fig, paths[tag], owner))).convert("RGB"))) for tag, fig in figures.items()}
 
 
 def _heatmap(values: np.ndarray, title: str):

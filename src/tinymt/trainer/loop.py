@@ -398,8 +398,12 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     if rt.distributed:
         t.train_model = torch.nn.parallel.DistributedDataParallel(
             t.train_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
-    if rt.is_main:
-        _write_run_files(t, resuming=resume is not None)
+    if rt.is_main:  # the tokenizer (new runs), config.yaml and the TensorBoard writer
+        write_run_files(t.run_dir, t.cfg, t.data, resume is not None)
+        # purge_step drops events a killed run wrote after its last checkpoint
+        t.writer = SummaryWriter(str(t.run_dir),
+                                 purge_step=t.state["step"] + 1 if resume is not None else None)
+        t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])
     return t
 
 
@@ -426,12 +430,3 @@ def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
     if rt.is_main:
         clean_stale_temps(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
     return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)
-
-
-def _write_run_files(t: Training, resuming: bool) -> None:
-    """The tokenizer (new runs), config.yaml and the TensorBoard writer."""
-    write_run_files(t.run_dir, t.cfg, t.data, resuming)
-    # purge_step drops events a killed run wrote after its last checkpoint
-    t.writer = SummaryWriter(str(t.run_dir),
-                             purge_step=t.state["step"] + 1 if resuming else None)
-    t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])

@@ -213,6 +213,49 @@ def test_nbest_larger_than_beam_is_an_error():
         beam_search(model, sources([3]), beam=2, nbest=3)
 
 
+# --------------------------------------------------------------------------- the shrink rule
+@torch.no_grad()
+def shrink_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
+    """Our beam search (docs/architecture.md, "Decoding") for one sentence, plain loops,
+    every prefix re-run through the whole model: each step the best (hypothesis, token)
+    candidates by summed log p (pad and bos never chosen but in the normaliser; past the
+    cap only EOS), as many as there is room; those ending in EOS finish and keep their
+    slot, so the room shrinks; the others stay alive. Done with no room or nothing alive."""
+    alive, finished, room = [([], 0.0)], [], beam
+    for step in range(1, cap + 2):
+        cands = []
+        for toks, s in alive:
+            hidden, _ = model(src_row[None], torch.tensor([[BOS] + toks]))
+            logp = model.logits(hidden[0, -1]).log_softmax(-1)
+            cands += [(toks + [t], s + logp[t].item()) for t in range(len(logp))
+                      if t not in (PAD, BOS) and (step <= cap or t == EOS)]
+        cands = sorted(cands, key=lambda c: -c[1])[:room]
+        ended = [(t[:-1], s / len(t) ** len_penalty) for t, s in cands if t[-1] == EOS]
+        finished, room = finished + ended, room - len(ended)
+        alive = [(t, s) for t, s in cands if t[-1] != EOS]
+        if room <= 0 or not alive:
+            break
+    return sorted(finished, key=lambda h: -h[1])[:nbest]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+@pytest.mark.parametrize("len_penalty", [0.0, 1.0])
+def test_shrink_rule_equals_the_plain_loop(seed, len_penalty):
+    """Batched, cached and uncached, against :func:`shrink_rule_reference`: the n-best
+    lists and scores, on sentences that end early and sentences that reach the cap."""
+    model = tiny_model(seed, vocab=12, sharpen=2.0)
+    lengths = [5, 2, 4, 1]
+    src = sources(lengths, vocab=12, seed=seed)
+    kw = {"beam": 4, "nbest": 4, "len_penalty": len_penalty, "max_len_a": 1.0, "max_len_b": 2}
+    cached = beam_search(model, src, **kw)
+    uncached = beam_search(model, src, use_cache=False, **kw)
+    for b, n in enumerate(lengths):
+        want = shrink_rule_reference(model, src[b, :n], 4, 4, len_penalty, n + 2)
+        for got in (cached[b], uncached[b]):
+            assert [t for t, _ in got] == [t for t, _ in want]
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+
+
 # --------------------------------------------------------------------------- the full rule
 @torch.no_grad()
 def full_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
@@ -324,9 +367,9 @@ def test_kv_cache_grows_past_its_buffer_with_reorders():
     from tinymt.decoding.cache import CachedSelfAttention
 
     torch.manual_seed(9)
-    mha = MultiHeadAttention(12, 3).to(DT).eval()
+    mha = MultiHeadAttention(96, 3).to(DT).eval()  # d_head 32: more than the first buffer
     B, T = 2, 3 * KVCache.MIN_ROOM + 5
-    x = torch.randn(B, T, 12, dtype=DT)
+    x = torch.randn(B, T, 96, dtype=DT)
     cached = CachedSelfAttention(mha)
     rows = torch.arange(B)  # which sentence of x each cache row holds
     grown = set()
@@ -433,3 +476,6 @@ def test_a_sentence_with_no_room_gets_no_tokens():
     got = greedy_decode(model, src, max_len_a=-1.0, max_len_b=4)
     assert got[0] == [] and len(got[1]) == 3
     assert greedy_decode(model, src, max_len_a=0.0, max_len_b=0) == [[], []]
+    # CTranslate2's rule: no room is no hypothesis, nan its score; the other one searched
+    (none,), (full,) = full_beam_search(model, src, beam=3, max_len_a=-1.0, max_len_b=4)
+    assert none[0] == [] and math.isnan(none[1]) and len(full[0]) == 3

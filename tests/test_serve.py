@@ -556,7 +556,9 @@ def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
     assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
     assert load["rss_start_mib"] > 50 and load["seconds"] == 4  # a server holding torch, a model
     assert load["exit"] == 0 and load["stop_s"] < 10
-    assert not load["traceback"] and load["stderr_lines"] <= 4, load
+    # a few lines (the start, uvicorn's word on what it cancelled, the stop), not one a
+    # connection (240 here); seen: 3 alone, 5 under a busy CI
+    assert not load["traceback"] and load["stderr_lines"] <= 8, load["stderr_tail"]
 
 
 def test_help_shows_the_examples_and_every_setting():

@@ -391,4 +391,5 @@ def hostile_row(overrides: list[str], seconds: float, probe_text: str, pair: dic
         status, err = server.stop(signal.SIGTERM)
     log(f"[serve hostile] probes (ms): {load['probes_ms']}; exit {status}")
     return {**load, "seconds": seconds, "stop_s": time.monotonic() - t0, "exit": status,
-            "stderr_lines": len(err.splitlines()), "traceback": "Traceback" in err}
+            "stderr_lines": len(err.splitlines()), "stderr_tail": err.splitlines()[-8:],
+            "traceback": "Traceback" in err}

@@ -43,13 +43,15 @@ KERNEL = "tinymt-tour-test"
 
 
 def _outputs_text(nb) -> str:
-    """Everything the executed cells printed (streams and text results)."""
+    """Everything the executed cells printed (streams and text results). A stream's
+    pieces are joined as written: the kernel may cut one print into several outputs."""
     parts = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             parts.append(out.get("text", ""))
-            parts.append(out.get("data", {}).get("text/plain", ""))
-    return "\n".join(parts)
+            parts.append(out.get("data", {}).get("text/plain", "") and
+                         "\n" + out["data"]["text/plain"] + "\n")
+    return "".join(parts)
 
 
 def _kernel_manager(tmp_path) -> KernelManager:

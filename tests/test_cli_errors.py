@@ -215,5 +215,5 @@ def test_a_bad_merge_is_one_line_before_any_measuring_through_the_real_script(tm
                        cwd=tmp_path, capture_output=True, text=True,
                        env={k: v for k, v in os.environ.items() if k != "TINYMT_TRACEBACK"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
-    assert r.stderr.startswith(f"error: --merge {bad}: devices.cpu.training is not what ")
+    assert r.stderr.startswith(f"error: --merge {bad}: devices is not what ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

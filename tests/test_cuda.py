@@ -15,11 +15,12 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO_ROOT, TINY_TRAIN_OVERRIDES, compose_train
+from tinymt import KINDS
 from tinymt.attention import MultiHeadAttention
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
-from tinymt.decoding import beam_search, greedy_decode
-from tinymt.model import KINDS, Transformer, causal_mask
+from tinymt.decoding import beam_search, greedy_decode, greedy_search
+from tinymt.model import Transformer, causal_mask
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.trainer import train
 from tinymt.translate import translate
@@ -80,11 +81,11 @@ def test_kv_cache_decoding_equals_full_decoding_on_gpu():
     for i, n in enumerate(lengths):
         src[i, :n] = torch.randint(4, 300, (n,), generator=g)
     src = src.to(CUDA)
-    cached = greedy_decode(model, src, use_cache=True)
-    full = greedy_decode(model, src, use_cache=False)
+    cached = greedy_search(model, src)
+    full = greedy_decode(model, src)  # the core's plain loop: the whole prefix every step
     assert cached == full and any(len(t) > 3 for t in cached)
-    cached_b = beam_search(model, src, beam=4, nbest=4, use_cache=True)
-    full_b = beam_search(model, src, beam=4, nbest=4, use_cache=False)
+    cached_b = beam_search(model, src, beam=4, nbest=4)
+    full_b = beam_search(model.cpu(), src.cpu(), beam=4, nbest=4)  # the same search on CPU
     assert [[t for t, _ in h] for h in cached_b] == [[t for t, _ in h] for h in full_b]
     for hc, hf in zip(cached_b, full_b):
         assert [s for _, s in hc] == pytest.approx([s for _, s in hf], abs=1e-4)

@@ -1,5 +1,6 @@
-"""Greedy and beam search (both rules): consistency between variants, exactness against
-enumeration, and the ``full`` rule against a plain one-sentence loop of CTranslate2's."""
+"""Greedy and beam search (both rules): the cached greedy search against the core's plain
+loop, consistency between variants, exactness against enumeration, and each beam rule
+against a plain one-sentence loop of it (the ``full`` rule's: CTranslate2's)."""
 
 import itertools
 import math
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from tinymt.config import ModelConfig
-from tinymt.decoding import beam_search, full_beam_search, greedy_decode, translate_ids
+from tinymt.decoding import beam_search, greedy_decode, greedy_search, translate_ids
 from tinymt.decoding.cache import KVCache
 from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
@@ -120,19 +121,30 @@ def test_beam_one_equals_greedy():
     assert stopped_early and reached_max  # both ways of ending were exercised
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_cached_equals_uncached(seed):
-    model = tiny_model(seed)
-    src = sources([6, 2, 4], seed=seed)
-    kw = {"max_len_a": 1.0, "max_len_b": 4}
-    assert greedy_decode(model, src, use_cache=True, **kw) == greedy_decode(
-        model, src, use_cache=False, **kw
-    )
-    cached = beam_search(model, src, beam=4, nbest=4, use_cache=True, **kw)
-    uncached = beam_search(model, src, beam=4, nbest=4, use_cache=False, **kw)
-    for a, b in zip(cached, uncached):
-        assert [t for t, _ in a] == [t for t, _ in b]
-        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-9)
+@pytest.mark.parametrize("options", [{}, {"norm_first": False},
+                                     {"positional": "learned", "activation": "gelu"}])
+def test_cached_greedy_search_equals_the_cores_plain_loop(options):
+    """greedy_search (KV cache, finished sentences leave the batch) and greedy_decode (the
+    whole prefix every step, every sentence to the end): the same tokens, on random models
+    and batches of different lengths, under caps that stop some sentences and not others,
+    leave some no room at all, or reach max_positions."""
+    ended = {"eos": 0, "cap": 0, "empty": 0}
+    for seed in range(4):
+        model = tiny_model(seed, vocab=[8, 23, 40, 12][seed], sharpen=1.0 + seed, **options)
+        with torch.no_grad():  # scrambled: fresh tiny models repeat one token
+            g = torch.Generator().manual_seed(seed)
+            for p in model.parameters():
+                p.mul_(1 + torch.randn(p.shape, generator=g, dtype=p.dtype))
+        lengths = [[7, 3, 5, 1], [9, 2], [4], [6, 6, 1, 8, 3]][seed]
+        src = sources(lengths, vocab=model.tgt_vocab_size, seed=seed)
+        for a, b in [(1.5, 3), (0.0, 2), (-1.0, 7), (2.0, 60)]:  # the last: max_positions
+            plain = greedy_decode(model, src, max_len_a=a, max_len_b=b)
+            assert greedy_search(model, src, max_len_a=a, max_len_b=b) == plain, (seed, a, b)
+            for out, n in zip(plain, lengths):
+                cap = max(0, min(int(a * n + b), 63))
+                assert len(out) <= cap
+                ended["empty" if cap == 0 else "cap" if len(out) == cap else "eos"] += 1
+    assert all(ended.values()), ended  # every way of ending was exercised
 
 
 def test_batched_equals_one_by_one():
@@ -140,11 +152,11 @@ def test_batched_equals_one_by_one():
     lengths = [7, 2, 5, 3]
     src = sources(lengths, seed=5)
     kw = {"max_len_a": 1.0, "max_len_b": 3}
-    greedy = greedy_decode(model, src, **kw)
+    greedy = greedy_search(model, src, **kw)
     beams = beam_search(model, src, beam=3, nbest=2, **kw)
     for b, n in enumerate(lengths):
         alone = src[b : b + 1, :n]
-        assert greedy_decode(model, alone, **kw) == [greedy[b]]
+        assert greedy_search(model, alone, **kw) == [greedy[b]]
         (hyps,) = beam_search(model, alone, beam=3, nbest=2, **kw)
         assert [t for t, _ in hyps] == [t for t, _ in beams[b]]
         assert [s for _, s in hyps] == pytest.approx([s for _, s in beams[b]], abs=1e-9)
@@ -169,7 +181,8 @@ def test_lengths_are_capped_by_max_positions():
     # holds BOS + the tokens before EOS in max_positions=6 positions, i.e. exactly 5 tokens
     model = unigram_model([0.0, 0.0, 0.0, -5.0, 0.0, 0.0, 0.0, 0.0], max_positions=6)
     src = sources([5, 2], vocab=8, seed=6)
-    assert [len(out) for out in greedy_decode(model, src, max_len_b=50)] == [5, 5]
+    for greedy in (greedy_decode, greedy_search):
+        assert [len(out) for out in greedy(model, src, max_len_b=50)] == [5, 5]
     for hyps in beam_search(model, src, beam=3, nbest=3, max_len_b=50):
         assert [len(toks) for toks, _ in hyps] == [5, 5, 5]
 
@@ -201,6 +214,7 @@ def test_mode_restored_and_all_padding_sentence():
     src = sources([4, 3], seed=8)
     src[1] = PAD  # an empty source sentence must not produce NaN
     g = greedy_decode(model, src)
+    assert model.training and greedy_search(model, src) == g and model.training
     bm = beam_search(model, src, beam=3)
     assert model.training
     assert len(g) == 2 and len(bm) == 2
@@ -241,19 +255,17 @@ def shrink_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 @pytest.mark.parametrize("len_penalty", [0.0, 1.0])
 def test_shrink_rule_equals_the_plain_loop(seed, len_penalty):
-    """Batched, cached and uncached, against :func:`shrink_rule_reference`: the n-best
-    lists and scores, on sentences that end early and sentences that reach the cap."""
+    """Batched, on the KV cache, against :func:`shrink_rule_reference`: the n-best lists
+    and scores, on sentences that end early and sentences that reach the cap."""
     model = tiny_model(seed, vocab=12, sharpen=2.0)
     lengths = [5, 2, 4, 1]
     src = sources(lengths, vocab=12, seed=seed)
     kw = {"beam": 4, "nbest": 4, "len_penalty": len_penalty, "max_len_a": 1.0, "max_len_b": 2}
-    cached = beam_search(model, src, **kw)
-    uncached = beam_search(model, src, use_cache=False, **kw)
+    out = beam_search(model, src, **kw)
     for b, n in enumerate(lengths):
         want = shrink_rule_reference(model, src[b, :n], 4, 4, len_penalty, n + 2)
-        for got in (cached[b], uncached[b]):
-            assert [t for t, _ in got] == [t for t, _ in want]
-            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+        assert [t for t, _ in out[b]] == [t for t, _ in want]
+        assert [s for _, s in out[b]] == pytest.approx([s for _, s in want], abs=1e-9)
 
 
 # --------------------------------------------------------------------------- the full rule
@@ -300,20 +312,18 @@ def full_rule_reference(model, src_row, beam, nbest, len_penalty, cap):
 @pytest.mark.parametrize("len_penalty", [0.0, 0.6, 1.0])
 @pytest.mark.parametrize("beam,nbest", [(4, 3), (3, 3)])
 def test_full_rule_equals_the_plain_loop(seed, len_penalty, beam, nbest):
-    """Batched, cached and uncached, against :func:`full_rule_reference`, n-best lists and
+    """Batched, on the KV cache, against :func:`full_rule_reference`, n-best lists and
     scores, on sentences that end early and sentences that reach the cap."""
     model = tiny_model(seed, vocab=12, sharpen=2.0)
     lengths = [5, 2, 4, 1]
     src = sources(lengths, vocab=12, seed=seed)
     kw = {"beam": beam, "nbest": nbest, "len_penalty": len_penalty, "max_len_a": 1.0,
-          "max_len_b": 2}
-    cached = full_beam_search(model, src, **kw)
-    uncached = full_beam_search(model, src, use_cache=False, **kw)
+          "max_len_b": 2, "rule": "full"}
+    out = beam_search(model, src, **kw)
     for b, n in enumerate(lengths):
         want = full_rule_reference(model, src[b, :n], beam, nbest, len_penalty, n + 2)
-        for got in (cached[b], uncached[b]):
-            assert [t for t, _ in got] == [t for t, _ in want]
-            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+        assert [t for t, _ in out[b]] == [t for t, _ in want]
+        assert [s for _, s in out[b]] == pytest.approx([s for _, s in want], abs=1e-9)
 
 
 def test_full_rule_at_the_cap_and_against_shrink():
@@ -329,7 +339,7 @@ def test_full_rule_at_the_cap_and_against_shrink():
     src = sources([4, 1, 7], vocab=7, seed=7)
     kw = {"beam": 3, "nbest": 2, "max_len_a": 0.5, "max_len_b": 1}
     for alpha in (0.0, 1.0):
-        full = full_beam_search(model, src, len_penalty=alpha, **kw)
+        full = beam_search(model, src, len_penalty=alpha, rule="full", **kw)
         shrink = beam_search(model, src, len_penalty=alpha, **kw)
         for f, s, L in zip(full, shrink, [3, 1, 4]):
             assert f[0][0] == [4] * L == s[0][0]
@@ -342,13 +352,13 @@ def test_full_rule_beam_one_is_greedy_and_translate_ids_picks_the_rule():
     model = tiny_model(4, vocab=8)
     src = sources([7, 3, 5, 1], vocab=8, seed=4)
     greedy = greedy_decode(model, src, max_len_a=1.5, max_len_b=3)
-    assert [h[0][0] for h in full_beam_search(model, src, beam=1, max_len_b=3)] == greedy
+    assert [h[0][0] for h in beam_search(model, src, beam=1, max_len_b=3, rule="full")] == greedy
     ids = [row[row != PAD].tolist() for row in src]
     ids = [i[:-1] if i and i[-1] == EOS else i for i in ids]
-    for rule, search in (("shrink", beam_search), ("full", full_beam_search)):
+    for rule in ("shrink", "full"):
         got = translate_ids(model, ids, beam=3, nbest=3, beam_rule=rule)
-        want = [search(model, torch.tensor([i + [EOS]]),
-                       beam=3, nbest=3)[0] for i in ids]
+        want = [beam_search(model, torch.tensor([i + [EOS]]), beam=3, nbest=3, rule=rule)[0]
+                for i in ids]
         assert [[t for t, _ in h] for h in got] == [[t for t, _ in h] for h in want]
     with pytest.raises(TinyMTError, match="beam_rule='wide'"):
         translate_ids(model, ids, beam=3, beam_rule="wide")
@@ -447,8 +457,8 @@ def test_translate_ids_beam_passes_its_options_to_the_search():
         assert [s for _, s in hyps] == pytest.approx([s for _, s in ranked], abs=1e-9)
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
-def test_greedy_batch_equals_greedy_by_hand_as_sentences_leave(use_cache):
+@pytest.mark.parametrize("greedy", [greedy_decode, greedy_search])
+def test_greedy_batch_equals_greedy_by_hand_as_sentences_leave(greedy):
     """A negative max_len_a gives the shorter (padded) sources the longer caps, so they go
     on alone after the unpadded one has left the batch: still their own greedy outputs."""
     model = tiny_model(7)
@@ -457,7 +467,7 @@ def test_greedy_batch_equals_greedy_by_hand_as_sentences_leave(use_cache):
     ids = [[4, 5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
     src = torch.nn.utils.rnn.pad_sequence([torch.tensor(i + [EOS]) for i in ids],
                                           batch_first=True, padding_value=PAD)
-    got = greedy_decode(model, src, max_len_a=-1.0, max_len_b=12, use_cache=use_cache)
+    got = greedy(model, src, max_len_a=-1.0, max_len_b=12)
     for i, out in zip(ids, got):
         assert out == greedy_by_hand(model, i, 12 - (len(i) + 1))  # caps 4, 9, 7
 
@@ -475,9 +485,10 @@ def test_a_sentence_with_no_room_gets_no_tokens():
     with torch.no_grad():
         model.output_proj.weight[EOS] = 0.0
     src = sources([4, 1], seed=9)  # caps int(-1 * 4 + 4) = 0 and int(-1 * 1 + 4) = 3
-    got = greedy_decode(model, src, max_len_a=-1.0, max_len_b=4)
-    assert got[0] == [] and len(got[1]) == 3
-    assert greedy_decode(model, src, max_len_a=0.0, max_len_b=0) == [[], []]
+    for greedy in (greedy_decode, greedy_search):
+        got = greedy(model, src, max_len_a=-1.0, max_len_b=4)
+        assert got[0] == [] and len(got[1]) == 3
+        assert greedy(model, src, max_len_a=0.0, max_len_b=0) == [[], []]
     # CTranslate2's rule: no room is no hypothesis, nan its score; the other one searched
-    (none,), (full,) = full_beam_search(model, src, beam=3, max_len_a=-1.0, max_len_b=4)
+    (none,), (full,) = beam_search(model, src, beam=3, max_len_a=-1.0, max_len_b=4, rule="full")
     assert none[0] == [] and math.isnan(none[1]) and len(full[0]) == 3

@@ -23,7 +23,6 @@ from tinymt.corpus import SHOWCASE, generate_splits
 from tinymt.data import normalize
 from tinymt.decoding import translate_ids
 from tinymt.rundir import load_run
-from tinymt.runtime import SLOW_RANK_ENV
 from tinymt.trainer import resume_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,19 +198,33 @@ metrics = train(cfg)
 with open(os.path.join(sys.argv[2], "rank%s.json" % os.environ["RANK"]), "w") as f:
     json.dump(metrics, f)
 """
+# rank 1 sleeps 0.1 s after each step's clock is read (the "max" all-reduce of run_loop),
+# outside its timed part: rank 0 waits for it inside the next step, and its clock runs ahead
+SLOW_RANK_1 = """
+import os, time
+import tinymt.runtime as runtime
+reduce = runtime.all_reduce
+def slow(rt, values, op="sum"):
+    out = reduce(rt, values, op)
+    if op == "max":
+        time.sleep(0.1)
+    return out
+if os.environ["RANK"] == "1":
+    runtime.all_reduce = slow
+"""
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which(str(TORCHRUN)), reason="torchrun not installed")
 def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
-    """``trainer.max_minutes`` under torchrun with rank 1 sleeping 0.1 s before every step
-    (outside the timed part: ``SLOW_RANK_ENV``, test only), so that rank 0's own clock
+    """``trainer.max_minutes`` under torchrun with rank 1 sleeping 0.1 s between steps
+    (outside its timed part: ``SLOW_RANK_1``), so that rank 0's own clock
     (which waits for rank 1 in the gradient all-reduce) runs far ahead of rank 1's. The
     run still ends cleanly, the budget spent, both ranks at the same step with the same
     training seconds. Each rank deciding by its own clock, rank 0 validated and stopped
     while rank 1 trained on, and the two hung in mismatched collectives."""
     driver = tmp_path / "drive.py"
-    driver.write_text(DRIVER)
+    driver.write_text(SLOW_RANK_1 + DRIVER)
     overrides = [o for o in TINY_TRAIN_OVERRIDES if not o.startswith("trainer.max_minutes=")]
     overrides += ["model.dropout=0.0", "trainer.max_minutes=0.05", "trainer.max_steps=100000",
                   "trainer.valid_every=100000", "trainer.valid_sentences=10",
@@ -222,7 +235,7 @@ def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
         proc = subprocess.Popen(
             [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
              str(ROOT / "configs"), str(tmp_path), *overrides], cwd=ROOT,
-            env={**_env(), SLOW_RANK_ENV: "1:0.1"}, stdout=f, stderr=subprocess.STDOUT)
+            env=_env(), stdout=f, stderr=subprocess.STDOUT)
         try:
             proc.wait(timeout=300)
         except subprocess.TimeoutExpired:
@@ -234,6 +247,7 @@ def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
     assert [m["stop_reason"] for m in ranks] == ["max_minutes"] * 2
     assert ranks[0]["steps"] == ranks[1]["steps"] > 5
     assert ranks[0]["train_seconds"] == ranks[1]["train_seconds"] >= 3.0
+    assert ranks[0]["train_seconds"] >= 0.1 * (ranks[0]["steps"] - 1)  # rank 0 waited
 
 
 def test_each_torchrun_rank_takes_its_own_gpu(monkeypatch):

@@ -147,12 +147,22 @@ def test_extreme_but_allowed_decoding_runs(overrides, places, tmp_path, capsys, 
 
 # ----------------------------------------------------------------------------- hostile paths
 def _zero_keys(schema, skip=()) -> list[str]:
-    """The number keys of ``schema`` whose rule takes 0 ("0 = off", "0 = all", a seed)."""
-    from tinymt.config import rules_of
+    """The number keys of ``schema`` whose check takes 0 ("0 = off", "0 = all", a seed)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ValidationError
 
-    return [k for k, (check, allowed) in rules_of(schema).items()
-            if allowed.startswith(("must be an integer in", "must be a finite number in"))
-            and check(0) is True and k not in skip]
+    from tinymt.config import allowed_values
+
+    def takes_zero(key, allowed) -> bool:  # a number field (a string one holds "0")
+        cfg = OmegaConf.structured(schema)
+        try:
+            OmegaConf.update(cfg, key, 0)
+        except ValidationError:  # a list
+            return False
+        return type(OmegaConf.select(cfg, key)) in (int, float) and allowed(0) is None
+
+    return [k for k, allowed in allowed_values(schema).items()
+            if k not in skip and takes_zero(k, allowed)]
 
 
 @pytest.mark.slow  # a tiny training, a translation and a head analysis: ~6 s

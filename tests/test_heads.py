@@ -24,6 +24,7 @@ from conftest import (
     copy_run,
     run_script_in_process,
 )
+from tinymt import KINDS
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
@@ -42,7 +43,7 @@ from tinymt.heads import (
 from tinymt.heads.gates import gated_heads, gates_without, head_shapes, prune_weights, pruned_heads
 from tinymt.heads.pruning import prunable, prune_counts, prune_order
 from tinymt.heads.stats import AlignmentCounts, aer, attention_links
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.translate import translate
 from tinymt.words import piece_word_weights, pieces_to_words

@@ -3,11 +3,12 @@ cache entry (``load_complete``), a run's ``config.yaml`` (``load_config_file``),
 (``files.load_json``: ``metrics.json``, the cache's ``COMPLETE`` and ``stats.json``) and an
 export's ``tinymt_export.json`` (``read_meta``).
 
-Every case is damage a file can suffer or a forgery it can carry: truncations at several
-offsets, bit flips, junk, an empty file, a FIFO (must not block), a folder, a device, type
-swaps of each field of a valid file, forged digests (a cache whose token ids lie outside
-the vocabulary under a recomputed ``COMPLETE``), size bombs (a huge sparse file, a zip
-bomb, a YAML alias bomb, nesting 100,000 deep). The answer is the file loaded (only where
+Every case is damage a file can suffer or, for the files that may come from elsewhere
+(checkpoints, configs, exports), a forgery it can carry: truncations at several offsets,
+bit flips, junk, an empty file, a FIFO (must not block), a folder, a device, type swaps of
+each field of a valid file, size bombs (a huge sparse file, a zip bomb, zip records read
+twice, a YAML alias bomb, nesting 100,000 deep). The data cache is tinymt's own: its
+damage, not forgeries under a recomputed ``COMPLETE``. The answer is the file loaded (only where
 the damage may leave it valid: a flipped bit inside a weight) or one ``TinyMTError`` line
 naming the file: never another exception. The size bombs run in a child process whose peak
 memory is measured. (tests/test_damaged_files.py: damaged files through the scripts.)
@@ -40,9 +41,9 @@ from tinymt.checkpoint import FORMAT, MAX_CHECKPOINT_BYTES, load_checkpoint
 from tinymt.config import MAX_CONFIG_BYTES, DataConfig, ModelConfig, load_config_file
 from tinymt.ct2.engine import read_meta
 from tinymt.ct2.export import FORMAT as EXPORT_FORMAT
-from tinymt.ct2.export import FORMAT_VERSION, META, meta_digest
+from tinymt.ct2.export import META, meta_digest
 from tinymt.data import prepare
-from tinymt.data.cache import COMPLETE, load_complete, mark_complete
+from tinymt.data.cache import COMPLETE, load_complete
 from tinymt.errors import TinyMTError
 from tinymt.files import load_json
 from tinymt.model import Transformer
@@ -195,13 +196,6 @@ def good_ckpt(tmp_path_factory) -> Path:
     return path
 
 
-def _deep(n: int):
-    value: list = []
-    for _ in range(n):
-        value = [value]
-    return value
-
-
 def _model_with(name: str, value) -> dict:
     model = dict(valid_state()["model"])
     if value is None:
@@ -211,8 +205,23 @@ def _model_with(name: str, value) -> dict:
     return model
 
 
+def through_load_run(path: Path, monkeypatch) -> None:
+    """``path`` as translate, serve and export read it (:func:`tinymt.rundir.load_run`): the
+    model built from its ``model_config`` and ``vocab``, its weights loaded strictly (the
+    run's tokenizers: of ``VOCAB`` pieces, the digest the checkpoint records)."""
+    from types import SimpleNamespace
+
+    from tinymt.rundir import load_run
+
+    tok = SimpleNamespace(vocab_size=VOCAB)
+    monkeypatch.setattr("tinymt.rundir.load_tokenizers", lambda folder: (tok, tok))
+    monkeypatch.setattr("tinymt.rundir.tokenizer_digest", lambda *a: "ab" * 32)
+    load_run(str(path.parent), checkpoint=str(path))
+
+
 # (what, field, value): the field of a valid checkpoint replaced (None as value: removed;
-# a "model" value of None removes the whole field)
+# a "model" value of None removes the whole field). Refused by load_checkpoint itself;
+# those in BUILT by building the model and loading its weights strictly (load_run)
 CKPT_SWAPS = [
     ("not a dict", None, [1, 2]), ("format 1", "format", 1), ("format '2'", "format", "2"),
     ("no format", "format", None), ("no model", "model", None),
@@ -236,38 +245,29 @@ CKPT_SWAPS = [
     ("vocab.src_size a float", "vocab", {"src_size": 20.0, "tgt_size": 20, "shared": True}),
     ("vocab.tgt_size 0", "vocab", {"src_size": 20, "tgt_size": 0, "shared": False}),
     ("vocab.tgt_size 2**40", "vocab", {"src_size": 20, "tgt_size": 2**40, "shared": False}),
-    ("vocab.shared 'yes'", "vocab", {"src_size": 20, "tgt_size": 20, "shared": "yes"}),
     ("vocab shared, sizes differ", "vocab", {"src_size": 20, "tgt_size": 21, "shared": True}),
     ("model_config a list", "model_config", list(MC.items())),
+    ("model_config.d_model a list", "model_config", {**MC, "d_model": [8]}),
     ("model_config missing", "model_config", None),
-    ("model_config.d_model a string", "model_config", {**MC, "d_model": "8"}),
-    ("model_config.n_heads missing", "model_config", {k: v for k, v in MC.items() if k != "n_heads"}),
     ("model_config.n_encoder_layers 10**6", "model_config", {**MC, "n_encoder_layers": 10**6}),
     ("model_config.max_positions 2**40", "model_config", {**MC, "max_positions": 2**40}),
     ("model_config.dropout nan", "model_config", {**MC, "dropout": float("nan")}),
     ("model_config.activation 'os.system'", "model_config", {**MC, "activation": "os.system"}),
-    ("model_config.norm_first a string", "model_config", {**MC, "norm_first": "true"}),
     ("model_config: d_model not divisible", "model_config", {**MC, "n_heads": 3}),
     ("model_config: a tensor value", "model_config", {**MC, "name": torch.ones(1)}),
-    ("model_config: a tuple key", "model_config", {**MC, (1, 2): 3}),
-    ("step a float", "step", 3.0), ("step a string", "step", "3"), ("step -1", "step", -1),
-    ("step True", "step", True), ("step 10**30", "step", 10**30),
+    ("model_config: an unknown key", "model_config", {**MC, "evil": 3}),
     ("tokenizer_sha256 an int", "tokenizer_sha256", 5),
     ("tokenizer_sha256 a megabyte", "tokenizer_sha256", "a" * (1 << 20)),
     ("config a list", "config", [1]), ("config.data a string", "config", {"data": "x"}),
-    ("config.data.src_lang an int", "config", {"data": {"src_lang": 5}}),
-    ("config.data.reverse 'no'", "config", {"data": {"reverse": "no"}}),
-    ("config nested 100 deep", "config", {"deep": _deep(100)}),
-    ("config: a tensor in it", "config", {"data": {}, "x": torch.ones(1)}),
-    ("trainer_state a string", "trainer_state", "x"), ("optimizer an int", "optimizer", 5),
-    ("scheduler a list", "scheduler", []), ("sampler a tensor", "sampler", torch.ones(1)),
-    ("rng a string", "rng", "x"),
-    ("optimizer nested 100 deep", "optimizer", {"state": _deep(100)}),
 ]
+BUILT = {"model empty", "model: embedding of another size", "model: output projection missing",
+         "model: an extra encoder layer", "model: d_ff other than the config's",
+         "vocab.tgt_size 0", "vocab shared, sizes differ", "tokenizer_sha256 an int",
+         "tokenizer_sha256 a megabyte"}
 
 
 @pytest.mark.parametrize("what,field,value", CKPT_SWAPS, ids=[c[0] for c in CKPT_SWAPS])
-def test_a_checkpoint_with_a_field_swapped(tmp_path, what, field, value):
+def test_a_checkpoint_with_a_field_swapped(tmp_path, monkeypatch, what, field, value):
     state = valid_state()
     if field is None:
         state = value
@@ -277,10 +277,19 @@ def test_a_checkpoint_with_a_field_swapped(tmp_path, what, field, value):
         state[field] = value
     path = tmp_path / "last.pt"
     torch.save(state, path)
-    message = one_line(load_checkpoint, path)
-    if field not in (None, "format", "model") and what != "no model":
-        assert field in message, message  # names the field
+    if what in BUILT:
+        assert load_checkpoint(path)
+        message = one_line(lambda p: through_load_run(p, monkeypatch), path)
+    else:
+        message = one_line(load_checkpoint, path)
+    if field not in (None, "format", "model", "tokenizer_sha256") and what != "no model":
+        assert field.split("_")[0] in message, message  # names the field
     assert "could run code" not in message
+
+
+def test_a_valid_checkpoint_through_load_run(good_ckpt, monkeypatch):
+    """The control of the cases above: the valid checkpoint builds its model."""
+    through_load_run(good_ckpt, monkeypatch)
 
 
 @given(st.data())
@@ -340,20 +349,34 @@ def test_checkpoint_that_is_not_a_file(tmp_path):
 
 
 def test_checkpoint_archive_forgeries(good_ckpt, tmp_path):
-    """Zip archives torch.save would never write: refused from their directory alone."""
-    # an entry compressed (a zip bomb: 64 kB that would unpack to 256 MiB)
+    """Zip archives torch.save would never write, whose records torch's reader would unpack
+    into more memory than the file holds: refused from their directory alone."""
+    # an entry compressed (a zip bomb: 256 kB that would unpack to 256 MiB)
     bomb = tmp_path / "bomb.pt"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z, z.open("archive/data.pkl", "w") as f:
         for _ in range(256):
             f.write(bytes(1 << 20))
-    one_line(load_checkpoint, bomb, "is compressed")
+    one_line(load_checkpoint, bomb, "its records unpack to 268,435,456 bytes")
     # an entry declaring 2 GiB in a file of 30 kB
     data = bytearray(good_ckpt.read_bytes())
     at = data.rfind(b"PK\x01\x02")  # the last central-directory record
     data[at + 20: at + 28] = (2**31).to_bytes(4, "little") * 2  # compressed, uncompressed size
     liar = tmp_path / "liar.pt"
     liar.write_bytes(bytes(data))
-    one_line(load_checkpoint, liar, "runs past the end of the file")
+    one_line(load_checkpoint, liar, "its records unpack to")
+    # 64 entries naming the one record of a 64 KiB tensor: 4 MiB read from a 70 kB file
+    torch.save({**valid_state(), "w": torch.zeros(1 << 14)}, tmp_path / "one.pt")
+    twice = tmp_path / "twice.pt"
+    with zipfile.ZipFile(tmp_path / "one.pt") as z, zipfile.ZipFile(twice, "w") as w:
+        for e in z.infolist():
+            w.writestr(e, z.read(e))
+        record = max(w.filelist, key=lambda e: e.file_size)
+        for i in range(63):
+            alias = zipfile.ZipInfo(f"{record.filename}-{i}")
+            alias.header_offset, alias.file_size = record.header_offset, record.file_size
+            alias.compress_size, alias.CRC = record.compress_size, record.CRC
+            w.filelist.append(alias)
+    one_line(load_checkpoint, twice, "its records unpack to")
     # a size bomb: refused by its size, nothing read
     huge = sparse(tmp_path / "huge.pt", MAX_CHECKPOINT_BYTES + 1)
     one_line(load_checkpoint, huge, "more than any checkpoint")
@@ -361,7 +384,7 @@ def test_checkpoint_archive_forgeries(good_ckpt, tmp_path):
     empty = tmp_path / "empty_zip.pt"
     with zipfile.ZipFile(empty, "w") as z:
         z.writestr("archive/version", "3\n")
-    one_line(load_checkpoint, empty, "no data.pkl")
+    one_line(load_checkpoint, empty, "damaged or truncated")
     other = tmp_path / "other.pt"
     torch.save({**valid_state(), "when": datetime.date(2020, 1, 1)}, other)
     one_line(load_checkpoint, other, "objects other than tensors")
@@ -386,9 +409,6 @@ def _training(tmp_path: Path):
 
 
 RESUME_SWAPS = [("no optimizer", "optimizer", None), ("no rng", "rng", None),
-                ("trainer_state.step a string", "trainer_state", {"step": "3"}),
-                ("trainer_state.best_bleu nan", "trainer_state", {"best_bleu": float("nan")}),
-                ("trainer_state.epoch -1", "trainer_state", {"epoch": -1}),
                 ("optimizer of another model", "optimizer",
                  {"state": {}, "param_groups": [{"params": [0, 1]}]}),
                 ("scheduler a dict of junk", "scheduler", {"base_lrs": "x", "lr_lambdas": 5}),
@@ -404,8 +424,6 @@ def test_a_resumed_checkpoint_with_a_field_swapped(tmp_path, monkeypatch, what, 
     ckpt = valid_state()
     if value is None:
         del ckpt[field]
-    elif field == "trainer_state":
-        ckpt[field] = {**ckpt[field], **value}
     else:
         ckpt[field] = value
     path = tmp_path / "checkpoints" / "last.pt"
@@ -450,7 +468,7 @@ YAML_FORGERIES = {
     b"data: !!python/object/apply:os.system ['echo pwned']\n", "a duplicate key":
     b"data: {}\ndata: {}\n", "a list key": b"[1, 2]: 3\n", "an alias bomb": _bomb(),
     "nested 100,000 deep (flow)": b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n",
-    "nested 40 deep (block)": b"".join(b"  " * i + b"k%d:\n" % i for i in range(40)) + b"  " * 40
+    "nested 800 deep (block)": b"".join(b"  " * i + b"k%d:\n" % i for i in range(800)) + b"  " * 800
     + b"x: 1\n", "an interpolation to nothing": b"data: {name: ${nope}}\n",
     "an environment variable": b"data: {name: '${oc.env:TINYMT_NO_SUCH_VARIABLE}'}\n",
 }
@@ -484,7 +502,7 @@ def test_config_yaml_forged(run_config, tmp_path):
 
 # the run's config with a group or value swapped, through resume_config
 CONFIG_SWAPS = [("model a number", "model", 5), ("data a list", "data", [1, 2]),
-                ("no model", "model", None), ("trainer a string", "trainer", "x"),
+                ("trainer a string", "trainer", "x"),
                 ("model.d_model a string", "model.d_model", "big"),
                 ("model.d_model 10**12", "model.d_model", 10**12),
                 ("trainer.max_steps a float", "trainer.max_steps", 1.5),
@@ -500,9 +518,7 @@ def test_a_resumed_config_with_a_field_swapped(run_config, tmp_path, what, key, 
     shutil.copytree(src, run)
     cfg = OmegaConf.to_container(OmegaConf.create(text.decode()))
     node, *path = key.split(".")
-    if value is None:
-        del cfg[node]
-    elif path:
+    if path:
         cfg[node][path[0]] = value
     else:
         cfg[node] = value
@@ -550,7 +566,7 @@ def _export(folder: Path, **changes) -> Path:
     for name in ("model.bin", "config.json"):
         (folder / name).write_bytes(name.encode())
         files[name] = hashlib.sha256(name.encode()).hexdigest()
-    meta = {"format": EXPORT_FORMAT, "format_version": FORMAT_VERSION, "quantization": "none",
+    meta = {"format": EXPORT_FORMAT, "quantization": "none",
             "tokenizer_sha256": "ab" * 32, "joint_vocab": True, "max_positions": 64,
             "data": {"name": "x", "src_lang": "zh", "tgt_lang": "en", "reverse": False},
             "model": dict(MC), "files": files}
@@ -563,14 +579,11 @@ def _export(folder: Path, **changes) -> Path:
 
 EXPORT_SWAPS = [("max_positions a string", {"max_positions": "64"}),
                 ("max_positions 2**40", {"max_positions": 2**40}),
-                ("quantization an int", {"quantization": 8}),
-                ("tokenizer_sha256 a list", {"tokenizer_sha256": ["ab"]}),
                 ("data a list", {"data": ["zh"]}), ("data.reverse 'yes'", {"data": {"reverse": "yes"}}),
                 ("files a list", {"files": ["model.bin"]}),
                 ("files: a path out of the folder", {"files": {"../model.bin": "ab" * 32}}),
-                ("files: model.bin not recorded", {"files": {"config.json": "ab" * 32}}),
                 ("files: a digest that is not one", {"files": {"model.bin": 5, "config.json": 6}}),
-                ("format_version 1", {"format_version": 1}), ("format other", {"format": "onnx"})]
+                ("format other", {"format": "onnx"})]
 
 
 @pytest.mark.parametrize("what,changes", EXPORT_SWAPS, ids=[c[0] for c in EXPORT_SWAPS])
@@ -625,79 +638,11 @@ def _copy_entry(entry: Path, tmp: Path) -> Path:
     return Path(shutil.copytree(entry, tmp / "c" / entry.name))
 
 
-def _forge_split(entry: Path, split: str, change) -> None:
-    """Replace a split by ``change(columns)`` (a dict of lists), saved as datasets saves it."""
-    import datasets
-
-    columns = datasets.load_from_disk(str(entry / "splits" / split)).to_dict()
-    forged = entry.parent / f"forged-{split}"
-    datasets.Dataset.from_dict(change(columns)).save_to_disk(str(forged))
-    shutil.rmtree(entry / "splits" / split)
-    shutil.move(forged, entry / "splits" / split)
-
-
-def _stats(entry: Path, change) -> None:
-    stats = json.loads((entry / "stats.json").read_text())
-    (entry / "stats.json").write_bytes(change(stats))
-
-
-def _shift(side: str, by: int, row: int | None = None):
-    def change(cols):
-        ids = cols[f"{side}_ids"]
-        cols[f"{side}_ids"] = [[i + by for i in r] if row in (None, n) else r
-                               for n, r in enumerate(ids)]
-        return cols
-    return change
-
-
-# (what, how the entry is forged, the file the line must name); every forgery is then
-# signed: COMPLETE recomputed over the forged files (digests alone would trust it)
-CACHE_FORGERIES = [
-    ("train src ids + vocab", lambda e: _forge_split(e, "train", _shift("src", 40)), "train"),
-    ("test tgt id = vocab size", lambda e: _forge_split(e, "test", _shift("tgt", 40, row=3)),
-     "test"),
-    ("valid src id -1", lambda e: _forge_split(e, "valid", _shift("src", -100, row=0)), "valid"),
-    ("train ids as strings", lambda e: _forge_split(
-        e, "train", lambda c: {**c, "src_ids": [[str(i) for i in r] for r in c["src_ids"]]}),
-     "train"),
-    ("a missing tgt_ids row", lambda e: _forge_split(
-        e, "valid", lambda c: {**c, "tgt_ids": [None, *c["tgt_ids"][1:]]}), "valid"),
-    ("no tgt_ids column", lambda e: _forge_split(
-        e, "test", lambda c: {k: v for k, v in c.items() if k != "tgt_ids"}), "test"),
-    ("a pair fewer than stats.json says", lambda e: _forge_split(
-        e, "train", lambda c: {k: v[1:] for k, v in c.items()}), "train"),
-    ("stats.json: vocab sizes swapped", lambda e: _stats(
-        e, lambda s: json.dumps({**s, "vocab_size": {"src": 41, "tgt": 40}}).encode()),
-     "stats.json"),
-    ("stats.json: pairs a string", lambda e: _stats(
-        e, lambda s: json.dumps({**s, "pairs": "many"}).encode()), "train"),
-    ("stats.json: a list", lambda e: _stats(e, lambda s: b"[1]"), "stats.json"),
-    ("stats.json: nested 100,000 deep", lambda e: _stats(
-        e, lambda s: b"[" * 100_000 + b"]" * 100_000), "stats.json"),
-    ("stats.json: 2 MiB", lambda e: _stats(e, lambda s: b" " * (2 << 20) + b"{}"), "stats.json"),
-    ("stats.json: not UTF-8", lambda e: _stats(e, lambda s: b'{"a": "\xff"}'), "stats.json"),
-    ("stats.json: NaN", lambda e: _stats(e, lambda s: b'{"pairs": NaN}'), "stats.json"),
-    ("the tokenizer: junk", lambda e: (e / "tokenizer" / "spm.model").write_bytes(b"junk"),
-     "spm.model"),
-    ("the train data: a 64 MiB hole", lambda e: sparse(
-        next((e / "splits" / "train").glob("*.arrow")), 64 << 20), "train"),
-]
 MARKER_DAMAGE = {  # COMPLETE itself (not re-signed: it is the signature)
     "junk": b"\x00junk", "empty": b"", "truncated": None, "a list": b"[]",
     "files a list": b'{"files": []}', "digests numbers": None,
     "nested 100,000 deep": b"[" * 100_000 + b"]" * 100_000, "1 GiB": GIB,
 }
-
-
-@pytest.mark.parametrize("what,forge,names", CACHE_FORGERIES, ids=[c[0] for c in CACHE_FORGERIES])
-def test_a_forged_cache_entry_is_rebuilt_not_trusted(cache_entry, tmp_path, what, forge, names):
-    entry = _copy_entry(cache_entry[1], tmp_path)
-    forge(entry)
-    mark_complete(entry)
-    log: list[str] = []
-    assert load_complete(entry, log.append) is None  # not a hit: the caller rebuilds it
-    assert len(log) == 1 and "\n" not in log[0], log
-    assert str(entry) in log[0] and names in log[0] and "rebuilding" in log[0], log[0]
 
 
 @pytest.mark.parametrize("what", list(MARKER_DAMAGE))
@@ -751,21 +696,6 @@ def test_a_cache_marker_that_is_not_a_file(cache_entry, tmp_path):
         with watchdog():
             assert load_complete(entry, log.append) is None
         assert len(log) == 1 and str(entry) in log[0], log
-
-
-def test_forged_ids_through_prepare_are_rebuilt(cache_entry, tmp_path):
-    """End to end: token ids past the vocabulary under a recomputed marker were a cache
-    hit that crashed training (IndexError); now the entry is rebuilt, ids in range."""
-    cfg, entry = cache_entry
-    copy = _copy_entry(entry, tmp_path)
-    _forge_split(copy, "train", _shift("tgt", 1000))
-    mark_complete(copy)
-    log: list[str] = []
-    data = prepare(dataclasses.replace(cfg, cache_dir=str(copy.parent)), log=log.append)
-    assert any("is damaged" in line and "rebuilding" in line for line in log), log
-    src, tgt = data.ids("train")
-    assert max(max(r) for r in tgt) < data.tgt_tokenizer.vocab_size
-    assert not data.cache_hit
 
 
 # ----------------------------------------------------------------------------- size bombs
@@ -830,9 +760,6 @@ def test_size_bombs_are_refused_in_bounded_memory(good_ckpt, run_config, cache_e
     with zipfile.ZipFile(zipped, "w", zipfile.ZIP_DEFLATED) as z, z.open("a/data.pkl", "w") as f:
         for _ in range(512):
             f.write(bytes(1 << 20))
-    arrow = _copy_entry(cache_entry[1], tmp_path / "arrow")
-    sparse(next((arrow / "splits" / "train").glob("*.arrow")), 128 << 20)
-    mark_complete(arrow)
     marker = _copy_entry(cache_entry[1], tmp_path / "marker")
     sparse(marker / COMPLETE, GIB)
     export = _export(tmp_path / "export")
@@ -850,7 +777,6 @@ def test_size_bombs_are_refused_in_bounded_memory(good_ckpt, run_config, cache_e
         ("json 1 GiB (sparse)", "json", str(sparse(tmp_path / "huge.json", GIB))),
         ("json nested 500,000 deep", "json", str(_write(
             tmp_path / "deep.json", b"[" * 500_000 + b"]" * 500_000))),
-        ("cache: train data a 128 MiB hole, re-signed", "cache", str(arrow)),
         ("cache: COMPLETE 1 GiB (sparse)", "cache", str(marker)),
         ("export: tinymt_export.json 1 GiB (sparse)", "export", str(export)),
     ]

@@ -222,9 +222,6 @@ def test_tied_embeddings():
     assert n_untied - n_tied == 2 * 30 * D
     assert count_parameters(separate) == n_tied + 25 * D  # its own target matrix
 
-    with pytest.raises(TinyMTError, match="shared vocabulary"):
-        Transformer(tiny_cfg(), 30, 25, shared_vocab=True)
-
 
 def test_attention_weights_only_when_asked():
     model = tiny_model()
@@ -299,15 +296,6 @@ def test_too_long_sequences_raise():
     with pytest.raises(TinyMTError, match="^a target prefix of 9 tokens is longer than "
                                           "model.max_positions=8"):
         decode_step(model, ok_tgt[:, :1], cache)
-
-
-def test_bad_config_values_raise():
-    with pytest.raises(TinyMTError, match="activation"):
-        Transformer(tiny_cfg(activation="swish"), 10, 10, True)
-    with pytest.raises(TinyMTError, match="positional"):
-        Transformer(tiny_cfg(positional="rope"), 10, 10, True)
-    with pytest.raises(TinyMTError, match="divisible"):
-        Transformer(tiny_cfg(d_model=10, n_heads=3), 10, 10, True)
 
 
 def test_embeddings_are_scaled_by_sqrt_d_plus_the_papers_positions():

@@ -83,7 +83,7 @@ TARGETS = {  # name -> the value given (formatted with {tmp}, {run})
     "run state": "{run}/checkpoints/last.pt",
     "run config": "{run}/config.yaml",
     "run tokenizer": "{run}/tokenizer/spm.model",
-    "in a run": "{run}/new.txt",
+    "in a run": "{run}/new.txt",  # a new file in a run: no state of the run is lost
     "link out": "{tmp}/link.html",  # a symbolic link to a file outside
     "pipe": "{tmp}/fifo",
     "socket": "{tmp}/sock",
@@ -97,16 +97,16 @@ TARGETS = {  # name -> the value given (formatted with {tmp}, {run})
     "long name": "{tmp}/" + "n" * 300,
 }
 # targets that are a fine value: let through (a link is replaced, never written through; an
-# existing folder takes a new run, the cache, attention maps)
-LET_THROUGH = {"W": {"link out", "a file"}, "F": {"folder"}, "R": set()}
-LET_THROUGH_OPTION = {("translate", "attention"): {"link out", "folder"},
-                      ("export", "out"): set(),  # a new folder: an existing one is refused
+# existing folder takes a new run, the cache, attention maps; a new name in a run is no
+# state of it: train's run_dir= there is refused when the run is claimed, tests/test_rundir.py)
+LET_THROUGH = {"W": {"link out", "a file", "in a run"}, "F": {"folder", "in a run"}, "R": set()}
+LET_THROUGH_OPTION = {("translate", "attention"): {"link out", "folder", "in a run"},
+                      ("export", "out"): {"in a run"},  # a new folder: an existing one is refused
                       ("translate", "input"): {"pipe"}, ("translate", "ref"): {"pipe"},
                       ("serve", "api_keys"): {"pipe"}}  # <(command) as a text file
 # reading: which targets a reader must refuse (others may be read, or not be there)
 READ_REFUSED = {"empty", "blank", "pipe", "socket", "device", "long name"}
-# the base values of a check: a run that does not exist (owned outputs are checked against
-# it), an export folder to make
+# the base values of a check: a run that does not exist, an export folder to make
 BASE = {"run": "{tmp}/no-run", "out": "{tmp}/export"}
 
 
@@ -116,8 +116,8 @@ def _schema_strings(schema, prefix=""):
         if dataclasses.is_dataclass(f.default_factory):
             yield from _schema_strings(f.default_factory, f"{prefix}{f.name}.")
         elif "str" in str(f.type) and "list" not in str(f.type):
-            rule = f.metadata.get("rule")
-            if not (rule and rule[1].startswith("choose one of")):
+            allowed = f.metadata.get("allowed")  # words to choose (a tuple), or a device
+            if not (isinstance(allowed, tuple) or allowed is C.DEVICE):
                 yield prefix + f.name
 
 
@@ -297,7 +297,7 @@ def test_any_name_is_judged_in_one_line_and_nothing_is_made(place, text):
     assert not any((tmp / "adir").iterdir())
 
 
-@given(st.sampled_from(["--out", "--json"]), st.sampled_from(["pipe", "in a run", "folder"]))
+@given(st.sampled_from(["--out", "--json"]), st.sampled_from(["pipe", "run state", "folder"]))
 def test_benchmark_outputs_follow_the_same_rules(place, option, target):
     """The benchmark's outputs go through the same :func:`check_outputs` (cheap: it is
     argparse, not a schema rule)."""

@@ -1,7 +1,6 @@
 """Attention grids: one panel per head, masked cells blank, Chinese labels in a CJK font."""
 
 import numpy as np
-import pytest
 from matplotlib import font_manager
 from matplotlib.font_manager import FontProperties
 
@@ -49,8 +48,3 @@ def test_masked_cells_are_blank():
     arr = fig.axes[0].images[0].get_array()
     assert arr.mask[0, 2] and arr.mask[0, 1] and not arr.mask[2, 0]
     figure_to_array(fig)
-
-
-def test_label_mismatch_is_an_error():
-    with pytest.raises(ValueError):
-        attention_grid(np.ones((1, 2, 2)) / 2, ["a"], ["b", "c"])

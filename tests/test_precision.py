@@ -15,13 +15,14 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO_ROOT, compose_train
+from tinymt import KINDS
 from tinymt.attention import MultiHeadAttention
 from tinymt.attention_maps import collect_attention
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.loss import token_nll
-from tinymt.model import KINDS, Transformer, causal_mask
+from tinymt.model import Transformer, causal_mask
 from tinymt.rundir import checkpoint_path, load_run
 from tinymt.trainer import train
 from tinymt.translate import translate

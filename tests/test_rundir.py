@@ -270,9 +270,8 @@ def test_disk_full_while_preparing_data(small_disk, text_corpus, capsys):
 
 
 # ----------------------------------------------------------------------------- outputs
-# every file of a run's state, any owner, through links: the property
-# tests/test_files.py::test_a_run_s_files_are_written_only_where_its_owner_may; here the
-# script's wiring
+# every file of a run's state, through links: the property
+# tests/test_files.py::test_a_run_s_own_state_is_never_an_output; here the script's wiring
 RUN_STATE = ["checkpoints/last.pt", "checkpoints"]
 
 
@@ -288,26 +287,6 @@ def test_averaging_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, t
     assert status == 2 and "Traceback" not in err, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: output="), lines
     assert snapshot(run) == before
-
-
-def test_no_output_replaces_any_other_file_of_the_run(tiny_run, tmp_path, capsys):
-    """Any file of a run outside checkpoints/ is its training's (events, metrics.json,
-    images, ...): average_checkpoints.py output= and analyze_heads.py prune_output= naming
-    one, directly or through a link to the run, are refused in one line, nothing changed.
-    (Every file and owner: the property in tests/test_files.py; here each script once.)"""
-    run = copy_run(tiny_run, tmp_path / "run")
-    (tmp_path / "link").symlink_to(run)
-    events = next(p for p in run.iterdir() if p.name.startswith("events.out.tfevents"))
-    before = snapshot(run)
-    targets = [("average_checkpoints", ["last=2"], "output", tmp_path / "link" / "metrics.json"),
-               ("analyze_heads", ["prune=0.5"], "prune_output", events)]
-    for script, args, key, target in targets:
-        status, err = run_script_in_process(script, [f"run={run}", *args, f"{key}={target}"],
-                                            capsys)
-        lines = err.strip().splitlines()
-        assert status == 2 and len(lines) == 1 and lines[0].startswith(f"error: {key}="), (
-            target, err[-2000:])
-        assert snapshot(run) == before, target
 
 
 def test_averaging_into_avg_pt_stays_allowed(tiny_run, tmp_path, capsys):

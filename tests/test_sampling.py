@@ -16,7 +16,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from conftest import compose_train, compose_translate
 from tinymt.batching import TokenBatchSampler
 from tinymt.config import DataConfig
-from tinymt.data import TrainSegments, cache_key, prepare
+from tinymt.data import TrainSegments, prepare
+from tinymt.data.cache import cache_key
 from tinymt.tokenizer import Tokenizer
 from tinymt.trainer import resume_config, train
 from tinymt.translate import translate

@@ -118,7 +118,7 @@ def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue(
     with pytest.raises(Busy):  # 1 + 3 sentences queued: two more do not fit
         b.submit(Job([[4]] * 2))
     b.start()
-    assert b.run_now(Job(fn=lambda: "alone", weight=2), timeout=10) == "alone"
+    assert b.run_now(Job(fn=lambda: "alone"), timeout=10) == "alone"
     assert b.run_now(Job([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
     b.close(timeout=10)
     assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
@@ -181,6 +181,36 @@ def test_a_full_queue_is_429_and_a_late_answer_503(tiny_run):
     assert e.value.status == 503 and "0.05 s" in e.value.message
 
 
+def test_what_the_search_raises_is_the_request_s_json_error(tiny_run):
+    """An exception on the worker reaches the request's route (tinymt.serve.app._json_errors):
+    the model's refusal of its input (a TinyMTError) is a 400 with its line, anything else
+    a 500 naming only its type."""
+    from starlette.requests import Request
+
+    from tinymt.errors import TinyMTError
+    from tinymt.serve.app import _json_errors
+
+    service = Service(load_run(str(tiny_run), "best", "cpu"), None,
+                      serve_config(f"run={tiny_run}"))
+    service.batcher.start()
+    scope = {"type": "http", "method": "POST", "path": "/translate", "headers": [],
+             "query_string": b""}
+    for error, expected in ((TinyMTError("too long for this model"), (400, "too long for this model")),
+                            (RuntimeError("a detail"), (500, "internal error (RuntimeError)"))):
+        def decode(ids, nbest, error=error):
+            raise error
+
+        @_json_errors
+        async def route(request):
+            return await service.translate(["他喜欢猫吗？"], 1)
+
+        service.batcher.decode = decode
+        response = asyncio.run(route(Request(scope)))
+        assert (response.status_code, json.loads(response.body)) == (expected[0],
+                                                                     {"error": expected[1]})
+    service.batcher.close(timeout=10)
+
+
 def test_a_taken_port_is_one_line_before_the_model_loads(tiny_run, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -197,15 +227,14 @@ def test_attention_answers_are_json_dumps_of_the_answer(tiny_run):
     text."""
     from hydra import compose, initialize_config_dir
 
-    from tinymt.translate import load_translator, masked_sentences, source_ids
+    from tinymt.translate import load_translator, source_ids
     from tinymt.viewer.html import inline_data
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
         cfg = compose(config_name="serve", overrides=[f"run={tiny_run}", "device=cpu"])
     service = Service(*load_translator(cfg), cfg)
     items = ['他喜欢"猫"吗？\n</script>\0', "", "我请李雷帮我订了去北京的机票。"]
-    masked = masked_sentences(service.run, items)
-    ids = source_ids(service.run, [m for m, _ in masked], warn=lambda _: None)
+    masked, ids = source_ids(service.run, items)
     done = [service._attention(*args) for args in zip(items, masked, ids)]
     whole = {"translatedText": [t for t, _ in done],
              "view": inline_data(service.name, [d for _, pairs in done for d, _ in pairs])}
@@ -581,7 +610,7 @@ from hypothesis import strategies as st  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 
-from tinymt.serve.api import MAX_ALTERNATIVES, Limits, Pair, read_fields, translate_request  # noqa: E402
+from tinymt.serve.api import MAX_ALTERNATIVES, Pair, read_fields, translate_request  # noqa: E402
 from tinymt.serve.app import _json_errors  # noqa: E402
 
 PAIR = Pair("zh", "en")
@@ -589,7 +618,7 @@ KINDS = ["application/json", "application/json; charset=utf-8", "application/x-w
          "multipart/form-data; boundary=xyz", "text/plain", "", "APPLICATION/JSON"]
 
 
-def _answer(body: bytes, kind: str, limits: Limits, beam: int = 1, keys=None,
+def _answer(body: bytes, kind: str, limits: ServeConfig, beam: int = 1, keys=None,
             declared: bool = True, pieces: int = 1, query: bytes = b"") -> tuple[int, dict]:
     """``(status, JSON answer)`` of ``POST /translate`` with ``body`` (sent in ``pieces``
     chunks; ``declared``: with its Content-Length), parsed and checked, not translated
@@ -636,7 +665,7 @@ def test_any_body_is_an_answer_or_one_json_error(body, kind, cap, declared, piec
     """Whatever the body (bytes, text, any JSON value, nested deep) and however it is sent
     (declared or streamed, in pieces): a parsed request or ``{"error": <one line>}`` with
     400; over the cap exactly 413 "the body is over N bytes" (declared or counted)."""
-    limits = Limits(max_body_bytes=cap)
+    limits = ServeConfig(max_body_bytes=cap)
     status, answer = _answer(body, kind, limits, declared=declared, pieces=pieces)
     if len(body) > cap:
         assert _is_error(status, answer, 413) == f"Invalid request: the body is over {cap:,} bytes"
@@ -649,7 +678,7 @@ def test_any_body_is_an_answer_or_one_json_error(body, kind, cap, declared, piec
 TEXTS = st.text(alphabet=st.sampled_from("猫a \x00é"), max_size=12)
 
 
-def _expected_error(f: dict, limits: Limits, beam: int) -> str | None:
+def _expected_error(f: dict, limits: ServeConfig, beam: int) -> str | None:
     """The documented order of /translate's checks (tinymt.serve.api's docstrings and
     LibreTranslate's messages), written out on their own: the first error, or None."""
     q = f.get("q")
@@ -728,7 +757,7 @@ def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as
     as a form (a list: q repeated): the parsed request exactly (items, one string or a list, source=auto), or
     the first error of the documented order as ``{"error": ...}`` with 400 (403 for the
     key, checked first)."""
-    limits = Limits(max_chars=25, max_items=4)
+    limits = ServeConfig(max_chars=25, max_items=4)
     if as_form:  # a form holds strings; a list of them is q repeated (libretranslate-aio)
         from urllib.parse import urlencode
         fields = {k: v for k, v in fields.items() if isinstance(v, str) or k == "q"
@@ -764,7 +793,7 @@ def test_a_request_of_too_many_sentences_is_refused_before_it_is_cut():
     items together, counted before any is cut (a 400, not seconds of work)."""
     def status(q) -> tuple[int, dict]:
         return _answer(json.dumps({"q": q, "source": "zh", "target": "en"}).encode(),
-                       "application/json", Limits(max_chars=5000, max_items=100))
+                       "application/json", ServeConfig(max_chars=5000, max_items=100))
 
     assert status("猫。" * 1024)[0] == 200  # 1,023 ends inside: 1,024 sentences
     assert status("猫。" * 1025) == (400, {"error": "Invalid request: q holds more than 1,024 "

@@ -82,11 +82,6 @@ def test_vocab_too_large_says_what_to_lower_it_to(sentences, tmp_path):
     assert Tokenizer.train(sentences, tmp_path / "ok.model", vocab_size=bound).vocab_size == bound
 
 
-def test_bad_model_type(sentences, tmp_path):
-    with pytest.raises(TinyMTError, match="bpe or unigram"):
-        Tokenizer.train(sentences, tmp_path / "x.model", vocab_size=40, model_type="wordpiece")
-
-
 def test_save_load_joint_is_one_model(tok, tmp_path):
     save_tokenizers(tmp_path / "t", tok, tok)
     assert sorted(p.name for p in (tmp_path / "t").glob("*.model")) == ["spm.model"]
@@ -103,16 +98,6 @@ def test_save_load_separate(sentences, tmp_path):
     s, t = load_tokenizers(tmp_path / "t")
     assert s is not t and (s.vocab_size, t.vocab_size) == (30, 32)
 
-    # saving onto the files it was loaded from is a no-op: no error (copying a file onto
-    # itself would raise), nothing rewritten, nothing added, and both still load
-    files = sorted((tmp_path / "a").iterdir())
-    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
-    assert save_tokenizers(tmp_path / "a", src, tgt) == tmp_path / "a"
-    after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (tmp_path / "a").iterdir()}
-    assert after == before
-    s, t = load_tokenizers(tmp_path / "a")
-    assert (s.vocab_size, t.vocab_size) == (30, 32)
-
 
 def test_load_missing_folder_or_files(tmp_path):
     with pytest.raises(TinyMTError, match="tokenizer folder not found") as e:
@@ -122,7 +107,7 @@ def test_load_missing_folder_or_files(tmp_path):
     with pytest.raises(TinyMTError) as e:
         load_tokenizers(tmp_path / "empty")
     assert "spm.model" in str(e.value) and "src.model" in str(e.value)
-    with pytest.raises(TinyMTError, match="not found"):
+    with pytest.raises(TinyMTError, match="missing.model is not a sentencepiece model .*No such"):
         Tokenizer.load(tmp_path / "missing.model")
     (tmp_path / "junk.model").write_bytes(b"not a model")
     with pytest.raises(TinyMTError, match="not a sentencepiece model"):

@@ -34,8 +34,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from conftest import REPO_ROOT, TRAINED_STEPS, compose_translate
+from tinymt import KINDS
 from tinymt.corpus import generate_splits
-from tinymt.model import KINDS
 from tinymt.translate import translate
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "tour.py"

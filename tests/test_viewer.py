@@ -51,7 +51,6 @@ from tinymt.viewer.document import (
     probe_from_pair,
 )
 from tinymt.viewer.summary import (
-    KINDS,
     MAGIC,
     PLUGIN_NAME,
     decode,
@@ -183,86 +182,98 @@ def test_records_round_trip_and_damage_is_refused():
 # ----------------------------------------------------------------------------- hostile records
 # what the reader says of each record of conftest.hostile_records (the tag's first step)
 REFUSED = {
-    "huge_shape": "cross.shape's rows is 100000, not an integer in 1..4096",
+    "huge_shape": "cross.shape is not [layers, heads, rows, columns] of at most 1,024 heads "
+                  "and 4,096 tokens a side",
     "over_cap": "the record declares over 16,777,216 weights",
-    "gold_out_of_range": "cross.gold's row is 2, not an integer in 0..1",
+    "gold_out_of_range": "cross.gold has a cell outside its 2x3 grid",
     "scale_markup": "scale is not a positive finite number",
     "scale_nan": "the record's header is not valid JSON (NaN is not a number JSON allows)",
     "truncated": "the record is truncated",
     "zlib_bomb": "the record inflates past the size its header declares",
-    "header_deep": "the record's header is nested deeper than 8 levels",
+    "header_deep": "the record's header is not valid JSON (maximum recursion depth exceeded",
     "not_a_string": "not a string tensor of one value (dtype float32, shape ())",
 }
-BAD_META = {"meta_list": "the tag's metadata is a JSON list, not an object",
-            "meta_deep": "the tag's metadata is nested deeper than 8 levels"}
+BAD_META = {"meta_list": "the tag's metadata is not version 1 of this viewer's",
+            "meta_deep": "the tag's metadata is not valid JSON (maximum recursion depth "
+                         "exceeded while decoding a JSON array from a unicode string)"}
+DELETE = object()
+
+
+def change(path, value):
+    """A header edit: ``value`` at ``path`` (``DELETE``: the field removed)."""
+    def apply(h):
+        *outer, last = path
+        node = h
+        for key in outer:
+            node = node[key]
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return apply
 
 
 def header_refusals():
     """``(what is wrong, the header changed, the error's start)``: every check of the
     record's header, one at a time, on the small hand-written document."""
-    def change(path, value):
-        def apply(h):
-            *outer, last = path
-            node = h
-            for key in outer:
-                node = node[key]
-            if value is DELETE:
-                del node[last]
-            else:
-                node[last] = value
-        return apply
-
     c = ("kinds", "cross")
+    odd = "the record's header is not what encode writes"
     return [
-        ("a missing field", change(("forced",), DELETE), "the record has fields 'forced'"),
-        ("an unknown field", change(("extra",), 1), "the record has fields 'extra'"),
-        ("a header that is a list", lambda h: h.clear(), "the record has fields"),
-        ("an unknown kind", change(("kinds", "self"), {}), "kinds is not an object of"),
-        ("a sentence that is a number", change(("sentence",), 5), "sentence is not a string"),
-        ("a reference that is a list", change(("reference",), ["a"]), "reference is not a"),
-        ("forced something else", change(("forced",), "x"), "forced is neither"),
-        ("a step that is a bool", change(("step",), True), "step is true, not an integer"),
-        ("a step that is a float", change(("step",), 1.5), "step is 1.5, not an integer"),
+        ("an empty header", lambda h: h.clear(), f"{odd} (KeyError: 'scale')"),
+        ("no kinds", change(("kinds",), DELETE), f"{odd} (KeyError: 'kinds')"),
+        ("kinds that are a list", change(("kinds",), []), f"{odd} (AttributeError"),
+        ("a kind without entropy", change((*c, "entropy"), DELETE), f"{odd} (KeyError"),
         ("a scale of 0", change(("scale",), 0), "scale is not a positive finite number"),
         ("a scale beyond any float", change(("scale",), 10 ** 400), "scale is not a positive"),
-        ("a token that is a number", change((*c, "rows", 0), 7), "cross.rows is not a string"),
-        ("no tokens", change((*c, "cols"), []), "cross.cols is not a list of 1 to 4096"),
+        ("a scale that is a string", change(("scale",), "255"), "scale is not a positive"),
         ("a shape of 3 numbers", change((*c, "shape"), [1, 2, 2]), "cross.shape is not [layers"),
+        ("a shape of a bool", change((*c, "shape"), [True, 2, 2, 3]), "cross.shape is not"),
+        ("a shape of 0 rows", change((*c, "shape"), [1, 2, 0, 3]), "cross.shape is not"),
+        ("too many heads", change((*c, "shape"), [64, 64, 2, 3]), "cross.shape is not"),
         ("a shape beside its tokens", change((*c, "shape"), [1, 2, 3, 3]),
-         "cross.shape 3x3 is not its 2 rows x 3 columns"),
-        ("too many heads", change((*c, "shape"), [64, 64, 2, 3]), "cross.shape has 4,096 heads"),
-        ("a bool gold index", change((*c, "gold"), [[True, 0, "x"]]), "cross.gold's row is true"),
-        ("a negative gold index", change((*c, "gold"), [[0, -1, "x"]]),
-         "cross.gold's column is -1, not an integer in 0..2"),
-        ("a gold cell without label", change((*c, "gold"), [[0, 0]]), "cross.gold holds [0, 0]"),
+         "cross.shape 3x3 is not its lists of rows x columns"),
+        ("no tokens", change((*c, "cols"), []), "cross.shape 2x3 is not its lists"),
+        ("tokens that are a string", change((*c, "cols"), "abc"), "cross.shape 2x3 is not"),
+        ("a bool gold index", change((*c, "gold"), [[True, 0, "x"]]),
+         "cross.gold has a cell outside its 2x3 grid"),
+        ("a negative gold index", change((*c, "gold"), [[0, -1, "x"]]), "cross.gold has a"),
+        ("a gold index past the columns", change((*c, "gold"), [[0, 3, "x"]]), "cross.gold has"),
+        ("a gold cell without label", change((*c, "gold"), [[0, 0]]), f"{odd} (ValueError"),
         ("infinite entropy", change((*c, "entropy"), [[0.0, "=1e999"]]),
          "cross.entropy is not 1x2 finite numbers"),
+        ("null entropy", change((*c, "entropy"), [[0.0, None]]), "cross.entropy is not 1x2"),
         ("entropy of too few heads", change((*c, "entropy"), [[0.0]]), "cross.entropy is not"),
-        ("labels that are null", change((*c, "labels"), None),
-         "cross.labels is not 1x2 strings of at most 200 characters"),
-        ("labels of too few heads", change((*c, "labels"), [["next"]]), "cross.labels is not"),
-        ("labels of too many layers", change((*c, "labels"), [["a", "b"]] * 2),
-         "cross.labels is not"),
-        ("a label that is a number", change((*c, "labels"), [["next", 7]]), "cross.labels is not"),
-        ("a label that is a list", change((*c, "labels"), [["a", ["b"]]]), "cross.labels is not"),
-        ("a label of 201 characters", change((*c, "labels"), [["a", "x" * 201]]),
-         "cross.labels is not"),
-        ("a flat list of labels", change((*c, "labels"), ["a", "b"]), "cross.labels is not"),
+        ("entropy of text", change((*c, "entropy"), [[0.0, "a"]]), f"{odd} (ValueError"),
+        ("entropy beyond any float", change((*c, "entropy"), [[0.0, 10 ** 400]]),
+         f"{odd} (OverflowError"),
     ]
-
-
-DELETE = object()
 
 
 @pytest.mark.parametrize("what, apply, message", header_refusals(),
                          ids=[case[0] for case in header_refusals()])
-def test_the_reader_checks_every_field_of_the_header(what, apply, message):
+def test_the_reader_checks_what_bounds_it_and_what_the_views_use(what, apply, message):
     head, weights = unpack(encode(small_document()))
     apply(head)
     text = json.dumps(head).replace('"=1e999"', "1e999").encode()  # inf, as a number
     with pytest.raises(ValueError) as e:
         decode(pack(text, weights))
     assert str(e.value).startswith(message) and len(str(e.value).splitlines()) == 1, e.value
+
+
+def test_fields_the_views_show_as_text_are_read_as_written():
+    """What neither bounds the reading nor is computed with (text, step, head labels, an
+    odd field) comes back as the record holds it: the views show any JSON value as text."""
+    head, weights = unpack(encode(small_document()))
+    for edit in (change(("sentence",), 5), change(("step",), 1.5), change(("extra",), [1]),
+                 change(("kinds", "cross", "labels"), None), change(("kinds", "self"), {
+                     "rows": [7], "cols": [None], "shape": [1, 1, 1, 1], "entropy": [[0]],
+                     "gold": []})):
+        edit(head)
+    doc = decode(pack(head, weights + b"\x05"))
+    assert {k: v for k, v in doc.items() if k != "kinds"} == \
+        {k: v for k, v in head.items() if k != "kinds"}
+    assert doc["kinds"]["cross"]["labels"] is None and doc["kinds"]["self"]["rows"] == [7]
+    assert doc["kinds"]["self"]["weights"].tolist() == [[[[5]]]]
 
 
 def test_the_reader_refuses_every_hostile_record_in_bounded_memory():
@@ -273,7 +284,9 @@ def test_the_reader_refuses_every_hostile_record_in_bounded_memory():
     records = hostile_records()
     for tag, message in REFUSED.items():
         _, [(_, tensor), *_] = records[tag]
-        blob = tensor.string_val[0] if tensor.string_val else tensor.float_val[0]
+        if tag == "not_a_string":  # the plugin's check (_record): the reader reads bytes
+            continue
+        blob = tensor.string_val[0]
         tracemalloc.start()
         t0 = time.perf_counter()
         with pytest.raises(ValueError) as e:
@@ -281,8 +294,7 @@ def test_the_reader_refuses_every_hostile_record_in_bounded_memory():
         seconds = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        if tag != "not_a_string":  # the plugin's check; the reader wants bytes
-            assert str(e.value).startswith(message), (tag, e.value)
+        assert str(e.value).startswith(message), (tag, e.value)
         assert len(str(e.value).splitlines()) == 1 and seconds < 1, (tag, seconds)
         assert peak < 4 << 20, (tag, peak)  # the bomb: 3 MiB, copies of its 1 MB input
     for tag, message in BAD_META.items():
@@ -300,9 +312,8 @@ def test_the_reader_refuses_every_hostile_record_in_bounded_memory():
 def test_tag_metadata_is_version_checked():
     assert parse_meta(summary_metadata("猫。", None).plugin_data.content) == \
         {"sentence": "猫。", "reference": None}
-    for content, message in [(b'{"version": 2, "sentence": "x"}', "version 2"),
-                             (b'{"version": true, "sentence": "x"}', "version True"),
-                             (b'{"version": 1}', "no sentence"),
+    for content, message in [(b'{"version": 2, "sentence": "x"}', "not version 1"),
+                             (b'{"version": 1}', "no sentence and reference"),
                              (b'{"version": 1, "sentence": "x", "reference": 1}', "reference"),
                              (b"\xff", "not valid UTF-8"), (b"{", "not valid JSON"),
                              (b" " * (1 << 20) + b"{}", "at most 1,048,576")]:
@@ -322,12 +333,6 @@ def test_the_tab_writes_documents_as_json_of_their_numbers():
         doc["kinds"]["extra"]["weights"] = rng.integers(0, 256, shape).astype(np.uint8)
         body = _document_json(doc)
         assert body.isascii() and json.loads(body) == json.loads(json.dumps(jsonable(doc)))
-
-
-def test_the_plugin_knows_the_models_kinds():
-    from tinymt.model import KINDS as MODEL_KINDS
-
-    assert KINDS == tuple(MODEL_KINDS)
 
 
 # ----------------------------------------------------------------------------- a real run
@@ -641,10 +646,10 @@ def assert_trend(served: list, want: list | None):
 
 
 def trend_records(seed: int = 0):
-    """``(documents, hostile_records' form)``: probe_0 three good records (the one at
-    step 20 without decoder_self, a cross of other lengths at step 30); probe_1 good
+    """``(documents by step, hostile_records' form)``: probe_0 three good records (the one
+    at step 20 without decoder_self, a cross of other lengths at step 30); probe_1 good
     records around a truncated one, one whose cross has 3 heads a layer where the first
-    had 2, and a float tensor."""
+    had 2 (step 3, a document of its own), and a float tensor."""
     from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 
     from tinymt.viewer.summary import probe_summary
@@ -668,7 +673,7 @@ def trend_records(seed: int = 0):
     records = {"probe_0": (meta, [(s, tensor(d)) for s, d in docs.items()]),
                "probe_1": (meta, [(1, tensor(docs[10])), (2, truncated), (3, tensor(wide)),
                                   (4, tensor(docs[30])), (5, floats)])}
-    return docs, records
+    return {**docs, 3: wide}, records
 
 
 @pytest.fixture(scope="module")
@@ -685,9 +690,10 @@ def trend_logdir(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.slow
 def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
     """``/trend`` on a real TensorBoard: every head's gold share against a cell-by-cell
-    count, its entropy the header's; a refused record, a float tensor and a record whose
-    heads changed are null at their step with one line each, the others right; a tag
-    without data a 404, a request without run or tag a 400."""
+    count, its entropy the header's; a refused record and a float tensor are null at
+    their step with one line each, the others right (a record whose heads are not as many
+    as at the step before too); a tag without data a 404, a request without run or tag a
+    400."""
     from conftest import tensorboard_process
 
     logdir, docs = trend_logdir
@@ -727,15 +733,14 @@ def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
 
     assert mixed["steps"] == [1, 2, 3, 4, 5]
     errors = {e["step"]: e["error"] for e in mixed["errors"]}
-    assert set(errors) == {2, 3, 5} and all(len(e.splitlines()) == 1 for e in errors.values())
+    assert set(errors) == {2, 5} and all(len(e.splitlines()) == 1 for e in errors.values())
     assert errors[2].startswith("unreadable record: the record is truncated")
-    assert errors[3] == "cross has 2x3 (layers x heads), not 2x2 as at step 1"
     assert errors[5] == ("unreadable record: not a string tensor of one value "
                          "(dtype float32, shape ())")
     for kind, series in mixed["kinds"].items():
         for name in ("entropy", "gold"):
-            assert [series[name][k] is None for k in (1, 2, 4)] == [True] * 3, (kind, name)
-        for k, step in ((0, 10), (3, 30)):
+            assert [series[name][k] is None for k in (1, 4)] == [True] * 2, (kind, name)
+        for k, step in ((0, 10), (2, 3), (3, 30)):
             view = docs[step]["kinds"][kind]
             assert series["entropy"][k] == np.round(view["entropy"], 4).tolist()
             assert_trend(series["gold"][k], brute_gold(view["weights"], view["gold"]))
@@ -747,22 +752,51 @@ def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
         b"no attention data for run 'trend', tag 'nope'"
 
 
+def in_process_tab(logdir: Path):
+    """The Attention tab on TensorBoard's own data provider over ``logdir``, in process."""
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+
+    from tinymt.viewer import plugin
+
+    mux = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={PLUGIN_NAME: 0})
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    return plugin.AttentionPlugin(base_plugin.TBContext(
+        data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir))))
+
+
+def test_a_value_json_cannot_hold_is_a_422(tmp_path):
+    """A number JSON reads as infinite (``1e999``) where the reader lets any value through
+    (here the translation): /step answers 422 naming run, tag and step, not a 500."""
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+    from werkzeug.test import Client
+
+    from conftest import write_records
+
+    head, weights = unpack(encode(small_document()))
+    text = json.dumps({**head, "translation": "=1e999"}).replace('"=1e999"', "1e999")
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[
+        pack(text.encode(), weights)], tensor_shape=tensor_shape_pb2.TensorShapeProto())
+    meta = json.dumps({"version": 1, "sentence": "猫。", "reference": None}).encode()
+    (tmp_path / "inf").mkdir()
+    write_records(tmp_path / "inf", {"probe_0": (meta, [(1, tensor)])})
+    answer = Client(in_process_tab(tmp_path).get_plugin_apps()["/step"]).get(
+        "/?run=inf&tag=probe_0&step=1")
+    assert answer.status_code == 422 and answer.data == (
+        b"run 'inf', tag 'probe_0', step 1: unreadable record: Out of range float values are "
+        b"not JSON compliant")
+
+
 def test_the_trend_decodes_each_record_once(trend_logdir, monkeypatch):
     """``/trend`` in process on TensorBoard's own data provider: a second request decodes
     nothing and answers the same; a cache bounded at 2 records keeps 2 and still answers
     right; a record the reader refused is not read again either."""
-    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
-    from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
     from tinymt.viewer import plugin
 
-    logdir, _ = trend_logdir
-    mux = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance={PLUGIN_NAME: 0})
-    mux.AddRunsFromDirectory(str(logdir))
-    mux.Reload()
-    tab = plugin.AttentionPlugin(base_plugin.TBContext(
-        data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir))))
+    tab = in_process_tab(trend_logdir[0])
     calls = []
 
     def counted(blob):

@@ -11,9 +11,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from tinymt import KINDS
 from tinymt.batching import collate
-from tinymt.errors import TinyMTError
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 from tinymt.plotting import attention_grid
 from tinymt.runtime import eval_mode
 from tinymt.tokenizer import Tokenizer
@@ -39,9 +39,6 @@ def attention_figures(attn: dict[str, list[np.ndarray]], src_tok: Tokenizer, tgt
                       ) -> Iterator[tuple[str, Figure]]:
     """Yield ``("<kind>/layer_<l>", figure)``: rows = the token each query position
     predicts (decoder) or reads (encoder), columns = the tokens it attends to."""
-    for kind in kinds:
-        if kind not in KINDS:
-            raise TinyMTError(f"attention kind {kind!r}: choose from {', '.join(KINDS)}")
     src_labels = src_tok.pieces(list(src_ids)) + ["</s>"]
     dec_in = ["<s>"] + tgt_tok.pieces(list(out_ids))
     dec_out = tgt_tok.pieces(list(out_ids)) + ["</s>"]

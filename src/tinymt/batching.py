@@ -32,7 +32,7 @@ class TokenBatchSampler:
 
     ``lengths_of`` (optional): ``epoch -> (src_lens, tgt_lens)`` for data whose lengths
     change between epochs (subword regularization): each epoch is then sorted and cut by
-    its own lengths (``src_lens`` / ``tgt_lens`` only give the pair count and ``len()``).
+    its own lengths (``src_lens`` / ``tgt_lens`` only give the pair count).
 
     Resuming: ``state_dict()`` is ``{"epoch", "position"}``, ``position`` counting the
     batches of the current epoch already yielded; after ``load_state_dict()`` the next
@@ -45,11 +45,6 @@ class TokenBatchSampler:
                  lengths_of: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None):
         self.src_lens = np.asarray(src_lens, dtype=np.int32)  # 4 bytes a pair
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int32)
-        if self.src_lens.shape != self.tgt_lens.shape or self.src_lens.ndim != 1:
-            raise ValueError(f"src_lens and tgt_lens must be 1-D of equal length, got "
-                             f"{self.src_lens.shape} and {self.tgt_lens.shape}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         self.max_tokens, self.seed, self.shuffle = int(max_tokens), int(seed), bool(shuffle)
         self.lengths_of, self.epoch, self.position = lengths_of, 0, 0
         # Batch boundaries depend only on the sorted length sequence, which is the same in
@@ -57,7 +52,6 @@ class TokenBatchSampler:
         base_order = by_length(self.src_lens, self.tgt_lens)  # stable: index ties
         self._bounds = _cut(self.src_lens[base_order], self.tgt_lens[base_order],
                             self.max_tokens)
-        self._base_order = None if self.shuffle else base_order  # evaluation's order
         self._cached: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -87,7 +81,7 @@ class TokenBatchSampler:
             perm = rng.permutation(len(src_lens))
             order = perm[by_length(src_lens[perm], tgt_lens[perm])]
         else:
-            order = by_length(src_lens, tgt_lens) if bounds is None else self._base_order
+            order = by_length(src_lens, tgt_lens)
         if bounds is None:
             bounds = _cut(src_lens[order], tgt_lens[order], self.max_tokens)
         edges = np.asarray(bounds, dtype=np.int64)
@@ -105,10 +99,6 @@ class TokenBatchSampler:
             yield order[start:end].tolist()
         self.epoch += 1
         self.position = 0
-
-    def __len__(self) -> int:
-        """Batches per epoch (epoch 0's count when the lengths change between epochs)."""
-        return len(self._bounds) - 1
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
@@ -173,9 +163,8 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device, non_blocking: bool = False) -> Batch:
-        return Batch(*(t.to(device, non_blocking=non_blocking)
-                       for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id)
+    def to(self, device) -> Batch:
+        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id)
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:
@@ -185,8 +174,6 @@ def _pad(rows: list[list[int]]) -> torch.Tensor:
 
 def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
     """``src = x + [eos]``, ``tgt_in = [bos] + y``, ``tgt_out = y + [eos]``, right-padded."""
-    if len(src_ids) != len(tgt_ids):
-        raise ValueError(f"collate: {len(src_ids)} sources but {len(tgt_ids)} targets")
     return Batch(_pad([[*s, EOS_ID] for s in src_ids]), _pad([[BOS_ID, *t] for t in tgt_ids]),
                  _pad([[*t, EOS_ID] for t in tgt_ids]))
 

@@ -11,34 +11,22 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import re
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
-from tinymt.config import (
-    MAX_COUNT,
-    MAX_PARAMETERS,
-    MAX_VOCAB,
-    ModelConfig,
-    Rule,
-    estimated_parameters,
-    integer,
-    rules_of,
-)
-from tinymt.errors import TinyMTError
+from tinymt.config import as_model_config
+from tinymt.errors import TinyMTError, first_line
 from tinymt.files import regular_file, write_file
 
 FORMAT = 2
 # a model of MAX_PARAMETERS float32 weights and AdamW's two moments, with room to spare:
 # a larger file is refused by its size, before it is read
 MAX_CHECKPOINT_BYTES = 2**34
-MAX_ENTRIES = 200_000  # tensors in a model, entries in a checkpoint's archive
-MAX_DEPTH = 16  # nesting of the plain containers (config, training state)
 TRAINING_STATE = ("trainer_state", "optimizer", "scheduler", "sampler", "rng")
 # torch's weights_only refusals of an object that is not a tensor or plain container (the
 # others, "Unsupported operand" and the like, are bytes that do not parse: damage)
@@ -46,11 +34,10 @@ _CODE_WORDS = ("Unsupported global", "is blocked", "must be imported")
 _SCALARS = (type(None), bool, int, float, str)
 
 
-def save_checkpoint(state: dict[str, Any], path: str | os.PathLike,
-                    owner: str | os.PathLike | None = None) -> None:
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
     """Publish ``state`` at ``path`` (:func:`tinymt.files.write_file`: temp file, fsync,
-    rename; ``owner``: the run this process holds, when ``path`` is inside it)."""
-    write_file(path, lambda f: torch.save({**state, "format": FORMAT}, f), owner=owner)
+    rename)."""
+    write_file(path, lambda f: torch.save({**state, "format": FORMAT}, f))
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -64,13 +51,20 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """A checkpoint written by :func:`save_checkpoint`, checked in this order, each step
-    before anything later reads the file: a regular file (never opened otherwise) of at
-    most :data:`MAX_CHECKPOINT_BYTES`; a zip archive as ``torch.save`` writes it
+    before anything later reads the file or builds from it: a regular file (never opened
+    otherwise) of at most :data:`MAX_CHECKPOINT_BYTES`, whose zip records fit in it
     (:func:`_check_archive`); unpickled with ``weights_only=True`` (anything but tensors
-    and plain containers is refused, never executed); every field's type, range and shape
-    (:func:`schema_problem`). Else one line naming the file (and the field)."""
+    and plain containers is refused, never executed); weights the file holds
+    (:func:`_weights_problem`); a ``model_config`` and ``vocab`` a training config could
+    have (:func:`tinymt.config.as_model_config`: building the model is bounded). Names and
+    shapes are checked by loading the weights into that model, strictly
+    (:func:`tinymt.rundir.load_run`). Else one line naming the file (and the field)."""
     path = regular_file(path, "checkpoint")
-    _check_archive(path)
+    size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise TinyMTError(f"checkpoint {path} is {size:,} bytes, more than any checkpoint "
+                          f"tinymt writes (at most {MAX_CHECKPOINT_BYTES:,}); not loaded")
+    _check_archive(path, size)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -90,12 +84,22 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise TinyMTError(f"{path} has checkpoint format {_shown(state.get('format'))}, this "
                           f"tinymt reads format {FORMAT}: retrain, or translate with the "
                           "tinymt version that wrote it")
-    problem = schema_problem(state)
+    problem = _weights_problem(state["model"]) or _fields_problem(state)
     if problem:
         raise TinyMTError(f"checkpoint {path} is not one tinymt wrote: {problem}; use another "
                           "checkpoint of the run (last.pt / best.pt)")
+    vocab = state["vocab"]
+    try:  # typed (a key it lacks: the default), checked; what the callers build
+        state["model_config"] = OmegaConf.to_container(as_model_config(
+            state["model_config"], max(vocab["src_size"], vocab["tgt_size"])))
+    except TinyMTError as e:
+        raise TinyMTError(f"checkpoint {path}: {e}") from None
     masks = {key: state["model"].pop(key) for key in HEAD_MASKS if key in state["model"]}
-    state["model"] = fold_head_masks(state["model"], masks, state["model_config"]["n_heads"])
+    try:
+        state["model"] = fold_head_masks(state["model"], masks, state["model_config"]["n_heads"])
+    except RuntimeError as e:  # a mask of another shape than (layers, heads)
+        raise TinyMTError(f"checkpoint {path}: its head masks do not fit its model "
+                          f"({first_line(e)})") from None
     return state
 
 
@@ -127,164 +131,54 @@ def _damaged(path: Path, why: str) -> TinyMTError:
                        "use another checkpoint of the run (last.pt / best.pt)")
 
 
-def _check_archive(path: Path) -> None:
-    """The zip archive ``torch.save`` writes: its directory read (nothing unpacked), every
-    entry stored whole and within the file. Junk, a truncated file, a compressed entry (a
-    "zip bomb") or an entry declaring more bytes than the file holds are refused here."""
-    size = path.stat().st_size
-    if size > MAX_CHECKPOINT_BYTES:
-        raise TinyMTError(f"checkpoint {path} is {size:,} bytes, more than any checkpoint "
-                          f"tinymt writes (at most {MAX_CHECKPOINT_BYTES:,}); not loaded")
+def _check_archive(path: Path, size: int) -> None:
+    """The zip archive ``torch.save`` writes, its directory read (nothing unpacked): its
+    records together no larger than the file. torch's reader unpacks each record whole
+    before it checks anything: a compressed one (a "zip bomb") or one that two entries
+    name (read twice) would let a small file fill the memory. Junk or a truncated file is
+    refused here too."""
     try:
         with zipfile.ZipFile(path) as archive:
-            entries = archive.infolist()
-    except MemoryError:
-        raise TinyMTError(f"out of memory while loading the checkpoint {path}") from None
+            unpacked = sum(e.file_size for e in archive.infolist())
     except Exception as e:  # noqa: BLE001  (BadZipFile, struct/Value/OverflowError on junk)
         why = "not a zip archive" if isinstance(e, zipfile.BadZipFile) else type(e).__name__
         raise _damaged(path, why) from None
-    if not entries or len(entries) > MAX_ENTRIES:
-        raise _damaged(path, f"{len(entries):,} entries in its archive")
-    for e in entries:
-        if e.compress_type != zipfile.ZIP_STORED or e.compress_size != e.file_size:
-            raise _damaged(path, f"{_shown(e.filename)} is compressed: torch.save stores")
-        if e.header_offset + e.file_size > size:
-            raise _damaged(path, f"{_shown(e.filename)}, {e.file_size:,} bytes at "
-                                 f"{e.header_offset:,}, runs past the end of the file")
-    if not any(e.filename.endswith("/data.pkl") for e in entries):
-        raise _damaged(path, "no data.pkl in its archive")
+    if unpacked > size:
+        raise _damaged(path, f"its records unpack to {unpacked:,} bytes, more than the "
+                             f"file's {size:,}")
 
 
-# ----------------------------------------------------------------------------- the schema
-def _tensors(model: Any) -> bool | str:
-    """A dict of (at most :data:`MAX_ENTRIES`) tensor names to dense tensors."""
-    if not isinstance(model, dict) or not 0 < len(model) <= MAX_ENTRIES:
-        return False
-    for name, value in model.items():
-        if not isinstance(name, str):
-            return f": a key of type {type(name).__name__} (expected tensor names)"
-        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-            found = value.layout if isinstance(value, torch.Tensor) else type(value).__name__
-            return f".{_name(name)}: expected a dense tensor, found {found}"
-        # the file must hold every weight it describes: a view whose shape outgrows its
-        # storage (an expanded or overlapping one) would let a few KB describe a huge model
-        if value.untyped_storage().nbytes() < value.numel() * value.element_size():
-            return (f".{_name(name)}: shape {tuple(value.shape)} needs "
-                    f"{value.numel() * value.element_size():,} bytes, its storage holds "
-                    f"{value.untyped_storage().nbytes():,}")
-    return True
-
-
-def _plain_dict(tensors: bool = False, nullable: bool = False) -> Rule:
-    """A dict of plain values (``tensors``: tensors too; ``nullable``: or None)."""
-    return (lambda v: v is None and nullable or isinstance(v, dict) and (
-        _plain_problem(v, "", 1, tensors) or True)), "must be a dict of plain values"
-
-
-_BOOL: Rule = (lambda v: isinstance(v, bool), "must be true or false")
-_TEXT: Rule = (lambda v: isinstance(v, (str, type(None))), "must be a string")
-# (field, required, rule), checked in this order (a dict before its keys); an absent field
-# that is not required is fine; a rule's text answer is where in the field and what failed
-FIELDS: list[tuple[str, bool, Rule]] = [
-    ("model", True, (_tensors, f"must be a dict of at most {MAX_ENTRIES:,} tensors")),
-    ("vocab", True, (lambda v: isinstance(v, dict), "must be {src_size, tgt_size, shared}")),
-    *((f"vocab.{key}", True, integer(4, MAX_VOCAB)) for key in ("src_size", "tgt_size")),
-    ("vocab.shared", True, _BOOL),
-    ("model_config", True, _plain_dict()),  # every key the model reads, and its rule:
-    *((f"model_config.{key}", True, rule) for key, rule in rules_of(ModelConfig).items()),
-    ("model_config.norm_first", True, _BOOL), ("model_config.tie_embeddings", True, _BOOL),
-    ("step", False, integer(0, MAX_COUNT)),
-    ("tokenizer_sha256", False, (lambda v: v is None or isinstance(v, str) and len(v) <= 128,
-                                 "must be a hex digest")),
-    ("config", False, _plain_dict()),
-    *((key, False, _plain_dict(tensors=True, nullable=key == "rng")) for key in TRAINING_STATE),
-    ("config.data", False, (lambda v: v is None or isinstance(v, dict), "must be a dict")),
-    *((f"config.data.{key}", False, _TEXT) for key in ("name", "source", "src_lang", "tgt_lang")),
-    ("config.data.reverse", False, _BOOL),
-]
-_ABSENT = object()
-
-
-def schema_problem(state: dict) -> str | None:
-    """What is wrong with a loaded checkpoint's fields (:data:`FIELDS`, the rules between
-    them, the shapes of the model's tensors), as ``field: problem``; None: nothing."""
-    for key, required, (check, allowed) in FIELDS:
-        value = state
-        for part in key.split("."):
-            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
-        if value is _ABSENT:
-            if required:
-                return f"{key}: missing"
-            continue
-        verdict = check(value)
-        if verdict is not True:
-            return key + verdict if isinstance(verdict, str) else \
-                f"{key}={_shown(value)}: {allowed}"
-    return _cross_problem(state) or _shape_problem(state)
-
-
-def _cross_problem(state: dict) -> str | None:
-    vocab, mc = state["vocab"], state["model_config"]
-    if vocab["shared"] and vocab["src_size"] != vocab["tgt_size"]:
-        return "vocab: shared, but src_size and tgt_size differ"
-    if mc["d_model"] % mc["n_heads"]:
-        return "model_config: d_model is not divisible by n_heads"
-    sizes = SimpleNamespace(model=SimpleNamespace(**{k: v for k, v in mc.items() if k in (
-        "d_model", "d_ff", "max_positions", "n_encoder_layers", "n_decoder_layers")}),
-        data=SimpleNamespace(vocab_size=max(vocab["src_size"], vocab["tgt_size"])))
-    if estimated_parameters(sizes) > MAX_PARAMETERS:
-        return f"model_config: a model of more than {MAX_PARAMETERS:,} parameters"
+def _weights_problem(model: Any) -> str | None:
+    """The bytes the model's tensors describe must be in the file: a dict of names to dense
+    tensors whose distinct views (tied weights share one) describe no more bytes than their
+    storages hold. Views of one storage would let a few MB build a model of GBs."""
+    if not isinstance(model, dict) or not all(
+            isinstance(name, str) and isinstance(t, torch.Tensor) and t.layout == torch.strided
+            for name, t in model.items()):
+        return "model: expected a dict of tensor names to dense tensors"
+    views = {(t.data_ptr(), t.shape, t.stride(), t.dtype): t.numel() * t.element_size()
+             for t in model.values()}
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in model.values()}
+    if sum(views.values()) > sum(storages.values()):
+        return (f"model: its tensors describe {sum(views.values()):,} bytes, their storages "
+                f"hold {sum(storages.values()):,}")
     return None
 
 
-def _shape_problem(state: dict) -> str | None:
-    """The model's tensors have the shapes its ``model_config`` and ``vocab`` say (the
-    embeddings, the output projection, any head masks, the layer count, ``d_ff``): a
-    config that would build a larger model than the file holds is refused here."""
-    mc, vocab, model = state["model_config"], state["vocab"], state["model"]
-    d, h = mc["d_model"], mc["n_heads"]
-    n_enc, n_dec = mc["n_encoder_layers"], mc["n_decoder_layers"]
-    expected = {"src_embed.weight": (vocab["src_size"], d),
-                "tgt_embed.weight": (vocab["tgt_size"], d),
-                "output_proj.weight": (vocab["tgt_size"], d)}
-    expected.update({key: (n_enc if side == "encoder" else n_dec, h)
-                     for key, (side, _) in HEAD_MASKS.items() if key in model})
-    if mc["positional"] == "learned":
-        expected.update({f"{side}_pos.embedding.weight": (mc["max_positions"], d)
-                         for side in ("src", "tgt")})
-    expected.update({k: (mc["d_ff"], d) for k in model if k.endswith(".ff.linear1.weight")})
-    for name, shape in expected.items():
-        if name not in model:
-            return f"model.{name}: missing"
-        if tuple(model[name].shape) != shape:
-            return (f"model.{_name(name)}: shape {tuple(model[name].shape)}, but model_config "
-                    f"and vocab give {shape}")
-    for side, n in (("encoder", n_enc), ("decoder", n_dec)):
-        layers = {int(m.group(1)) for name in model
-                  if (m := re.match(rf"{side}_layers\.(\d+)\.", name))}
-        if layers != set(range(n)):
-            return (f"model: {len(layers)} {side} layers, but model_config.n_{side}_layers "
-                    f"is {n}")
+def _fields_problem(state: dict) -> str | None:
+    """What the commands read besides the weights: ``vocab``'s sizes (integers), a
+    ``model_config`` dict, and ``config`` and ``config.data`` (read with ``.get``), when
+    present, dicts."""
+    vocab, config = state.get("vocab"), state.get("config", {})
+    if not isinstance(vocab, dict) or not all(
+            type(vocab.get(k)) is int for k in ("src_size", "tgt_size")):
+        return "vocab: expected {src_size, tgt_size, shared}, the sizes integers"
+    if not isinstance(state.get("model_config"), dict):
+        return "model_config: expected a dict"
+    if not isinstance(config, dict) or not isinstance(config.get("data", {}), dict):
+        return "config: expected a dict, its data a dict"
     return None
-
-
-def _plain_problem(value: Any, where: str, depth: int, tensors: bool = False) -> str | None:
-    """Plain values only (None, bool, numbers, strings, lists, tuples, dicts with string
-    or integer keys; ``tensors``: tensors too), nested at most :data:`MAX_DEPTH` deep."""
-    if depth > MAX_DEPTH:
-        return f"{where}: nested deeper than {MAX_DEPTH} levels"
-    if isinstance(value, dict):
-        bad = [k for k in value if not isinstance(k, (str, int)) or isinstance(k, bool)]
-        if bad:
-            return f"{where}: a key of type {type(bad[0]).__name__}"
-        items = ((f"{where}.{_name(str(k))}", v) for k, v in value.items())
-    elif isinstance(value, (list, tuple)):
-        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
-    elif isinstance(value, _SCALARS) or tensors and isinstance(value, torch.Tensor):
-        return None
-    else:
-        return f"{where}: expected plain values, found {type(value).__name__}"
-    return next((p for at, v in items if (p := _plain_problem(v, at, depth + 1, tensors))), None)
 
 
 def _shown(value: Any) -> str:

@@ -3,34 +3,30 @@
 **Writing**: :func:`check_output` (:func:`check_outputs` for several), before any work,
 refuses in one line naming the option a path that is empty or blank, too long, a folder,
 a pipe, socket or device, part of a run's own state (its marker, ``config.yaml``,
-``tokenizer/``, ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``), inside a run
-the command does not own, where nothing can be created, or another output of the same
-command. Then :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder`
-fill ``.tinymt-tmp-<random>`` beside the target under an exclusive ``flock``, fsync it,
-rename it over the target (atomic) and fsync the folder: a failure leaves the old target
-as it was. Temp files whose lock nobody holds (their writer died) go at the next write
-into that folder. Folders on the way are followed; a target that is a link is replaced.
+``tokenizer/``, ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``: a typo would
+lose the run), where nothing can be created, or another output of the same command.
+Then :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder` fill a
+``tempfile`` named ``.tinymt-tmp-*`` beside the target, fsync it, rename it over the
+target (atomic) and fsync the folder: a failure removes the temp and leaves the old
+target as it was. A temp a killed process left behind is never read. Folders on the way
+are followed; a target that is a link is replaced.
 
-**Runs**: a folder holding :data:`RUN_MARKER` (or ``checkpoints/last.pt``) is a run; only
-the process holding its lock (:class:`tinymt.rundir.RunLock`, passed as ``owner``) writes
-into it. **Reading**: :func:`read_bytes` opens only a regular file (a pipe would block, a
-device never end), at most ``max_bytes``; :func:`load_json` loads the JSON files tinymt
-writes (size and nesting bounded).
+**Runs**: a folder holding :data:`RUN_MARKER` (or ``checkpoints/last.pt``) is a run; one
+process at a time writes into it (:class:`tinymt.rundir.RunLock`). **Reading**:
+:func:`read_bytes` opens only a regular file (a pipe would block, a device never end), at
+most ``max_bytes``; :func:`load_json` loads a JSON file (size bounded).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
-import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -46,6 +42,8 @@ NAMED = ("best", "last", "avg", "pruned")  # checkpoint=<name> picks checkpoints
 TEMP_PREFIX = ".tinymt-tmp-"
 NAME_MAX, PATH_MAX = 255, 4096  # bytes: a name, a whole path (Linux)
 MAX_JSON_BYTES = 1 << 20  # every JSON file tinymt writes holds a few kB
+UMASK = os.umask(0o022)  # the process's umask (read by setting it), put back at once:
+os.umask(UMASK)  # a published file gets the usual mode, not the temp file's private 0600
 
 
 def is_run_dir(folder: Path) -> bool:
@@ -69,11 +67,6 @@ def run_state_part(path: Path) -> tuple[Path, str] | None:
     return None
 
 
-def run_holding(path: Path) -> Path | None:
-    """The run folder ``path`` (absolute) lies in, or is; None outside runs."""
-    return next((p for p in [path, *path.parents] if p.is_dir() and is_run_dir(p)), None)
-
-
 def real_location(path: str | os.PathLike) -> Path:
     """Where writing ``path`` puts a file: its folder with every link resolved, and its own
     name (a link there is replaced, not followed)."""
@@ -82,20 +75,17 @@ def real_location(path: str | os.PathLike) -> Path:
 
 
 # ----------------------------------------------------------------------------- checks
-def check_output(value: Any, what: str, *, folder: bool = False,
-                 owner: str | os.PathLike | None = None) -> Path:
+def check_output(value: Any, what: str, *, folder: bool = False) -> Path:
     """The file (``folder=True``: new folder) the user's ``what=value`` names, checked
-    before any work (``owner``: the run this command holds), or one line saying why not."""
-    why = output_problem(value, folder=folder, owner=owner)
+    before any work, or one line saying why not."""
+    why = output_problem(value, folder=folder)
     if why:
         raise TinyMTError(f"{what}={_short(str(value))!s}: {why} (nothing was written)")
     return Path(str(value)).expanduser()
 
 
-def output_problem(value: Any, *, folder: bool = False, owner=None,
-                   any_run: bool = False) -> str | None:
-    """Why ``value`` may not be written (see :func:`check_output`), or None. ``any_run``:
-    a folder inside a run is not refused here (the command checks its owner later)."""
+def output_problem(value: Any, *, folder: bool = False) -> str | None:
+    """Why ``value`` may not be written (see :func:`check_output`), or None."""
     text = "" if value is None else str(value)
     if not text.strip():
         return "empty: name a file to write, never the current folder"
@@ -115,15 +105,6 @@ def output_problem(value: Any, *, folder: bool = False, owner=None,
     if found:
         return (f"it is {found[1]} of the run {found[0]}: writing it would lose the run's own "
                 "state (resuming, translating); choose another file")
-    foreign = _foreign_run(real, owner)
-    if foreign is not None and not any_run:
-        return (f"it is inside the run {foreign}: only the commands that own a run write "
-                "there (training, averaging, head analysis); choose a file outside it")
-    mine = owner is not None and foreign is None and run_holding(real.parent)
-    if mine and real.parent != mine / CHECKPOINTS:
-        return (f"it is inside the run {mine}, outside its {CHECKPOINTS}/ folder: the run's "
-                "other files are its training's (TensorBoard events, metrics.json, ...); "
-                f"write into {mine / CHECKPOINTS} or outside the run")
     base = next(p for p in [real.parent, *real.parent.parents] if os.path.lexists(p))
     if not base.is_dir():
         return f"{base} is a file, not a folder"
@@ -149,14 +130,8 @@ def name_problem(text: str) -> str | None:
     return None
 
 
-def _foreign_run(real: Path, owner) -> Path | None:
-    """The run that the file ``real`` would lie in, unless ``owner`` is that run."""
-    run = run_holding(real.parent)
-    return None if owner is not None and Path(os.path.realpath(owner)) == run else run
-
-
 def check_outputs(*outputs: tuple[str, Any]) -> dict[str, Path]:
-    """:func:`check_output` of each ``(what, value)`` that is set (files, outside runs), and
+    """:func:`check_output` of each ``(what, value)`` that is set (files), and
     no two naming one file (links and ``..`` resolved)."""
     out: dict[str, Path] = {}
     for what, value in outputs:
@@ -177,136 +152,77 @@ def _short(text: str) -> str:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_file(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
-               owner: str | os.PathLike | None = None) -> Path:
-    """Publish ``path`` whole: ``write(f)`` fills a locked temp file beside it, fsynced and
-    renamed over ``path`` (a failure leaves the old one). Inside a run only for its
-    ``owner``."""
+def write_file(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> Path:
+    """Publish ``path`` whole: ``write(f)`` fills a temp file beside it, fsynced and
+    renamed over ``path``; a failure removes the temp and leaves the old ``path``."""
     path = Path(path)
-    real = _target(path, owner)
-    if real.is_dir():
-        raise TinyMTError(f"cannot write {path}: it is a folder")
-    previous = ("the previous version is intact" if os.path.lexists(real)
+    previous = ("the previous version is intact" if os.path.lexists(path)
                 else "nothing was left there")
+    tmp = None
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temps(real.parent)
-        with _locked_temp(real.parent) as (tmp, f):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(fd, 0o666 & ~UMASK)
             write(f)
             f.flush()
-            os.fsync(f.fileno())
-            os.replace(tmp, real)
+            os.fsync(fd)
+        os.replace(tmp, path)
     except (OSError, RuntimeError) as e:
         raise TinyMTError(_failed(e, path, previous)) from None
-    fsync_dir(real.parent)  # make the rename itself durable
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)  # (renamed away when all went well)
+    fsync_dir(path.parent)  # make the rename itself durable
     return path
 
 
-def write_text(text: str, path: str | os.PathLike, **kw) -> Path:
-    return write_file(path, lambda f: f.write(text.encode("utf-8")), **kw)
+def write_text(text: str, path: str | os.PathLike) -> Path:
+    return write_file(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def write_bytes(data: bytes, path: str | os.PathLike, **kw) -> Path:
-    return write_file(path, lambda f: f.write(data), **kw)
+def write_bytes(data: bytes, path: str | os.PathLike) -> Path:
+    return write_file(path, lambda f: f.write(data))
 
 
 def write_folder(build: Callable[[Path], None], target: str | os.PathLike, *,
-                 replace: Callable[[Path], bool] | None = None,
-                 owner: str | os.PathLike | None = None) -> bool:
-    """Publish a folder whole: ``build(tmp)`` fills a locked temp folder beside ``target``,
+                 replace: Callable[[Path], bool] | None = None) -> bool:
+    """Publish a folder whole: ``build(tmp)`` fills a temp folder beside ``target``,
     fsynced and renamed to ``target``. An existing ``target`` is kept (False) unless
     ``replace(target)`` says it is damaged: then it is swapped out and deleted."""
     target = Path(target)
-    real = _target(target, owner)
+    tmp = None
     try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_temps(real.parent)
-        with _locked_temp(real.parent, folder=True) as (tmp, _):
-            build(tmp)
-            for f in sorted(tmp.rglob("*")):
-                if f.is_file() and not f.is_symlink():
-                    with open(f, "rb") as fh:
-                        os.fsync(fh.fileno())
-            fsync_dir(tmp)
-            if os.path.lexists(real):
-                if replace is None or not replace(real):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=target.parent))
+        tmp.chmod(0o777 & ~UMASK)
+        build(tmp)
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file() and not f.is_symlink():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        fsync_dir(tmp)
+        if os.path.lexists(target):
+            if replace is None or not replace(target):
+                return False
+            old = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=target.parent)
+            os.replace(target, old)  # onto the empty folder: the damaged one is out of the way
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            try:
+                os.rename(tmp, target)
+            except OSError as e:  # another process published it first
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and target.is_dir():
                     return False
-                with _locked_temp(real.parent, folder=True) as (old, _):
-                    os.replace(real, old)
-                    os.replace(tmp, real)  # `old` (the damaged one) goes with its lock
-            else:
-                try:
-                    os.rename(tmp, real)
-                except OSError as e:  # another process published it first
-                    if e.errno in (errno.ENOTEMPTY, errno.EEXIST) and real.is_dir():
-                        return False
-                    raise
+                raise
     except OSError as e:
         raise TinyMTError(_failed(e, target, "nothing was left there")) from None
-    fsync_dir(real.parent)
-    return True
-
-
-def _target(path: Path, owner) -> Path:
-    """Where ``path`` really is; inside a run only for its ``owner`` (else a bug of ours:
-    user-named outputs were refused by :func:`check_output` before the work)."""
-    real = real_location(path)
-    run = _foreign_run(real, owner)
-    if run is not None:
-        raise TinyMTError(f"{real} is inside the run {run}, which this command does not own: "
-                          "nothing was written")
-    return real
-
-
-@contextlib.contextmanager
-def _locked_temp(parent: Path, folder: bool = False) -> Iterator[tuple[Path, BinaryIO | None]]:
-    """A new ``.tinymt-tmp-<random>`` file (or folder) in ``parent``, under an exclusive
-    ``flock`` until the block ends, then removed if it is still there."""
-    for _ in range(100):
-        tmp = Path(parent) / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
-        if folder:
-            tmp.mkdir()
-        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY if folder else
-                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):  # a cleaner took it before our lock: again
-            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
-                break
-        os.close(fd)
-    else:  # pragma: no cover - a hundred cleaners racing us
-        raise OSError(errno.EAGAIN, "no temp file could be kept")
-    f = None if folder else os.fdopen(fd, "wb")
-    try:
-        yield tmp, f
     finally:
-        if folder:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
-        f.close() if f else os.close(fd)
-
-
-def clean_stale_temps(folder: str | os.PathLike) -> list[Path]:
-    """Remove the temp files and folders in ``folder`` whose writer is gone: their
-    ``flock`` is free (a live writer holds its own). Returns what was removed."""
-    removed = []
-    for p in Path(folder).glob(f"{TEMP_PREFIX}*"):
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # refused: its writer lives
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-            removed.append(p)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return removed
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # (renamed away when all went well)
+    fsync_dir(target.parent)
+    return True
 
 
 def fsync_dir(folder: Path) -> None:
@@ -374,10 +290,7 @@ def read_bytes(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes`` of them."""
     path = regular_file(path, what)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the check
-                raise TinyMTError(f"{what} {path} is not a regular file")
+        with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as e:
         raise TinyMTError(f"cannot read {what} {path} ({e.strerror})") from None
@@ -391,7 +304,7 @@ def load_json(path: str | os.PathLike, what: str, max_bytes: int = MAX_JSON_BYTE
               top: type = dict) -> Any:
     """The JSON value (a ``top``: dict, an object) of the file ``path``; one line naming
     it (as ``what``) when it is not a regular file of at most ``max_bytes``, not UTF-8,
-    not JSON, nested too deep or of another kind."""
+    not JSON or of another kind."""
     name = f"{what} {path}"
     value = parse_json(read_bytes(path, what, max_bytes), name)
     if not isinstance(value, top):
@@ -400,30 +313,15 @@ def load_json(path: str | os.PathLike, what: str, max_bytes: int = MAX_JSON_BYTE
     return value
 
 
-def parse_json(text: str | bytes, what: str, max_depth: int = 32,
-               error: type[Exception] = TinyMTError) -> Any:
+def parse_json(text: str | bytes, what: str, error: type[Exception] = TinyMTError) -> Any:
     """JSON already read (:func:`load_json` reads a file; the viewer's records hold theirs),
-    nested at most ``max_depth`` deep (a deep one is refused before parsing), finite numbers
-    only; else one line naming ``what``, raised as ``error``."""
+    finite numbers only; else one line naming ``what``, raised as ``error`` (nesting deeper
+    than Python's recursion limit is json's RecursionError)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise error(f"{what} is not valid UTF-8") from None
-    depth = 0
-    in_string = escaped = False
-    for ch in text:  # brackets outside strings
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > max_depth:
-                raise error(f"{what} is nested deeper than {max_depth} levels")
-        elif ch in "]}":
-            depth -= 1
-
     def finite(word):
         raise ValueError(f"{word} is not a number JSON allows")
     try:

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tinymt import KINDS
 from tinymt.batching import Batch, eval_batches
 from tinymt.metrics import attention_entropy
-from tinymt.model import KINDS
 from tinymt.relations import (
     MARGIN,
     MIN_INSTANCES,
@@ -148,8 +148,8 @@ def sentence_words(src_tok, tgt_tok, ds, src_ids, tgt_ids, max_len: int
     ``max_len`` a side, their gold words (None without: only the built-in corpus has them)
     and how many pairs were cut. ``words``: ``{"src_weights", "tgt_weights", "alignment",
     "src_relations", "tgt_relations"}``, one entry per pair: piece -> word weights with a
-    row of zeros for EOS, the gold links, the gold relation triples of each side (empty
-    lists when the split has none); None for a cut pair (its alignment is incomplete)."""
+    row of zeros for EOS, the gold links, the gold relation triples of each side; None
+    for a cut pair (its alignment is incomplete)."""
     long = [len(s) > max_len or len(t) > max_len for s, t in zip(src_ids, tgt_ids)]
     src_ids, tgt_ids = [list(s[:max_len]) for s in src_ids], [list(t[:max_len]) for t in tgt_ids]
     if not {"src_words", "tgt_words", "alignment"} <= set(ds.column_names):
@@ -158,8 +158,7 @@ def sentence_words(src_tok, tgt_tok, ds, src_ids, tgt_ids, max_len: int
                                  for ids, w, cut in zip(side_ids, ds[f"{side}_words"][:], long)]
              for side, tok, side_ids in (("src", src_tok, src_ids), ("tgt", tgt_tok, tgt_ids))}
     for col in ("alignment", "src_relations", "tgt_relations"):
-        values = ds[col][:] if col in ds.column_names else [[]] * len(src_ids)
-        words[col] = [None if cut else [tuple(x) for x in v] for v, cut in zip(values, long)]
+        words[col] = [None if cut else [tuple(x) for x in v] for v, cut in zip(ds[col][:], long)]
     return src_ids, tgt_ids, words, sum(long)
 
 

@@ -56,9 +56,6 @@ def attention_grid(weights: np.ndarray, query_labels: Sequence[str],
     entries (exact zeros: the causal mask) are drawn blank."""
     weights = np.asarray(weights, dtype=np.float32)
     n_heads, t_q, t_k = weights.shape
-    if len(query_labels) != t_q or len(key_labels) != t_k:
-        raise ValueError(f"labels ({len(query_labels)}, {len(key_labels)}) do not match "
-                         f"weights {weights.shape}")
     cols = min(n_heads, 4)
     rows = math.ceil(n_heads / cols)
     fontsize = 8 if max(t_q, t_k) <= 30 else 6
@@ -103,13 +100,13 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return rgba[..., :3].copy()
 
 
-def save_figure(fig: Figure, path, owner=None) -> bytes:
-    """Save a figure as PNG (:func:`tinymt.files.write_bytes`; ``owner``: the run this
-    process holds, when ``path`` is inside it), close it and return the PNG's bytes."""
+def save_figure(fig: Figure, path) -> bytes:
+    """Save a figure as PNG (:func:`tinymt.files.write_bytes`), close it and return the
+    PNG's bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    write_bytes(buf.getvalue(), path, owner=owner)
+    write_bytes(buf.getvalue(), path)
     return buf.getvalue()
 
 

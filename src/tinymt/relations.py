@@ -81,10 +81,7 @@ class RelationCounts:
         if not instances:
             return
         pred, _ = attended_words(attn, weights)  # (L, h, n_words)
-        n_words = weights.shape[1]
         for r, direction, q, gold in instances:
-            if q >= n_words:
-                continue
             key = (kind, r, direction)
             if key not in self.n:
                 self.hits[key] = np.zeros(self.shapes[kind])

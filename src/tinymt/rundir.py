@@ -13,15 +13,13 @@ loading one to translate with. The trainer writes it; translating, the head anal
     <run_dir>/metrics.json                final numbers
 
 The process writing into a run (training, a resume, averaging, head analysis) holds
-:class:`RunLock` and passes the run folder as ``owner`` to :mod:`tinymt.files`.
+:class:`RunLock`: one writer per run.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +38,9 @@ from tinymt.files import (
     TOKENIZER,
     error_reason,
     is_run_dir,
-    read_bytes,
 )
 from tinymt.model import Transformer
-from tinymt.tokenizer import Tokenizer, digest_matches, load_tokenizers
+from tinymt.tokenizer import Tokenizer, load_tokenizers, tokenizer_digest
 
 METRICS = "metrics.json"
 # a new run's folder: <root>/<date>/<time> (configs/train.yaml's hydra.run.dir: ${now:...})
@@ -56,26 +53,22 @@ def clock_run_dir(root: str = "outputs") -> str:
     return f"{root}/{time.strftime(CLOCK_NAME)}"
 
 
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / CHECKPOINTS
-
-
 def checkpoint_path(run_dir: str | Path, name: str) -> Path:
     """``<run_dir>/checkpoints/<name>.pt`` (``name``: last, best, avg, pruned, ckpt_<step>)."""
-    return checkpoint_dir(run_dir) / f"{name}.pt"
+    return Path(run_dir) / CHECKPOINTS / f"{name}.pt"
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
     """A run's ``ckpt_<step>.pt`` files, oldest step first (other files are ignored)."""
-    found = [(int(m.group(1)), p) for p in checkpoint_dir(run_dir).glob("ckpt_*.pt")
+    found = [(int(m.group(1)), p) for p in (Path(run_dir) / CHECKPOINTS).glob("ckpt_*.pt")
              if (m := STEP_CHECKPOINT.fullmatch(p.name))]
     return [p for _, p in sorted(found)]
 
 
 class RunLock:
-    """One writer per run dir: an exclusive ``flock`` on its marker (a regular file, not a
-    link; it holds the writer's pid), released when the command ends or its process dies.
-    ``RunLock.take(run_dir)``: None when another live process holds it."""
+    """One writer per run dir: an exclusive ``flock`` on its marker (it holds the writer's
+    pid), released when the command ends or its process dies. ``RunLock.take(run_dir)``:
+    None when another live process holds it."""
 
     def __init__(self, fd: int, run_dir: Path):
         self.fd, self.run_dir = fd, run_dir
@@ -84,37 +77,26 @@ class RunLock:
     @classmethod
     def take(cls, run_dir: str | os.PathLike) -> RunLock | None:
         run_dir = Path(run_dir)
+        fd = None
         try:
-            fd = os.open(run_dir / RUN_MARKER,
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as e:
-            why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror
-            raise TinyMTError(f"cannot use the run dir {run_dir}: its marker {RUN_MARKER} "
-                              f"cannot be opened ({why})") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise TinyMTError(f"cannot use the run dir {run_dir}: its marker {RUN_MARKER} is "
-                              "not a regular file")
-        try:
+            fd = os.open(run_dir / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return cls(fd, run_dir)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except OSError as e:  # ENOLCK / EOPNOTSUPP (NFS, FUSE), ENOSPC, ...
-            os.close(fd)
-            raise TinyMTError(f"cannot lock the run dir {run_dir} ({error_reason(e)}): a run "
-                              "needs a local file system that supports flock") from None
+        except OSError as e:
+            if fd is not None:
+                os.close(fd)
+            if isinstance(e, BlockingIOError):  # another process holds it
+                return None
+            raise TinyMTError(f"cannot lock the run dir {run_dir} ({error_reason(e)})") from None
 
     @staticmethod
     def holder(run_dir: str | os.PathLike) -> str:
         """The pid written by the process holding ``run_dir``'s lock (as text)."""
         try:
-            return read_bytes(Path(run_dir) / RUN_MARKER, "the run marker", 64).decode(
-                "ascii", "replace").strip() or "?"
-        except TinyMTError:
+            return (Path(run_dir) / RUN_MARKER).read_text(errors="replace").strip() or "?"
+        except OSError:
             return "?"
 
     def undo(self) -> None:
@@ -258,7 +240,7 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
             f"{ckpt_path} was trained with vocab sizes {vocab['src_size']}/{vocab['tgt_size']} but "
             f"the tokenizer in {tok_dir} has {src_tok.vocab_size}/{tgt_tok.vocab_size}: the "
             "checkpoint belongs to another run")
-    if not digest_matches(state.get("tokenizer_sha256"), src_tok, tgt_tok):
+    if state.get("tokenizer_sha256") != tokenizer_digest(src_tok, tgt_tok):
         raise TinyMTError(f"{ckpt_path} was trained with another tokenizer than the one in "
                           f"{tok_dir}: the checkpoint belongs to another run")
     model = Transformer(OmegaConf.create(state["model_config"]), vocab["src_size"],

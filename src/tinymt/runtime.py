@@ -26,7 +26,6 @@ class Runtime:
     autocast_dtype: torch.dtype | None  # bf16 on CUDA by default, None = fp32
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
     distributed: bool = False  # joined a torch.distributed group: collectives and DDP on
 
     @property
@@ -59,17 +58,15 @@ def eval_mode(model: torch.nn.Module, inference: bool = False):
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` = cuda -> mps -> cpu; anything else is checked to exist."""
+    """``auto`` = cuda -> mps -> cpu; anything else (spelt as the config's rule allows) is
+    checked to exist."""
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank)
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise TinyMTError(f"device={name!r} is not a device: use auto, cpu, cuda, cuda:N or mps") from None
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TinyMTError(f"device={name} asked for, but torch sees no CUDA GPU (use device=auto)")
     if device.type == "cuda" and device.index is None:
@@ -82,21 +79,16 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
-def native_bf16(device: torch.device) -> bool:
-    """Whether ``device`` is a GPU with bf16 in hardware (Ampere / compute capability 8.0
-    and later, or ROCm); older GPUs only emulate it, slower than fp32."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    return bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8
-
-
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """``auto``: bf16 autocast on a GPU with native bf16, fp32 elsewhere; ``bf16`` is
-    bf16 autocast on any device (on CPU too: slower, but the same dtype paths as on GPU)."""
-    if name not in ("auto", "fp32", "bf16"):
-        raise TinyMTError(f"precision={name!r}: use auto, fp32 or bf16")
-    bf16 = native_bf16(device) if name == "auto" else name == "bf16"
-    return torch.bfloat16 if bf16 else None
+    """``auto``: bf16 autocast on a GPU with bf16 in hardware (Ampere / compute capability
+    8.0 and later, or ROCm; older GPUs only emulate it, slower than fp32), fp32 elsewhere;
+    ``bf16`` is bf16 autocast on any device (on CPU too: slower, but the same dtype paths
+    as on GPU)."""
+    if name != "auto":
+        return torch.bfloat16 if name == "bf16" else None
+    native = device.type == "cuda" and torch.cuda.is_available() and (
+        bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8)
+    return torch.bfloat16 if native else None
 
 
 def seed_everything(seed: int) -> None:
@@ -122,8 +114,7 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
             torch.cuda.set_device(dev)
         # a rank that dies makes the others fail within the timeout instead of hanging
         dist.init_process_group(backend_for(dev), timeout=timedelta(minutes=10))
-    return Runtime(dev, pick_precision(precision, dev), rank, world_size, local_rank,
-                   distributed=joined)
+    return Runtime(dev, pick_precision(precision, dev), rank, world_size, distributed=joined)
 
 
 def rank_lost(rt: Runtime, e: BaseException) -> str | None:
@@ -161,18 +152,6 @@ def all_gather_objects(rt: Runtime, obj) -> list:
     out = [None] * rt.world_size
     dist.all_gather_object(out, obj)
     return out
-
-
-# Test only (tests/test_distributed.py): "<rank>:<seconds>" makes that torchrun rank sleep
-# before every training step, outside the timed part, so that its own clock runs behind.
-SLOW_RANK_ENV = "TINYMT_TEST_SLOW_RANK"
-
-
-def slow_rank_delay(rt: Runtime) -> float:
-    """Seconds this rank sleeps before each training step: 0 unless ``SLOW_RANK_ENV``
-    names this rank of a distributed run."""
-    rank, _, seconds = os.environ.get(SLOW_RANK_ENV, "").partition(":")
-    return float(seconds) if rt.distributed and rank == str(rt.rank) else 0.0
 
 
 def all_reduce(rt: Runtime, values: list[float], op: str = "sum") -> list[float]:

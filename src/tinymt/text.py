@@ -83,9 +83,13 @@ def sentences(line: str, lang: str) -> list[str]:
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
 
 
-def plan(texts: Sequence[str], source: str) -> tuple[list[str], list[list[str | int]], int]:
+def plan(texts: Sequence[str], source: str, cut: bool = True
+         ) -> tuple[list[str], list[list[str | int]], int]:
     """The sentences to translate (in ``source``), each text's parts (a string kept as it
-    is; an int: a sentence's index) and how many segments hold no word of ``source``."""
+    is; an int: a sentence's index) and how many segments hold no word of ``source``;
+    ``cut=False``: each text one sentence, as given."""
+    if not cut:
+        return list(texts), [[i] for i in range(len(texts))], 0
     todo: list[str] = []
     plans, kept = [], 0
     for text in texts:

@@ -72,11 +72,6 @@ class Tokenizer:
               model_type: str = "bpe", character_coverage: float = 1.0) -> Tokenizer:
         """Train a model on ``sentences`` and write it to ``model_path`` (``*.model``)."""
         model_path = Path(model_path)
-        if model_type not in ("bpe", "unigram"):
-            raise TinyMTError(f"data.tokenizer_type={model_type!r} is not supported; use bpe or "
-                              "unigram")
-        if model_path.suffix != ".model":
-            raise TinyMTError(f"tokenizer model path must end in .model, got {model_path}")
         model_path.parent.mkdir(parents=True, exist_ok=True)
         spm.set_random_generator_seed(SPM_SEED)  # sentence sampling: same corpus, same model
         written = io.BytesIO()  # in memory: sentencepiece's own writer ignores a full disk
@@ -104,23 +99,12 @@ class Tokenizer:
     @classmethod
     def load(cls, model_path: Path) -> Tokenizer:
         model_path = Path(model_path)
-        if not model_path.is_file():
-            raise TinyMTError(f"tokenizer model not found: {model_path}")
         processor = spm.SentencePieceProcessor()
         try:
             processor.Load(str(model_path))
         except (OSError, RuntimeError) as e:
             raise TinyMTError(f"{model_path} is not a sentencepiece model ({e})") from None
         return cls(processor, model_path)
-
-    # -- pickling (DataLoader workers) -----------------------------------------------------
-    def __getstate__(self):
-        return {"model_path": str(self.model_path), "proto": self.sp.serialized_model_proto()}
-
-    def __setstate__(self, state):
-        self.sp = spm.SentencePieceProcessor()
-        self.sp.LoadFromSerializedProto(state["proto"])
-        self.model_path = Path(state["model_path"])
 
     @property
     def vocab_size(self) -> int:
@@ -215,37 +199,26 @@ def identity(tok: Tokenizer) -> bytes:
     return proto.SerializeToString(deterministic=True)
 
 
-def tokenizer_digest(src: Tokenizer, tgt: Tokenizer, of=identity) -> str:
+def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
     """sha256 of the source and target tokenizers' :func:`identity`: binds a checkpoint to
     the exact tokenizer it was trained with (the same vocabulary size is not enough), and
-    a rebuild of the same data config gives the same digest. (``of``: what is hashed of
-    each; checkpoints written before :func:`identity` hold the digest of the model bytes.)"""
-    h = hashlib.sha256(of(src))
+    a rebuild of the same data config gives the same digest."""
+    h = hashlib.sha256(identity(src))
     if tgt is not src:
-        h.update(of(tgt))
+        h.update(identity(tgt))
     return h.hexdigest()
 
 
-def digest_matches(stored: str | None, src: Tokenizer, tgt: Tokenizer) -> bool:
-    """Was a checkpoint (or export) whose ``tokenizer_sha256`` is ``stored`` made with these
-    tokenizers? Digests of older versions (over the model file's bytes) are accepted too."""
-    old = tokenizer_digest(src, tgt, lambda tok: tok.sp.serialized_model_proto())
-    return stored is not None and stored in (tokenizer_digest(src, tgt), old)
-
-
-def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer, owner=None) -> Path:
-    """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model
-    (``owner``: the run this process holds, when ``folder`` is inside it)."""
+def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
+    """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model."""
     folder = Path(folder)
     pairs = [(src, JOINT_MODEL)] if src is tgt else [(src, SRC_MODEL), (tgt, TGT_MODEL)]
     for tok, name in pairs:
         dest = folder / name
-        if dest.exists() and dest.resolve() == tok.model_path.resolve():
-            continue
-        write_bytes(tok.sp.serialized_model_proto(), dest, owner=owner)  # = its file's bytes
+        write_bytes(tok.sp.serialized_model_proto(), dest)  # = its file's bytes
         vocab = tok.model_path.with_suffix(".vocab")
         if vocab.is_file():
-            write_bytes(vocab.read_bytes(), dest.with_suffix(".vocab"), owner=owner)
+            write_bytes(vocab.read_bytes(), dest.with_suffix(".vocab"))
     return folder
 
 

@@ -105,31 +105,27 @@ def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, ob
     return load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root), device
 
 
-def source_ids(run: LoadedRun | LoadedExport, lines: Sequence[str], warn,
-               first_line: int = 1) -> list[list[int]]:
-    """Each line normalised as the training text was and encoded; a line longer than the
-    model takes is cut to fit (``warn`` names it, counting from ``first_line``)."""
+def source_ids(run: LoadedRun | LoadedExport, sentences: Sequence[str], warn=None,
+               first_line: int = 1, copy: bool = True
+               ) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[list[int]]]:
+    """``(masked, ids)``: each sentence normalised as the training text was, what its source
+    vocabulary cannot spell masked (:func:`tinymt.text.mask_spans`; ``masked``: the text
+    and its spans, none with ``copy`` off), and encoded. A sentence longer than the model
+    takes is cut to fit (``warn``, when given, names it, counting from ``first_line``)."""
+    tok = run.src_tokenizer
     max_positions = run.max_positions if isinstance(run, LoadedExport) else \
         run.model.max_positions
     max_src = max_positions - 1  # room for eos
-    ids: list[list[int]] = []
-    for n, line in enumerate(lines, first_line):
-        toks = run.src_tokenizer.encode(normalize(line))
-        if len(toks) > max_src:
+    masked, ids = [], []
+    for n, sentence in enumerate(map(normalize, sentences), first_line):
+        masked.append(mask_spans(sentence, lambda span: tok.unk_id not in tok.encode(span))
+                      if copy else (sentence, []))
+        toks = tok.encode(masked[-1][0])
+        if len(toks) > max_src and warn is not None:
             warn(f"sentence {n}: {len(toks)} tokens, longer than the model's maximum {max_src}: "
                  "translated after truncation")
-            toks = toks[:max_src]
-        ids.append(toks)
-    return ids
-
-
-def masked_sentences(run: LoadedRun | LoadedExport, sentences: Sequence[str], copy: bool = True
-                     ) -> list[tuple[str, list[tuple[int, int, str]]]]:
-    """Each sentence normalised, what its source vocabulary cannot spell masked
-    (:func:`tinymt.text.mask_spans`), with its spans (none: ``copy`` off)."""
-    tok = run.src_tokenizer
-    return [mask_spans(normalize(s), lambda span: tok.unk_id not in tok.encode(span))
-            if copy else (normalize(s), []) for s in sentences]
+        ids.append(toks[:max_src])
+    return masked, ids
 
 
 def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Sequence[int],
@@ -195,15 +191,11 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     """Each line's sentences translated as one batch (:mod:`tinymt.text`; an n-best list is
     of the whole line), printed a line each, the input's spacing kept."""
     d, data = cfg.decode, run.config.get("data", {})
-    if d.nbest > 1:
-        sents, plans, kept = list(lines), [[i] for i in range(len(lines))], 0
-    else:
-        sents, plans, kept = plan(lines, source_language(data))
+    sents, plans, kept = plan(lines, source_language(data), cut=d.nbest == 1)
     if kept:
         warn(f"{kept} segment(s) with no word of the model's language "
              f"({source_language(data)}) left as they are")
-    masked = masked_sentences(run, sents)
-    ids = source_ids(run, [m for m, _ in masked], warn, first_line)
+    masked, ids = source_ids(run, sents, warn, first_line)
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]

@@ -1,27 +1,33 @@
-"""Decoding throughput, greedy and beam 5, through :func:`tinymt.decoding.translate_ids`:
-ours with the KV cache, ours recomputing the prefix, the peer recomputing the prefix; with a
-trained run (``--run``) also its CTranslate2 exports (float32, int8) and every method's BLEU.
-Those run in a child process, pass by pass on request, alternating with ours: the two
-libraries' thread pools in one process slow each other down (about 15 % each, measured)."""
+"""Decoding throughput, greedy and beam 5: ours on the KV cache
+(:func:`tinymt.decoding.translate_ids`), and for greedy the core's plain loop
+(:func:`tinymt.decoding.greedy_decode`: the prefix recomputed every step) on ours and on
+the peer; with a trained run (``--run``) also its CTranslate2 exports (float32, int8) and
+every method's BLEU. Those run in a child process, pass by pass on request, alternating with
+ours: the two libraries' thread pools in one process slow each other down (about 15 % each,
+measured)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import multiprocessing
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import torch
 
+from tinymt.batching import collate, length_batches
 from tinymt.bench import measure
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.workload import build_pair, model_config
 from tinymt.ct2 import export_run, load_export, require_ct2, translate_export_ids
 from tinymt.data import PreparedData, normalize, target_language
-from tinymt.decoding import translate_ids
+from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.metrics import score
 from tinymt.rundir import LoadedRun, load_run
@@ -30,75 +36,68 @@ SEARCHES = {"greedy": 1, "beam5": 5}  # name -> beam
 WARM_SENTENCES = 32  # each method's untimed first pass, before the timed ones
 CT2 = {"ct2_float32": "none", "ct2_int8": "int8"}  # method -> the export's quantization
 Measured = tuple[list[list[int]], float, float | None]  # a pass: outputs, seconds, MiB
+_EXPORTS: dict = {}  # the CTranslate2 child's loaded exports, by method
 
 
-def _ct2_child(conn, run_dir: str, checkpoint: str, device: str, threads: int,
-               src_ids: list[list[int]], kw: dict) -> None:
-    """The child: export the run twice, then one timed pass per ``(search, method)`` asked."""
+def _ct2_load(run_dir: str, checkpoint: str, device: str, threads: int, tmp: str) -> None:
+    """The child's start: the run exported twice into ``tmp``, and loaded."""
     torch.set_num_threads(threads)
-    meter, run = measure.MemoryMeter(torch.device(device)), load_run(run_dir, checkpoint, "cpu")
-    with tempfile.TemporaryDirectory(prefix="tinymt-bench-ct2-") as tmp:
-        exports = {m: load_export(export_run(run, Path(tmp) / m, q), device, threads)
-                   for m, q in CT2.items()}
-        weights = {m: (e.path / "model.bin").stat().st_size for m, e in exports.items()}
-        conn.send({m: size / measure.MIB for m, size in weights.items()})
-        while (request := conn.recv()) is not None:
-            search, method = request
-            conn.send(measure.timed(lambda e=exports[method], beam=SEARCHES[search]: [
-                h[0][0] for h in translate_export_ids(e, src_ids, beam=beam, **kw)], meter))
+    run = load_run(run_dir, checkpoint, "cpu")
+    for m, q in CT2.items():
+        _EXPORTS[m] = load_export(export_run(run, Path(tmp) / m, q), device, threads)
+
+
+def _ct2_pass(method: str, beam: int, src_ids: list[list[int]], kw: dict, device: str
+              ) -> Measured:
+    """One timed pass of the child's export ``method``."""
+    e = _EXPORTS[method]
+    return measure.timed(lambda: [h[0][0] for h in translate_export_ids(
+        e, src_ids, beam=beam, **kw)], measure.MemoryMeter(torch.device(device)))
 
 
 @contextlib.contextmanager
 def ct2_methods(run: LoadedRun, device: torch.device, src_ids: list[list[int]], kw: dict
                 ) -> Iterator[Callable[[str], dict]]:
     """``passes(search) -> {method: (one timed pass, static MiB)}`` of ``run``'s CTranslate2
-    exports (none without the ``ct2`` extra)."""
+    exports (none without the ``ct2`` extra), in a child process of a fresh interpreter (no
+    torch threads)."""
     try:
         require_ct2()
     except TinyMTError as e:
         measure.log(f"decode: no CTranslate2 rows ({e})")
         yield lambda search: {}
         return
-    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads
-    conn, child_conn = ctx.Pipe()
-    child = ctx.Process(target=_ct2_child, daemon=True, args=(
-        child_conn, str(run.run_dir), str(run.checkpoint), device.type,
-        torch.get_num_threads(), src_ids, kw))
-    child.start()
+    with tempfile.TemporaryDirectory(prefix="tinymt-bench-ct2-") as tmp, ProcessPoolExecutor(
+            1, multiprocessing.get_context("spawn"), initializer=_ct2_load, initargs=(
+                str(run.run_dir), str(run.checkpoint), device.type, torch.get_num_threads(),
+                tmp)) as child:
+        def ask(*call):
+            try:
+                return child.submit(*call).result()
+            except BrokenProcessPool:
+                raise TinyMTError("the CTranslate2 child failed (its messages are above)") from None
 
-    def ask(message=None):
-        if message is not None:
-            conn.send(message)
-        try:
-            return conn.recv()
-        except EOFError:
-            raise TinyMTError(f"the CTranslate2 child failed (exit {child.exitcode}; "
-                              "its messages are above)") from None
-
-    try:
-        static = ask()  # MiB of each export's weights
-        yield lambda search: {m: (lambda m=m: ask((search, m)), static[m]) for m in CT2}
-    finally:
-        with contextlib.suppress(OSError):
-            conn.send(None)
-        child.join()
+        ask(int)  # once the exports are written and loaded: MiB of each one's weights
+        static = {m: (Path(tmp) / m / "model.bin").stat().st_size / measure.MIB for m in CT2}
+        yield lambda search: {m: (functools.partial(
+            ask, _ct2_pass, m, SEARCHES[search], src_ids, kw, device.type), static[m]) for m in CT2}
 
 
 def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData,
               data_info: dict, n: int) -> tuple[list[list[int]], dict, dict, LoadedRun | None, str]:
     """The source ids, the length rule's keywords, the models by label, the trained run
     (or None) and the rule in words."""
-    kw = {"max_len_a": 1.5, "max_len_b": 10, "batch_tokens": args.batch_tokens}
+    kw = {"max_len_a": 1.5, "max_len_b": 10, "batch_tokens": 4096}  # translate.py's defaults
     if args.run:
         run = load_run(args.run, args.checkpoint, device)
         cut = run.model.max_positions - 1  # as validation does: room for EOS
         src_ids = [run.src_tokenizer.encode(normalize(t))[:cut]
                    for t in data.splits["test"]["src"][:n]]
         return src_ids, kw, {f"trained ({run.model.config.name})": (
-            run.model, PeerTransformer.copy_of(run.model).to(device))}, run, (
+            run.model, PeerTransformer(run.model).to(device))}, run, (
             "a trained model: stops at EOS, at most 1.5 × source length + 10 tokens "
             "(translate.py's defaults)")
-    length = args.decode_len or max(1, round(statistics.mean(data.lengths("test")[1][:n])))
+    length = max(1, round(statistics.mean(data.lengths("test")[1][:n])))
     kw.update(max_len_a=0.0, max_len_b=length)
     models = {size: build_pair(model_config(size), data_info, device) for size in args.sizes}
     return data.ids("test")[0][:n], kw, models, None, (
@@ -113,11 +112,10 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     src_ids, kw, models, run, rule = _workload(args, device, data, data_info, n)
     meter, sizes = measure.MemoryMeter(device), {}
 
-    def ours(model, use_cache: bool, beam: int, ids=src_ids) -> Callable[[], Measured]:
+    def timed(translate: Callable[[list], list], ids=src_ids) -> Callable[[], Measured]:
         def one() -> list[list[int]]:
             with measure.autocast(device):
-                return [h[0][0] for h in translate_ids(model, ids, beam=beam, device=device,
-                                                       use_cache=use_cache, **kw)]
+                return translate(ids)
         return lambda: measure.timed(one, meter)
 
     no_ct2 = contextlib.nullcontext(lambda search: {})  # random models: nothing to export
@@ -126,12 +124,16 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
             static = measure.tensor_mib(model.parameters())
             row = sizes[label] = {}
             for search, beam in SEARCHES.items():
-                for m, cache in ((model, True), (model, False), (peer, False)):
-                    ours(m, cache, beam, src_ids[:WARM_SENTENCES])()  # untimed: a GPU's first
+                on = {"device": device, "kw": kw}
+                methods = {"ours_cache": functools.partial(cached, model, beam=beam, **on)}
+                if beam == 1:  # the plain loop has no beam search
+                    methods.update(ours_nocache=functools.partial(plain_greedy, model, **on),
+                                   peer=functools.partial(plain_greedy, peer, **on))
+                for translate in methods.values():
+                    timed(translate, src_ids[:WARM_SENTENCES])()  # untimed: a GPU's first
                     # calls of a kernel pay its set-up (the first method ran at 0.4x without)
-                passes = {"ours_cache": (ours(model, True, beam), static),
-                          "ours_nocache": (ours(model, False, beam), static),
-                          "peer": (ours(peer, False, beam), static), **ct2_passes(search)}
+                passes = {**{m: (timed(t), static) for m, t in methods.items()},
+                          **ct2_passes(search)}
                 runs = {m: [] for m in passes}
                 for r in range(args.decode_repeats):  # the methods alternate
                     for method, (one_pass, _) in passes.items():
@@ -144,6 +146,23 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     return {"machine": measure.machine_info(device, argv), "data": data_info, "settings": {
         "quick": args.quick, "sentences": n, "repeats": args.decode_repeats,
         "model": "trained" if run else "random", "length_rule": rule, **kw}, "sizes": sizes}
+
+
+def cached(model, ids: list[list[int]], beam: int, device: torch.device, kw: dict
+           ) -> list[list[int]]:
+    """Ours on the KV cache: the best output of each sentence by :func:`translate_ids`."""
+    return [h[0][0] for h in translate_ids(model, ids, beam=beam, device=device, **kw)]
+
+
+def plain_greedy(model, ids: list[list[int]], device: torch.device, kw: dict
+                 ) -> list[list[int]]:
+    """The core's greedy loop over ``ids``, in the batches :func:`translate_ids` makes."""
+    outputs: dict[int, list[int]] = {}
+    for idx in length_batches([len(s) for s in ids], kw["batch_tokens"]):
+        src = collate([ids[i] for i in idx], [[] for _ in idx]).src.to(device)
+        outputs.update(zip(idx, greedy_decode(model, src, max_len_a=kw["max_len_a"],
+                                              max_len_b=kw["max_len_b"])))
+    return [outputs[i] for i in range(len(ids))]
 
 
 def _entry(runs: list[Measured], static_mib: float, n: int) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from tinymt.bench.decode_speed import bench_decoding
-from tinymt.bench.measure import REPO_ROOT, log, uncommitted_changes
+from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.report import into_page, render
 from tinymt.bench.serve_speed import bench_serve
 from tinymt.bench.train_speed import bench_training
@@ -26,7 +26,6 @@ from tinymt.rundir import clock_run_dir
 
 SECTIONS = ("training", "decoding", "serve")
 OUTPUTS = "outputs/benchmarks"  # without --out: <cwd>/outputs/benchmarks/<date>/<time>/
-DOCS = REPO_ROOT / "docs"  # written from a clean working tree only
 DEFAULTS = {  # what --sizes, --steps, ... default to, by device; --quick over them
     "cpu": {"sizes": ["tiny", "small"], "steps": 20, "warmup": 3, "repeats": 3,
             "sentences": 1000, "max_tokens": 4096},
@@ -40,8 +39,8 @@ PATHS = {"out": None, "json": None, "merge": PATH, "run": RUN, "checkpoint": CHE
 EXAMPLES = """examples (docs/benchmarks.md has more, what each figure means, and the targets):
   python scripts/benchmark.py --quick          # a smoke run: its numbers mean nothing
   python scripts/benchmark.py --run outputs/<date>/<time>     # decode a trained model
-Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; docs/ is
-written only from a clean working tree (a report names the commit it measured)."""
+Without --out the report and its JSON go to outputs/benchmarks/<date>/<time>/; a report
+names the commit it measured (and whether the working tree had uncommitted changes)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -95,14 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-tokens", type=count(), help=f"tokens per batch ({default('max_tokens')})")
     add("--sentences", type=count(), help=f"test sentences to decode ({default('sentences')})")
     add("--decode-repeats", type=count(), default=1, help="passes per decoding method, median")
-    add("--batch-tokens", type=count(), default=4096, help="source tokens per decoding batch")
-    add("--decode-len", type=count(), help="random models: tokens each sentence decodes "
-        "(default: the mean test reference length)")
     add("--run", help="a trained run: decode its model (+ BLEU, and CTranslate2 rows with the "
         "ct2 extra) instead of random ones; serve needs it")
     add("--checkpoint", default="best", help="of --run: best | last | avg | a path")
-    add("--compile", action="store_true", help="torch.compile every model for training")
-    add("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     add("--data-path", help="Multi30k, hub layout (default ../shared/data/multi30k-hub-layout; "
         "absent: the built-in zh-en corpus)")
     add("--cache-dir", default="outputs/.cache", help="prepared-data cache (from the repo root)")
@@ -122,40 +116,25 @@ def build_parser() -> argparse.ArgumentParser:
 def check_paths(args: argparse.Namespace, cwd: Path) -> None:
     """Every path option named well, made absolute from ``cwd``; the outputs writable."""
     for name, rule in PATHS.items():
-        value, flag = getattr(args, name), f"--{name.replace('_', '-')}"
-        why = None if value is None else name_problem(str(value))
-        if why is None and rule and value is not None:
-            verdict = rule[0](REPO_ROOT / value if name == "cache_dir" else value)
-            why = None if verdict is True else f"{rule[1]} ({verdict})"
+        value = getattr(args, name)
+        why = value is not None and (name_problem(str(value)) or rule and rule(
+            REPO_ROOT / value if name == "cache_dir" else value))
         if why:
-            raise TinyMTError(f"{flag} {value}: {why}")
+            raise TinyMTError(f"--{name.replace('_', '-')} {value}: {why}")
         if value and name not in ("checkpoint", "cache_dir") and value != "latest":
             setattr(args, name, os.path.abspath(cwd / value))
     check_outputs(("--out", args.out), ("--json", args.json))
-    into_docs = [p for p in (args.out, args.json) if p and Path(p).resolve().is_relative_to(DOCS)]
-    changed = uncommitted_changes() if into_docs else []
-    if changed:
-        raise TinyMTError(f"{os.path.relpath(into_docs[0], REPO_ROOT)}: the working tree has "
-                          f"uncommitted changes ({', '.join(changed[:3])}); a report in docs/ "
-                          "names the commit it measured: commit first, or leave out --out/--json")
 
 
 def merged_devices(path: str) -> dict:
-    """``--merge``'s devices, each section rendered as the report will, before anything is
-    measured: a file of another shape is one line naming it and the field."""
-    devices, field = load_json(path, "--merge", 64 << 20).get("devices", {}), "devices"
+    """``--merge``'s devices, rendered as the report will before anything is measured: a
+    file edited into another shape is one line naming it."""
+    devices = load_json(path, "--merge", 64 << 20).get("devices")
     try:
-        for dev, sections in devices.items():
-            field = f"devices.{dev}"
-            if dev not in ("cpu", "cuda"):
-                raise KeyError(dev)
-            for key, section in ({} if sections is None else sections).items():
-                field = f"devices.{dev}.{key}"
-                if key not in SECTIONS:
-                    raise KeyError(key)
-                render({"devices": {dev: {key: section}}})
-    except Exception as e:  # noqa: BLE001  (another kind, an unknown or a missing key, ...)
-        raise TinyMTError(f"--merge {path}: {field} is not what benchmark.py writes "
+        devices = {dev: {**((devices or {}).get(dev) or {})} for dev in ("cpu", "cuda")}
+        render({"devices": devices})
+    except Exception as e:  # noqa: BLE001  (another kind, a missing key, ...)
+        raise TinyMTError(f"--merge {path}: devices is not what benchmark.py writes "
                           f"({type(e).__name__}: {first_line(e)})") from None
     return devices
 
@@ -184,10 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = str(folder / "benchmarks.md")
         args.json = args.json or str(folder / "benchmarks.json")
     check_paths(args, cwd)
-    merged = merged_devices(args.merge) if args.merge else {}
+    devices = merged_devices(args.merge) if args.merge else {"cpu": {}, "cuda": {}}
     os.chdir(REPO_ROOT)  # data and cache paths as the configs spell them
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise TinyMTError("--device cuda: torch sees no CUDA GPU (use --device cpu)")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -203,8 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "serves a trained model")
     for size in args.sizes:
         model_config(size)  # a bad --sizes fails before any work
-    devices = {dev: merged.get(dev) for dev in ("cpu", "cuda")}
-    devices[device.type] = {**(devices[device.type] or {}), **measure(args, device, argv)}
+    devices[device.type].update(measure(args, device, argv))
     results = {"schema": 2, "devices": devices}
     page = read_bytes(args.out, "--out", 16 << 20).decode() if Path(args.out).is_file() else None
     log(f"report: {write_text(into_page(page, render(results)), args.out)} "

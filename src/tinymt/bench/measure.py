@@ -50,32 +50,6 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (``/proc/<pid>/task/*/children``)."""
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        with contextlib.suppress(OSError):
-            for task in Path(f"/proc/{p}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    todo += [int(c) for c in (task / "children").read_text().split()]
-    return tree
-
-
-def listens_on(pid: int, port: int) -> bool | None:
-    """Whether process ``pid`` holds the TCP socket listening on ``port`` (``/proc``: its
-    fds, this namespace's ``net/tcp*``); None where ``/proc`` cannot tell."""
-    try:
-        held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
-        rows = [r.split() for t in ("tcp", "tcp6") if Path(f"/proc/net/{t}").exists()
-                for r in Path(f"/proc/net/{t}").read_text().splitlines()[1:]]
-    except OSError:
-        return None
-    return any(r[3] == "0A" and int(r[1].rpartition(":")[2], 16) == port  # 0A: listening
-               and f"socket:[{r[9]}]" in held for r in rows)
-
-
 class MemoryMeter:
     """Peak memory of a measurement beyond what was resident when it began: on CUDA the
     allocator's peak; on a CPU this process's ``VmHWM``, reset at the start (after
@@ -169,11 +143,6 @@ def git(*args: str) -> str:
     return ""
 
 
-def uncommitted_changes() -> list[str]:
-    """Paths that differ from the commit (modified, staged, untracked; not ignored ones)."""
-    return [line[3:] for line in git("status", "--porcelain").splitlines() if line]
-
-
 def cpu_name() -> str:
     with contextlib.suppress(OSError):  # platform.processor() is empty on Linux
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -188,7 +157,7 @@ def machine_info(device: torch.device, argv: Sequence[str]) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python scripts/benchmark.py " + shlex.join(argv),
         "git": git("rev-parse", "--short", "HEAD").strip() or "unknown",
-        "uncommitted_changes": bool(uncommitted_changes()),
+        "uncommitted_changes": bool(git("status", "--porcelain").strip()),
         "python": platform.python_version(), "torch": torch.__version__,
         "platform": platform.platform(), "cpu": cpu_name(), "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

@@ -38,7 +38,7 @@ def measured_by(section: dict) -> str:
 def render_training(tr: dict) -> list[str]:
     s = tr["settings"]
     L = ["### Training throughput", "", measured_by(tr), "",
-         (f"{s['precision']}{', torch.compile' if s['compile'] else ''}; {s['timed_batches']} "
+         (f"{s['precision']}; {s['timed_batches']} "
           f"batches of ≤ {s['max_tokens']:,} tokens ({s['timed_target_tokens_per_run']:,} "
           f"target tokens) after {s['warmup']} warm-up steps; median of {s['repeats']} rounds; "
           f"matmul peak {s['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s (median of "
@@ -65,11 +65,12 @@ def render_decoding(de: dict) -> list[str]:
     rows, ratios = [], []
     for label, row in de["sizes"].items():
         for search in ("greedy", "beam5"):
-            peer = row[search]["peer"]["sentences_per_s"]
+            peer = row[search].get("peer", {}).get("sentences_per_s")  # greedy only
             for method in (m for m in METHODS if m in row[search]):
                 e = row[search][method]
                 rows.append([label, search, METHODS[method], num(e["sentences_per_s"], 1),
-                             f"{e['sentences_per_s'] / peer:.2f}×", f"{e['seconds']:.2f}",
+                             f"{e['sentences_per_s'] / peer:.2f}×" if peer else "—",
+                             f"{e['seconds']:.2f}",
                              num(e["output_tokens"]), num(e["peak_mib"]),
                              num(e.get("bleu"), 2), num(e.get("identical_to_ours"))])
         g, b = row["greedy"]["ours_cache"], row["beam5"]["ours_cache"]
@@ -105,13 +106,6 @@ def render_serving(sv: dict) -> list[str]:
         L.append(f"- CTranslate2's answers alone equal torch's for {sv['ct2_equal_to_torch']:,} "
                  f"of {s['sentences']:,} sentences.")
     L += [f"- {engine}: not measured ({why})." for engine, why in sv.get("skipped", {}).items()]
-    if isinstance(d := sv.get("detect"), list):
-        L += ["", "Language identification, `POST /detect` (one line a request, one client):",
-              ""] + table(["language", "lines of", "lines", "correct", "p50 ms", "p99 ms"], [
-            [r["language"], r["corpus"], f"{r['lines']:,}", f"{r['correct'] / r['lines']:.1%}",
-             num(r["p50_ms"], 1), num(r["p99_ms"], 1)] for r in d])
-    elif d:
-        L.append(f"- `POST /detect`: not measured ({d}).")
     if h := sv.get("hostile"):
         ms = sorted(p for p in h["probes_ms"] if p is not None)
         L += ["", f"Hostile load ({h['seconds']:g} s: 16 clients cutting distinct 4,096-"

@@ -3,19 +3,18 @@
 (torch) micro-batching with the text pipeline off, take the same requests (``POST
 /translate``, a test sentence each) at each level of closed-loop clients, each client on its
 own keep-alive connection, in :data:`PASSES` passes, the servers' order reversed each
-time; then ``POST /detect`` on lines of the shared test sets."""
+time."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import gzip
 import json
 import os
 import random
+import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import httpx2
 import torch
 from omegaconf import OmegaConf
 
-from tinymt.bench.measure import REPO_ROOT, listens_on, log, machine_info, proc_status, process_tree
+from tinymt.bench.measure import REPO_ROOT, log, machine_info, proc_status
 from tinymt.config import DataConfig
 from tinymt.ct2 import export_run, require_ct2
 from tinymt.data import prepare, source_language, target_language
@@ -41,56 +40,36 @@ START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
 PASSES = 4  # a level's requests in this many parts, the servers' order reversed each time
 METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
            "micro_batching": [], "text_off": ["text=false"]}  # settings beyond the engine's
-TATOEBA = "tatoeba-cmn-eng/cmn-eng.tsv.gz"  # /detect's test lines: language, corpus, file, column
-DETECT_SETS = [("zh", "Tatoeba", TATOEBA, 1), ("en", "Tatoeba", TATOEBA, 0)] + [
-    (lang, "Multi30k", f"multi30k/test_2016_flickr.{lang}.gz", 0) for lang in ("en", "de", "fr")]
 SERVE_SCRIPT = REPO_ROOT / "scripts" / "serve.py"
 
 
-def free_port() -> int:
-    """A loopback port free now (serve.py binds it later: another server may take it first)."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 class ServerProcess:
-    """``python scripts/serve.py <overrides>`` on a free loopback port, up once ``/health``
-    answers from this process (a bounded wait; a port taken meanwhile: another, three
-    tries); its stderr kept for the error message."""
+    """``python scripts/serve.py <overrides>`` on a port of its own choosing (``port=0``:
+    the one it prints), up once ``/health`` answers there (a bounded wait); its stderr kept
+    for the error message."""
 
-    def __init__(self, overrides: list[str], wait: bool = True):
-        self.overrides, self.tries, self.log = overrides, 0, tempfile.TemporaryFile(mode="w+")
-        self._start()
-        if wait:
-            self.ready()
-
-    def _start(self) -> None:
-        self.port, self.tries = free_port(), self.tries + 1
-        self.base = f"http://{HOST}:{self.port}"
-        self.log.seek(0), self.log.truncate()
+    def __init__(self, overrides: list[str]):
+        self.overrides, self.log = overrides, tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVE_SCRIPT), *self.overrides,
-             f"port={self.port}", f"host={HOST}", "access_log=false"],
-            cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            [sys.executable, str(SERVE_SCRIPT), *overrides, "port=0", f"host={HOST}",
+             "access_log=false"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.started = time.monotonic()
+        self.ready()
 
     def ready(self) -> None:
-        """Wait until ``/health`` answers from this process; else one line naming it."""
-        while True:
-            with contextlib.suppress(httpx2.HTTPError, ValueError):
-                self.health()
-                if self.proc.poll() is None and listens_on(self.proc.pid, self.port) is not False:
+        """Wait until ``/health`` answers on the port the server printed; else one line
+        naming it."""
+        while self.proc.poll() is None and time.monotonic() < self.started + START_TIMEOUT_S:
+            if bound := re.search(rf" on http://{HOST}:(\d+)/", self.stderr()):
+                self.port, self.base = int(bound[1]), f"http://{HOST}:{bound[1]}"
+                with contextlib.suppress(httpx2.HTTPError, ValueError):
+                    self.health()
                     return
-            exited = self.proc.poll() is not None  # (it may exit while another answers)
-            if exited and self.tries < 3 and "Address already in use" in self.stderr():
-                self._start()
-            elif exited or time.monotonic() > self.started + START_TIMEOUT_S:
-                err = self.stop()[1][-1500:].strip().replace("\n", " | ")
-                raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
-                                  f"{START_TIMEOUT_S:g} s: {err}")
             time.sleep(0.2)
+        err = self.stop()[1][-1500:].strip().replace("\n", " | ")
+        raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
+                          f"{START_TIMEOUT_S:g} s: {err}")
 
     def health(self) -> dict:
         """``GET /health`` (raises until the server answers 200)."""
@@ -98,12 +77,11 @@ class ServerProcess:
                           ).raise_for_status().json()
 
     def rss_mib(self) -> float | None:
-        """The server's resident memory now, its children included (MiB; None where
-        ``/proc`` cannot tell). An exited server has none: an error, never a 0."""
-        if self.proc.poll() is not None:  # (an exited process's status holds no VmRSS)
-            raise TinyMTError(f"serve.py {' '.join(self.overrides)} exited: no memory to measure")
-        kib = [proc_status(p).get("VmRSS") for p in process_tree(self.proc.pid)]
-        return None if kib[0] is None else sum(k or 0 for k in kib) / 1024
+        """The server's resident memory now (MiB; None where ``/proc`` cannot tell, an
+        exited server's included)."""
+        kib = proc_status(self.proc.pid).get("VmRSS")
+        exited = self.proc.poll() is not None  # (after: a pid is reused only once reaped)
+        return None if kib is None or exited else kib / 1024
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         """``(exit status, stderr)`` after ``sig``; killed after 60 s."""
@@ -116,9 +94,9 @@ class ServerProcess:
             self.proc.wait()
         return self.proc.returncode, self.stderr()
 
-    def stderr(self) -> str:  # what the server wrote so far
-        self.log.seek(0)
-        return self.log.read()
+    def stderr(self) -> str:  # what the server wrote so far (pread: the offset it writes at stays)
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
 def percentile(xs: list[float], q: int) -> float:
@@ -128,7 +106,8 @@ def percentile(xs: list[float], q: int) -> float:
 
 
 async def _load(base: str, payloads: list[dict], clients: int) -> dict:
-    """``payloads`` sent by ``clients`` closed-loop clients after one untimed request each."""
+    """``payloads`` sent by ``clients`` closed-loop clients after one untimed request each:
+    the timed seconds, each answer (None: failed), the latencies (ms), the errors."""
     limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
     answers: list[str | None] = [None] * len(payloads)
     latencies, errors = [], []
@@ -157,94 +136,64 @@ async def _load(base: str, payloads: list[dict], clients: int) -> dict:
         t0 = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         seconds = time.perf_counter() - t0
-    return {"requests": len(payloads), "seconds": seconds, "answers": answers,
-            "latencies": latencies, "sentences_per_s": (len(payloads) - len(errors)) / seconds,
+    return {"seconds": seconds, "answers": answers, "latencies": latencies, "errors": errors}
+
+
+def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
+           reference: list[str | None]) -> dict[str, dict]:
+    """``payload`` sent by ``clients`` clients to each server in :data:`PASSES` passes, the
+    servers' order reversed each time (a drift weighs alike): a row a server (sentences/s:
+    the median pass, one noisy pass is outvoted; latencies over all)."""
+    parts, order = {method: [] for method in servers}, list(servers)
+    cuts = [len(payload) * k // PASSES for k in range(PASSES + 1)]
+    for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        for method in order[::-1] if k % 2 else order:
+            before = servers[method].health()
+            part = asyncio.run(_load(servers[method].base, payload[a:b], clients))
+            after = servers[method].health()
+            part.update({key: after.get(key, 0) - before.get(key, 0)
+                         for key in ("batches", "sentences")}, equal=sum(
+                x is not None and x == reference[i % len(reference)]
+                for i, x in enumerate(part["answers"], a)))
+            parts[method].append(part)
+    rows = {}
+    for method, ps in parts.items():
+        latencies, errors = ([x for p in ps for x in p[key]] for key in ("latencies", "errors"))
+        batches = sum(p["batches"] for p in ps)
+        rows[method] = {
+            "requests": len(payload), "seconds": sum(p["seconds"] for p in ps),
+            "sentences_per_s": statistics.median(
+                (len(p["answers"]) - len(p["errors"])) / p["seconds"] for p in ps),
             "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-            "errors": len(errors), "first_error": errors[0] if errors else None}
-
-
-def _level(server: ServerProcess, payloads: list[dict], clients: int,
-           reference: list[str | None], first: int = 0) -> dict:
-    """``payloads`` (from the ``first`` on) sent by ``clients`` clients to ``server``."""
-    before = server.health()
-    row = asyncio.run(_load(server.base, payloads, clients))
-    after = server.health()
-    answers = row.pop("answers")
-    return {**row, "clients": clients, "server_rss_mib": server.rss_mib(),
-            **{k: after.get(k, 0) - before.get(k, 0) for k in ("batches", "sentences")},
-            "equal_to_one_at_a_time": sum(a is not None and a == reference[i % len(reference)]
-                                          for i, a in enumerate(answers, first))}
-
-
-def _passes(parts: list[dict]) -> dict:
-    """The rows of one server's passes at a level as one row (sentences/s: the median pass,
-    one noisy pass is outvoted)."""
-    n, errors, batches = (sum(p[k] for p in parts) for k in ("requests", "errors", "batches"))
-    latencies = [x for p in parts for x in p["latencies"]]
-    return {"requests": n, "seconds": sum(p["seconds"] for p in parts),
-            "sentences_per_s": statistics.median(p["sentences_per_s"] for p in parts),
-            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
-            "errors": errors, "first_error": next(
-                (p["first_error"] for p in parts if p["first_error"]), None),
-            "clients": parts[0]["clients"], "server_rss_mib": parts[-1]["server_rss_mib"],
-            "mean_batch": sum(p["sentences"] for p in parts) / batches if batches else None,
-            "equal_to_one_at_a_time": sum(p["equal_to_one_at_a_time"] for p in parts)}
+            "errors": len(errors), "first_error": errors[0] if errors else None,
+            "clients": clients, "server_rss_mib": servers[method].rss_mib(),
+            "mean_batch": sum(p["sentences"] for p in ps) / batches if batches else None,
+            "equal_to_one_at_a_time": sum(p["equal"] for p in ps)}
+    return rows
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
-                  levels: dict[int, int], methods: list[str], detect_lines: int = 0
-                  ) -> tuple[list[dict], list[str | None], list[dict] | str | None]:
-    """The servers of one engine, level by level in turn; the reference answers; and
-    :func:`detect_rows` on the defaults' server (``detect_lines``: 0, none)."""
+                  levels: dict[int, int], methods: list[str]
+                  ) -> tuple[list[dict], list[str | None]]:
+    """The servers of one engine, level by level in turn; and the reference answers."""
     rows, servers = [], {}
     with contextlib.ExitStack() as stack:
-        for method, extra in ((m, METHODS[m]) for m in methods):  # starting side by side
-            servers[method] = ServerProcess([*overrides, *extra], wait=False)
+        for method in methods:
+            servers[method] = ServerProcess([*overrides, *METHODS[method]])
             stack.callback(servers[method].stop)
-        for server in servers.values():
-            server.ready()
         ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
         if ref["errors"]:
-            raise TinyMTError(f"serve benchmark, {engine}: {ref['errors']} reference requests "
-                              f"failed ({ref['first_error']})")
-        for clients, n in levels.items():  # in passes, the servers' order reversed each time
-            payload = [payloads[i % len(payloads)] for i in range(n)]
-            parts = {method: [] for method in servers}
-            cuts = [n * k // PASSES for k in range(PASSES + 1)]
-            for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
-                for method in methods[::-1] if k % 2 else methods:  # (a drift weighs alike)
-                    parts[method].append(_level(servers[method], payload[a:b], clients,
-                                                ref["answers"], a))
-            for method in methods:
-                row = _passes(parts[method])
+            raise TinyMTError(f"serve benchmark, {engine}: {len(ref['errors'])} reference "
+                              f"requests failed ({ref['errors'][0]})")
+        for clients, n in levels.items():
+            level = _level(servers, [payloads[i % len(payloads)] for i in range(n)], clients,
+                           ref["answers"])
+            for method, row in level.items():
                 rows.append({"engine": engine, "method": method, **row})
                 log(f"[serve {engine}] {method:<14} {clients:>3} clients: "
                     f"{row['sentences_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
                     f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
-        detected = detect_lines and detect_rows(servers["micro_batching"].base, detect_lines)
-    return rows, ref["answers"], detected
-
-
-def detect_rows(base: str, lines: int) -> list[dict] | str:
-    """``POST /detect``, one line a request, on ``lines`` lines of each of
-    :data:`DETECT_SETS` (spread over the file): correct and latency; or why not measured."""
-    rows = []
-    with httpx2.Client(base_url=base, timeout=30, trust_env=False) as http:
-        for lang, corpus, name, column in DETECT_SETS:
-            path = Path("../shared/data") / name
-            if not path.is_file():
-                return f"{path} is missing"
-            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
-                texts = [line.split("\t")[column].strip() for line in f if line.strip()]
-            texts, found, ms = texts[::max(1, len(texts) // lines)][:lines], [], []
-            for text in texts:
-                t0 = time.perf_counter()
-                found.append(http.post("/detect", json={"q": text}).raise_for_status().json())
-                ms.append((time.perf_counter() - t0) * 1000)
-            rows.append({"language": lang, "corpus": corpus, "lines": len(texts),
-                         "correct": sum(f[0]["language"] == lang for f in found),
-                         "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99)})
-    return rows
+    return rows, ref["answers"]
 
 
 def run_sentences(run, n: int) -> list[str]:
@@ -270,7 +219,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
     payloads = [{"q": t, **pair} for t in texts]
     common = [f"device={device.type}", f"threads={torch.get_num_threads()}"]
     engines = {"torch": [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"]}
-    rows, refs, skipped, detected = [], {}, {}, None
+    rows, refs, skipped = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
         try:
             require_ct2()
@@ -278,12 +227,11 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         except TinyMTError as e:
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
-        for engine, overrides in engines.items():  # (text pipeline, /detect: torch's alone)
-            engine_rows, refs[engine], found = _bench_engine(
+        for engine, overrides in engines.items():  # (the text pipeline: torch's alone)
+            engine_rows, refs[engine] = _bench_engine(
                 engine, [*overrides, *common], payloads, levels,
-                ["one_at_a_time", "micro_batching"] + ["text_off"] * (engine == "torch"),
-                (50 if args.quick else 500) * (engine == "torch"))
-            rows, detected = rows + engine_rows, found or detected
+                ["one_at_a_time", "micro_batching"] + ["text_off"] * (engine == "torch"))
+            rows += engine_rows
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")
@@ -293,7 +241,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         "pair": pair, "sentences": len(texts), "requests": {str(c): n for c, n in levels.items()},
         "threads": torch.get_num_threads(), "beam": defaults.decode.beam,
         "batch_sentences": defaults.batch_sentences, "batch_wait_ms": defaults.batch_wait_ms},
-        "rows": rows, "skipped": skipped, "hostile": hostile or None, "detect": detected,
+        "rows": rows, "skipped": skipped, "hostile": hostile or None,
         "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
         if "ct2" in refs else None}
 

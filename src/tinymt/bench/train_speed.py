@@ -33,7 +33,6 @@ class _Contender:
     model: nn.Module
     loss_fn: Callable  # (hidden, weight, targets, pad_id, label_smoothing) -> summed loss
     opt: torch.optim.Optimizer
-    fwd: nn.Module  # the model, or torch.compile of it
     runs: list[float] = field(default_factory=list)  # target tokens/s
     mem: list[float | None] = field(default_factory=list)  # MiB beyond what was resident
     final_loss: float = float("nan")
@@ -49,22 +48,21 @@ def training_batches(data: PreparedData, max_tokens: int, n: int, device: torch.
     return [collate([src[i] for i in idx], [tgt[i] for i in idx]).to(device) for idx in order]
 
 
-def contenders(ours: nn.Module, peer: nn.Module, compile_: bool, device: torch.device
-               ) -> dict[str, _Contender]:
+def contenders(ours: nn.Module, peer: nn.Module, device: torch.device) -> dict[str, _Contender]:
     made = {"ours": (use_bit_dropout(copy.deepcopy(ours)), linear_cross_entropy),
             "plain": (ours, sequence_loss), "peer": (peer, sequence_loss)}
     out = {}
     for name, (model, loss_fn) in made.items():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                                 weight_decay=0.0, fused=True if device.type == "cuda" else None)
-        out[name] = _Contender(model, loss_fn, opt, torch.compile(model) if compile_ else model)
+        out[name] = _Contender(model, loss_fn, opt)
     return out
 
 
 def _step(c: _Contender, b: Batch, pad: int, device: torch.device) -> torch.Tensor:
     c.opt.zero_grad(set_to_none=True)
     with measure.autocast(device):
-        hidden, _ = c.fwd(b.src, b.tgt_in)  # (B, T, d)
+        hidden, _ = c.model(b.src, b.tgt_in)  # (B, T, d)
         loss = c.loss_fn(hidden, c.model.output_proj.weight, b.tgt_out, pad,
                          LABEL_SMOOTHING) / b.n_tgt_tokens
     loss.backward()
@@ -96,7 +94,7 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
     for size in args.sizes:
         cfg = model_config(size)
         ours, peer = build_pair(cfg, data_info, device)
-        racers = contenders(ours, peer, args.compile, device)
+        racers = contenders(ours, peer, device)
         flops = sum(measure.training_flops(cfg, data_info["vocab"][1], b.src, b.tgt_out, pad)
                     for b in steps)
         for r in range(args.repeats):
@@ -127,7 +125,7 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
                                           * row["flops_per_target_token"] / peak)
     return {"machine": measure.machine_info(device, argv), "data": data_info, "settings": {
         "quick": args.quick, "precision": "bf16 autocast" if measure.precision(device) else "fp32",
-        "compile": args.compile, "max_tokens": args.max_tokens, "warmup": args.warmup,
+        "max_tokens": args.max_tokens, "warmup": args.warmup,
         "steps": args.steps, "repeats": args.repeats, "timed_target_tokens_per_run": tokens,
         "timed_batches": len(steps), "matmul_peak_flops": peak, "matmul_peak_runs": peaks,
         "matmul_peak_size": measure.PEAK_SIZE[device.type]}, "sizes": sizes}

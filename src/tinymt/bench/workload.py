@@ -57,4 +57,4 @@ def build_pair(cfg: ModelConfig, data_info: dict, device: torch.device
     """Our model (seed 0) and the peer holding the same weights."""
     torch.manual_seed(0)
     ours = Transformer(cfg, *data_info["vocab"], shared_vocab=data_info["shared_vocab"])
-    return ours.to(device), PeerTransformer.copy_of(ours).to(device)
+    return ours.to(device), PeerTransformer(ours).to(device)

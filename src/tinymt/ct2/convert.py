@@ -3,13 +3,11 @@
 Every weight is copied from our modules as it is; nothing goes through another toolkit's
 checkpoint format. How each option maps: docs/architecture.md ("Deploying"); each converts
 exactly (tests/test_export.py compares the float32 export with our decoder token for
-token). An option this module does not know (a key of the checkpoint's model config not
-listed in ``MODEL_KEYS``, or a value outside ``SUPPORTED``) is refused in one line naming it.
+token). Every value :class:`tinymt.config.ModelConfig` allows converts; the checkpoint's
+loader refuses any other (an unknown key too) in one line naming it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -19,13 +17,6 @@ from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 from tinymt.tokenizer import Tokenizer
 
-# every key of ModelConfig, and the values the export maps exactly (None: any value)
-SUPPORTED: dict[str, tuple | None] = {
-    "activation": ("relu", "gelu"), "norm_first": (True, False),
-    "positional": ("sinusoidal", "learned"), "tie_embeddings": (True, False),
-}
-MODEL_KEYS = {"name", "d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff",
-              "dropout", "attention_dropout", "max_positions", *SUPPORTED}
 INSTALL = "CTranslate2 is not installed: pip install -e '.[ct2]'"
 
 
@@ -36,18 +27,6 @@ def require_ct2():
     except ImportError:
         raise TinyMTError(INSTALL) from None
     return ctranslate2
-
-
-def check_exportable(model_config: Mapping) -> None:
-    """Refuse, in one line naming it, any option the export cannot reproduce exactly."""
-    for key, value in model_config.items():
-        if key not in MODEL_KEYS:
-            raise TinyMTError(f"cannot export: model.{key}={value!r} is an option the "
-                              "CTranslate2 export does not know, so it cannot convert it exactly")
-        allowed = SUPPORTED.get(key)
-        if allowed is not None and value not in allowed:
-            raise TinyMTError(f"cannot export: model.{key}={value!r} has no exact CTranslate2 "
-                              f"equivalent (exportable: {', '.join(map(str, allowed))})")
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -89,12 +68,11 @@ def _inputs(spec, embedding: nn.Embedding, positions: nn.Module, max_positions: 
 
 
 def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
-    """The ``TransformerSpec`` of ``model``, vocabularies registered, not yet validated."""
-    require_ct2()
+    """The ``TransformerSpec`` of ``model``, vocabularies registered, not yet validated
+    (after :func:`require_ct2`)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model.config
-    check_exportable({k: getattr(cfg, k) for k in SUPPORTED})
     act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
@@ -116,18 +94,8 @@ def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
         _norm(enc.layer_norm, model.encoder_norm)
         _norm(dec.layer_norm, model.decoder_norm)
     _linear(dec.projection, model.output_proj.weight)  # no bias
-    spec.register_source_vocabulary(vocabulary(src_tok))
-    spec.register_target_vocabulary(vocabulary(tgt_tok))
+    spec.register_source_vocabulary(src_tok.pieces(range(src_tok.vocab_size)))
+    spec.register_target_vocabulary(tgt_tok.pieces(range(tgt_tok.vocab_size)))
     spec.config.add_source_eos = True  # our encoder reads x + [eos]
     spec.config.layer_norm_epsilon = float(model.encoder_layers[0].norm1.eps)
     return spec
-
-
-def vocabulary(tok: Tokenizer) -> list[str]:
-    """The pieces of ``tok`` in id order; CTranslate2 maps tokens to ids by these strings,
-    so they must be unique (sentencepiece's are)."""
-    pieces = [tok.sp.id_to_piece(i) for i in range(tok.vocab_size)]
-    if len(set(pieces)) != len(pieces):
-        raise TinyMTError(f"cannot export: {tok.model_path} has duplicate pieces, which "
-                          "CTranslate2 could not tell apart")
-    return pieces

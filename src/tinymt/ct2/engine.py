@@ -24,7 +24,7 @@ from tqdm import tqdm
 from tinymt.checkpoint import file_sha256
 from tinymt.config import MAX_WIDTH
 from tinymt.ct2.convert import require_ct2
-from tinymt.ct2.export import FORMAT, FORMAT_VERSION, META, QUANTIZATIONS, README, meta_digest
+from tinymt.ct2.export import FORMAT, META, README, meta_digest
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json
@@ -68,10 +68,6 @@ def read_meta(path: Path) -> dict:
         raise TinyMTError(f"{file} is damaged ({why}); export the model again") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TinyMTError(f"{file} is not a tinymt CTranslate2 export description")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:  # format 1 recorded no digests of the export's files
-        raise TinyMTError(f"{file} has export format {version!r}, this tinymt reads "
-                          f"{FORMAT_VERSION}: re-export the model with this tinymt")
     if not _is_sha256(meta.get("meta_sha256")):
         raise TinyMTError(f"{file} is damaged (meta_sha256: expected a sha256 hex digest); "
                           "re-export the model")
@@ -93,10 +89,6 @@ def _shape_problem(meta: dict) -> str | None:
     positions = meta.get("max_positions")
     if type(positions) is not int or not 2 <= positions <= MAX_WIDTH:
         return f"max_positions: expected an integer in [2, {MAX_WIDTH}]"
-    if meta.get("quantization") not in QUANTIZATIONS:
-        return f"quantization: expected one of {', '.join(QUANTIZATIONS)}"
-    if not isinstance(meta.get("tokenizer_sha256"), str):
-        return "tokenizer_sha256: expected a string"
     data = meta.get("data")
     if not isinstance(data, dict) or data.get("reverse") not in (None, True, False) or any(
             not isinstance(data.get(k), str | None) for k in ("name", "src_lang", "tgt_lang")):
@@ -108,21 +100,12 @@ def _shape_problem(meta: dict) -> str | None:
         if (not isinstance(name, str) or name in ("", ".", "..", META, README)
                 or Path(name).name != name or "\\" in name or not _is_sha256(digest)):
             return f"files: {name!r}: expected a file name of the export and its sha256"
-    missing = [n for n in _REQUIRED if n not in files]
-    if missing:
-        return f"files: {', '.join(missing)} not recorded"
     return None
 
 
-_REQUIRED = ("model.bin", "config.json")
-# files CTranslate2 or load_tokenizers would read, and so must have been recorded
-_DECIDING = re.compile(r"model\.bin|config\.json|(shared_|source_|target_)?vocabulary\.(json|txt)"
-                       r"|vocab_mapping\.txt|(spm|src|tgt)\.model")
-
-
 def verify_files(path: Path, meta: dict) -> None:
-    """Every file recorded in ``meta["files"]`` is there with the bytes exported, and no
-    file that would decide the output was added; else one line naming the file."""
+    """Every file recorded in ``meta["files"]`` is there with the bytes exported; else one
+    line naming the file."""
     for name, digest in meta["files"].items():
         file = path / name
         if not file.is_file():
@@ -135,10 +118,6 @@ def verify_files(path: Path, meta: dict) -> None:
         if not same:
             raise TinyMTError(f"{file} was changed after export; re-export the model with "
                               "scripts/export.py")
-    for file in sorted(path.iterdir()):
-        if _DECIDING.fullmatch(file.name) and file.name not in meta["files"]:
-            raise TinyMTError(f"{file} was not part of the export (added after export); "
-                              "remove it or re-export the model with scripts/export.py")
 
 
 def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> LoadedExport:
@@ -208,12 +187,9 @@ def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]],
                   nbest: int = 1, batch_tokens: int = 4096, progress: bool = False,
                   beam_rule: str = "full") -> Hyps:
     """What :func:`tinymt.decoding.translate_ids` returns, by CTranslate2 (``beam_rule=full``
-    only). Greedy goes in one call under the largest cap, each output cut at its own
+    only: the config refuses ``shrink`` with ``engine=ct2``). Greedy goes in one call under the largest cap, each output cut at its own
     (greedy picks do not depend on the cap); beam search's last step does, so it goes in
     groups of sentences with equal caps, one call each."""
-    if beam_rule != "full":
-        raise TinyMTError(f"beam_rule={beam_rule!r}: CTranslate2 searches with beam_rule=full "
-                          "only; use engine=torch for the shrink rule")
     check_beam(beam, nbest)
     caps = []
     for s in src_ids:

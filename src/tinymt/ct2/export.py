@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tinymt import __version__
 from tinymt.checkpoint import file_sha256
-from tinymt.ct2.convert import build_spec, check_exportable, require_ct2
+from tinymt.ct2.convert import build_spec, require_ct2
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import check_output, write_folder, write_text
 from tinymt.rundir import LoadedRun
@@ -30,17 +30,12 @@ from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 META = "tinymt_export.json"
 README = "README.md"
 FORMAT = "tinymt-ct2"
-FORMAT_VERSION = 2  # the digests of every file and meta_sha256 recorded
 QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
 
 
 def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> Path:
     """Write the CTranslate2 model of ``run``'s loaded checkpoint to the new folder ``out``."""
     check_output(out, "out", folder=True)
-    if quantization not in QUANTIZATIONS:
-        raise TinyMTError(f"quantization={quantization!r}: choose one of "
-                          f"{', '.join(QUANTIZATIONS)}")
-    check_exportable(run.state["model_config"])
     ct2 = require_ct2()
     spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer)
     try:
@@ -51,7 +46,7 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
                           ) from None
     data = run.config.get("data", {}) or {}
     meta = {  # what load_export reads back
-        "format": FORMAT, "format_version": FORMAT_VERSION, "quantization": quantization,
+        "format": FORMAT, "quantization": quantization,
         "tinymt_version": __version__, "ctranslate2_version": ct2.__version__,
         "from": {"run_dir": str(run.run_dir), "checkpoint": str(run.checkpoint),
                  "step": run.state.get("step")},

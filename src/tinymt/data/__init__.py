@@ -12,14 +12,13 @@ temporary folder, marked ``COMPLETE`` and renamed into place, so an interrupted 
 never trusted later. :mod:`~tinymt.data.sampling` re-segments train every epoch (not cached).
 """
 
-from tinymt.data.cache import COMPLETE, PIPELINE_VERSION, cache_key, cache_path
+from tinymt.data.cache import cache_path
 from tinymt.data.pipeline import normalize, prepare, source_language, target_language
 from tinymt.data.prepared import PreparedData, summary_table
 from tinymt.data.sampling import TrainSegments
-from tinymt.data.sources import MAX_LINE_CHARS, SPLITS, capped_lines, read_lines
+from tinymt.data.sources import MAX_LINE_CHARS, capped_lines, read_lines
 
 __all__ = [
-    "COMPLETE", "MAX_LINE_CHARS", "PIPELINE_VERSION", "SPLITS", "TrainSegments",
-    "PreparedData", "cache_key", "capped_lines", "cache_path", "normalize", "prepare",
-    "read_lines", "summary_table", "source_language", "target_language"
+    "MAX_LINE_CHARS", "TrainSegments", "PreparedData", "capped_lines", "cache_path",
+    "normalize", "prepare", "read_lines", "summary_table", "source_language", "target_language"
 ]

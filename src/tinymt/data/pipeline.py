@@ -118,15 +118,6 @@ def _train_tokenizers(cfg, train: Path, tok_dir: Path) -> tuple[Tokenizer, Token
     return src_tok, tgt_tok
 
 
-def _encode(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Batch-encode, each distinct sentence once (generated corpora repeat many)."""
-    unique = list(dict.fromkeys(texts))
-    if len(unique) == len(texts):
-        return tok.encode_batch(texts)
-    ids = dict(zip(unique, tok.encode_batch(unique)))
-    return [ids[t] for t in texts]
-
-
 def _length_filter(cfg, cols: Columns, left: list[int]) -> Columns:
     """The max_len and max_len_ratio filters, in that order, on a chunk of the train split
     (valid/test pairs are never dropped for length); ``left`` counts the pairs before the
@@ -158,8 +149,8 @@ def _tokenize_split(text: Path, toks: tuple[Tokenizer, Tokenizer], out: SplitWri
     lens: dict[str, list] = {"src": [], "tgt": []}
     unk = {"src": 0, "tgt": 0}
     for cols in read_chunks(text):
-        cols["src_ids"] = _encode(toks[0], cols["src"])
-        cols["tgt_ids"] = _encode(toks[1], cols["tgt"])
+        cols["src_ids"] = toks[0].encode_batch(cols["src"])
+        cols["tgt_ids"] = toks[1].encode_batch(cols["tgt"])
         if keep is not None:
             cols = keep(cols)
         if not cols["src"]:
@@ -177,8 +168,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
     """Load, clean, tokenize and filter into ``tmp``; returns the stats."""
     t0 = time.perf_counter()
     log(f"data: loading {_describe(cfg)}")
-    staging = tmp / STAGING
-    staging.mkdir()
+    staging = tmp / STAGING  # made by its first ChunkWriter
     chunks = load_chunks(cfg, log)
     texts = {split: staging / f"{split}.text.arrow" for split in SPLITS}
     dropped: dict[str, dict[str, int]] = {
@@ -219,7 +209,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
 @contextlib.contextmanager
 def _quiet_and_uncollected():
     """No datasets progress bars, and no cyclic GC: millions of small lists, no cycles, which
-    it would only rescan (10x slower)."""
+    it would only rescan (10x slower). A decorator too (``contextlib``), each call its own."""
     import datasets  # (where used: tinymt.data.sources says why)
     bars, collecting = not datasets.are_progress_bars_disabled(), gc.isenabled()
     datasets.disable_progress_bars()
@@ -233,13 +223,9 @@ def _quiet_and_uncollected():
             gc.enable()
 
 
+@_quiet_and_uncollected()
 def prepare(cfg, log: Log = print) -> PreparedData:
     """Load, clean, tokenize and filter the corpus of ``cfg`` (a ``DataConfig``), cached."""
-    with _quiet_and_uncollected():
-        return _prepare(cfg, log)
-
-
-def _prepare(cfg, log: Log) -> PreparedData:
     final = cache_path(cfg)
     cached = load_complete(final, log)
     if cached is not None:

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tinymt.checkpoint import file_sha256
-from tinymt.data.sources import SPLITS, ChunkWriter, record_batches
+from tinymt.data.sources import SPLITS, ChunkWriter
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json, write_text
 from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
@@ -181,83 +180,20 @@ _DAMAGE = (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError,
 
 def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
     """The prepared data in ``folder``; :class:`DamagedCache` when it is evidently damaged:
-    a file missing or unparsable, or contents that contradict each other (see
-    :func:`check_splits`), found before anything uses them."""
+    a file missing or unparsable (its bytes are those written: the digests of ``COMPLETE``,
+    :mod:`tinymt.data.cache`)."""
+    import datasets
     try:
         stats = load_json(folder / "stats.json", "the data stats")
-        splits = {s: _load_split(folder / SPLITS_DIR / s) for s in SPLITS}
+        splits = {s: datasets.load_from_disk(str(folder / SPLITS_DIR / s)) for s in SPLITS}
         src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
-        check_splits(folder, splits, stats, src_tok, tgt_tok)
-    except (MemoryError, DamagedCache):  # pyarrow's MemoryError is an ArrowException too
+    except MemoryError:  # pyarrow's MemoryError is an ArrowException too
         raise
     except _DAMAGE as e:
-        raise DamagedCache(f"{type(e).__name__}: {e}".splitlines()[0]) from None
+        raise DamagedCache(f"{type(e).__name__}: {first_line(e)}") from None
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
     return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats, cache_hit)
-
-
-def _load_split(where: Path) -> datasets.Dataset:
-    """One split's folder (as ``save_to_disk`` writes it); damage named by that folder."""
-    import datasets
-    try:
-        return datasets.load_from_disk(str(where))
-    except MemoryError:
-        raise
-    except _DAMAGE as e:
-        raise DamagedCache(f"{where}: {type(e).__name__}: {first_line(e)}") from None
-
-
-def check_splits(folder: Path, splits: dict[str, datasets.Dataset], stats: dict,
-                 src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
-    """What the files of an entry say agrees, or :class:`DamagedCache` naming the file:
-    ``stats.json``'s vocabulary sizes are the tokenizers', its pair counts the splits';
-    each split's Arrow data is valid (offsets within their buffers), its id columns are
-    lists of integers without nulls, and every id lies in ``[0, vocabulary size)`` of its
-    side. Read batch by batch from the split's files, not memory-mapped (the pages read are
-    not kept: a 3M-pair cache is checked in a few MB); vectorised within a batch.
-    Digests alone cannot tell: a marker can be recomputed over wrong ids."""
-    sizes = {"src": src_tok.vocab_size, "tgt": tgt_tok.vocab_size}
-    if stats.get("vocab_size") != sizes:
-        raise DamagedCache(f"{folder / 'stats.json'}: vocab_size {stats.get('vocab_size')!r:.60} "
-                           f"but the tokenizers have {sizes}")
-    pairs = stats.get("pairs")
-    for split, ds in splits.items():
-        where = folder / SPLITS_DIR / split
-        declared = pairs.get(split) if isinstance(pairs, dict) else None
-        if type(declared) is not int or declared != ds.num_rows:
-            raise DamagedCache(f"{where} holds {ds.num_rows} pairs, but stats.json says "
-                               f"{declared!r:.40}")
-        rows = 0
-        for batch in (b for f in ds.cache_files for b in record_batches(f["filename"])):
-            try:
-                batch.validate(full=True)
-            except pa.ArrowInvalid as e:
-                raise DamagedCache(f"{where} is not valid Arrow data ({first_line(e)})") from None
-            rows += batch.num_rows
-            for side, size in sizes.items():
-                _check_ids(batch, f"{side}_ids", size, where)
-        if rows != ds.num_rows:
-            raise DamagedCache(f"{where}: its files hold {rows} rows, its dataset {ds.num_rows}")
-        pa.default_memory_pool().release_unused()  # the batches read: back to the system
-
-
-def _check_ids(batch: pa.RecordBatch, name: str, size: int, where: Path) -> None:
-    """``name`` is a column of lists of integers without nulls, each in ``[0, size)``."""
-    if name not in batch.schema.names:
-        raise DamagedCache(f"{where} has no {name} column")
-    column = batch.column(name)
-    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) or not \
-            pa.types.is_integer(column.type.value_type):
-        raise DamagedCache(f"{where}: {name} holds {column.type}, not lists of token ids")
-    ids = pc.list_flatten(column)
-    if column.null_count or ids.null_count:
-        raise DamagedCache(f"{where}: {name} has missing values")
-    found = pc.min_max(ids)
-    low, high = found["min"].as_py(), found["max"].as_py()  # None when there are none
-    if len(ids) and (low < 0 or high >= size):
-        raise DamagedCache(f"{where}: {name} holds the token id {low if low < 0 else high}, "
-                           f"outside the vocabulary of {size} pieces")
 
 
 def side_stats(lens: np.ndarray, unk: int) -> dict:

@@ -23,11 +23,6 @@ from tinymt.data.prepared import PreparedData
 Ids = list[list[int]]
 
 
-def draw_seed(seed: int, epoch: int, side: int) -> int:
-    """The seed of one side's (0 source, 1 target) draw in one epoch: a 32-bit hash."""
-    return int(np.random.SeedSequence([seed, epoch, side]).generate_state(1)[0])
-
-
 class TrainSegments:
     """The train split's ids for each epoch: sampled when ``alpha > 0``, else the cached
     deterministic ids (the same lists every epoch)."""
@@ -61,16 +56,15 @@ class TrainSegments:
 
     def lengths(self, epoch: int) -> tuple[list[int], list[int]]:
         """Token counts (no bos/eos) per pair in ``epoch``: what its batches are cut by."""
-        if not self.sampling:
-            return self.data.lengths("train")
         src, tgt = self.ids(epoch)
         return [len(s) for s in src], [len(t) for t in tgt]
 
     def _draw(self, epoch: int) -> tuple[Ids, Ids]:
         sides = []
         for side, tok in enumerate((self.data.src_tokenizer, self.data.tgt_tokenizer)):
-            drawn = tok.encode_sampled(self._texts[side], self.alpha, self.nbest_size,
-                                       draw_seed(self.seed, epoch, side))
+            # the seed of one side's (0 source, 1 target) draw in one epoch: a 32-bit hash
+            seed = int(np.random.SeedSequence([self.seed, epoch, side]).generate_state(1)[0])
+            drawn = tok.encode_sampled(self._texts[side], self.alpha, self.nbest_size, seed)
             sides.append([d if len(d) <= self.max_len else f
                           for d, f in zip(drawn, self._fixed[side])])
         return sides[0], sides[1]

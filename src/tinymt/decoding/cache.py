@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from tinymt.attention import MultiHeadAttention
-from tinymt.model import Attn, Transformer, embed
+from tinymt.model import Attn, Transformer
 
 
 class KVCache:
@@ -148,8 +148,8 @@ def decode_step(model: Transformer, tokens: Tensor, cache: DecoderCache,
     """Feed the next target token of every row ``(R, 1)`` and extend ``cache``: the
     logits of the next token ``(R, V_tgt)`` (and, with ``need_weights``,
     ``{"decoder_self": [(R, h, 1, step + 1)], "cross": [(R, h, 1, S)]}``)."""
-    x = embed(model, tokens, model.tgt_embed, model.tgt_pos, "a target prefix",
-              offset=cache.step)  # (R, 1, d)
+    x = model.embed(tokens, model.tgt_embed, model.tgt_pos, "a target prefix",
+                    offset=cache.step)  # (R, 1, d)
     self_ws, cross_ws = [], []
     for layer, layer_cache in zip(model.decoder_layers, cache.layers):
         x, self_w, cross_w = layer(x, None, cache.src_mask, None, need_weights,

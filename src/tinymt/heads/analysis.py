@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from tinymt import KINDS
 from tinymt.checkpoint import save_checkpoint
 from tinymt.config import check_analyze, load_config_file
 from tinymt.errors import TinyMTError
@@ -20,7 +21,6 @@ from tinymt.heads.gates import all_heads, gates_without, head_shapes, pruned_hea
 from tinymt.heads.sentences import load_sentences, showcase_links
 from tinymt.heads.stats import alignment_summary, attention_pass
 from tinymt.labels import head_labels
-from tinymt.model import KINDS
 from tinymt.relations import relation_summary
 from tinymt.rundir import CONFIG, checkpoint_path, find_run, holds_run, load_run, lock_run
 from tinymt.runtime import pick_device
@@ -54,7 +54,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
         return {"runs": [str(r) for r in runs], "results": results, "report": str(path)}
     run_dir = find_run(cfg.run, cfg.outputs_root)
     if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
-        check_output(cfg.prune_output, "prune_output", owner=run_dir)
+        check_output(cfg.prune_output, "prune_output")
     lock = lock_run(run_dir, "analyse the heads of")  # its reports go into the run
     try:
         return _analyze_run(OmegaConf.merge(cfg, {"run": str(run_dir)}), progress, log)
@@ -110,7 +110,7 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
         heads = pruning.prune_order(importance)[:k]
         out_path = Path(cfg.prune_output or checkpoint_path(run.run_dir, "pruned"))
         save_checkpoint(pruning.pruned_state(run.state, heads, cfg.prune, run.checkpoint),
-                        out_path, owner=run.run_dir)
+                        out_path)
         bleu = pruning.gated_bleu(model, data.src_ids, data.refs, run.tgt_tokenizer, tgt_lang,
                                   gates_without(model, heads, device), cfg.batch_tokens, device)
         log(f"pruned checkpoint ({k}/{len(all_heads(model))} heads masked, BLEU {bleu:.2f}): "
@@ -140,13 +140,12 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
         "pruned": pruned, "report": str(run_dir / report.REPORT),
         "json": str(run_dir / report.JSON_REPORT),
     }
-    pngs = report.write_figures(result, run_dir / report.FIGURES, owner=run_dir)
+    pngs = report.write_figures(result, run_dir / report.FIGURES)
     report.write_tensorboard(run_dir, {tag: img for tag, (_, img) in pngs.items()}, result,
                       int(run.state.get("step") or 0))
     result["figures"] = {tag: str(p) for tag, (p, _) in pngs.items()}
-    write_text(report.markdown_report(result, run_dir), run_dir / report.REPORT,
-               owner=run_dir)
-    report.write_json(result, run_dir / report.JSON_REPORT, owner=run_dir)
+    write_text(report.markdown_report(result, run_dir), run_dir / report.REPORT)
+    report.write_json(result, run_dir / report.JSON_REPORT)
     _log_summary(result, log)
     return result
 
@@ -162,9 +161,7 @@ def _log_summary(r: dict, log) -> None:
            else f"; {r['alignment_note']}"))
     if r["relations"]:
         log("relations with a head beating the best fixed offset: " + "; ".join(
-            f"{kind} {len(v['tracked'])}/{len({row['relation'] for row in v['rows']})}"
-            + (f" ({', '.join(v['tracked'])})" if v["tracked"] else "")
-            for kind, v in r["relations"].items()))
+            f"{kind} {report.tracked(v)}" for kind, v in r["relations"].items()))
     run_dir = Path(r["run_dir"])
     log(f"report: {run_dir / report.REPORT}, numbers: {run_dir / report.JSON_REPORT}  (figures "
         f"in {run_dir / report.FIGURES}/, TensorBoard tags heads/...)")

@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tinymt import KINDS
 from tinymt.batching import eval_batches
+from tinymt.checkpoint import TRAINING_STATE
 from tinymt.decoding import translate_ids
 from tinymt.heads.gates import gated_heads, gates_without, head_shapes, progress_bar, prune_weights
 from tinymt.loss import sequence_loss
 from tinymt.metrics import score
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 from tinymt.runtime import eval_mode
 
 CURVES = ("all", *KINDS)
 BLEU_DROP = 1.0  # "prunable" = BLEU within this many points of the unpruned model
-# what a pruned checkpoint leaves out: it is for translating, not for resuming training
-TRAINING_STATE = ("optimizer", "scheduler", "rng", "sampler")
 
 
 def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
@@ -128,8 +128,9 @@ def pruning_curves(model: Transformer, src_ids, refs: Sequence[str], tgt_tokeniz
 def pruned_state(saved: dict, heads: Sequence[tuple[str, int, int]], fraction: float,
                  source: Path) -> dict:
     """Checkpoint ``saved`` with ``heads`` switched off (their ``W_O`` columns zeroed),
-    without the training state, and a ``"pruned"`` entry saying which heads those are."""
-    state = {key: v for key, v in saved.items() if key not in TRAINING_STATE}
+    without the training state (its ``trainer_state`` kept, as averaging keeps it), and a
+    ``"pruned"`` entry saying which heads those are."""
+    state = {key: v for key, v in saved.items() if key not in TRAINING_STATE[1:]}
     state["model"] = prune_weights(state["model"], heads, saved["model_config"]["n_heads"])
     state["pruned"] = {"fraction": fraction, "heads": [list(h) for h in heads],
                        "from": str(source)}

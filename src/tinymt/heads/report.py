@@ -13,11 +13,11 @@ from matplotlib.patches import FancyArrowPatch
 from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
+from tinymt import KINDS
 from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
 from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
 from tinymt.labels import BROAD_ENTROPY, POSITIONAL_MASS
-from tinymt.model import KINDS
 from tinymt.plotting import cjk_font_name, heatmap, save_figure
 from tinymt.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
 
@@ -29,9 +29,9 @@ _SHOWN_SHARE = 0.3  # a link not in the gold is drawn when it gets this much of 
 
 
 # ----------------------------------------------------------------------------- figures
-def write_figures(r: dict, fig_dir: Path, owner=None) -> dict[str, tuple[Path, np.ndarray]]:
+def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
     """Every figure of result ``r`` saved under ``fig_dir``: ``{tag: (png path, image
-    (H, W, 3) uint8)}`` (``owner``: the run this process holds)."""
+    (H, W, 3) uint8)}``."""
     figures = {}  # tag -> matplotlib figure
     for kind in KINDS:
         for name, values, title in (
@@ -53,7 +53,7 @@ def write_figures(r: dict, fig_dir: Path, owner=None) -> dict[str, tuple[Path, n
     paths = {tag: fig_dir / f"{'aer_cross' if tag == 'aer' else tag.replace('/', '_')}.png"
              for tag in figures}
     return {tag: (paths[tag], np.asarray(Image.open(io.BytesIO(  # (H, W, 3) uint8: TensorBoard
-        save_figure(fig, paths[tag], owner))).convert("RGB"))) for tag, fig in figures.items()}
+        save_figure(fig, paths[tag]))).convert("RGB"))) for tag, fig in figures.items()}
 
 
 def _heatmap(values: np.ndarray, title: str):
@@ -225,12 +225,12 @@ def _fmt_aer(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
-def _tracked(v: dict, bold: str = "") -> str:
+def tracked(v: dict, bold: str = "") -> str:
     """``n of m (relation, ...)``: the relations of one kind with a head beating the
     baseline, of those seen."""
-    tracked = v["tracked"]
-    return (f"{bold}{len(tracked)} of {len({row['relation'] for row in v['rows']})}{bold}"
-            + (f" ({', '.join(tracked)})" if tracked else ""))
+    names = v["tracked"]
+    return (f"{bold}{len(names)} of {len({row['relation'] for row in v['rows']})}{bold}"
+            + (f" ({', '.join(names)})" if names else ""))
 
 
 # long: the report's sections in order, each a few tables and figures
@@ -335,7 +335,7 @@ def _relation_section(r: dict, img) -> list[str]:
     for kind in RELATION_KINDS:
         rows = summary[kind]["rows"]
         L += [f"### {kind}", "",
-              f"Relations with a head beating the baseline: {_tracked(summary[kind], '**')}.", "",
+              f"Relations with a head beating the baseline: {tracked(summary[kind], '**')}.", "",
               *_table(["relation", "instances", "best head", "accuracy", "baseline (offset)",
                        "margin", "tracks"],
                       ([row_label(row), row["instances"], "{}.{}".format(*row["best_head"]),
@@ -355,7 +355,7 @@ def _relation_section(r: dict, img) -> list[str]:
                             for name, (what, zh, en) in RELATION_DOCS.items()) + ".", ""]
 
 
-def write_json(r: dict, path: Path, owner=None) -> None:
+def write_json(r: dict, path: Path) -> None:
     """``heads.json``: the relation numbers (and what they were measured on)."""
     summary = r.get("relations")
     doc = {"run_dir": r["run_dir"], "checkpoint": r["checkpoint"], "split": r["split"],
@@ -367,7 +367,7 @@ def write_json(r: dict, path: Path, owner=None) -> None:
                                for row in summary[kind]["rows"]]}
                for kind in RELATION_KINDS},
            "relations_note": r.get("relations_note")}
-    write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", path, owner=owner)
+    write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", path)
 
 
 # ----------------------------------------------------------------------------- a sweep
@@ -383,7 +383,7 @@ def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) ->
                   *(f"relations tracked, {k}" for k in kinds)],
                  ([label, _num(m.get("test_bleu")), m.get("steps", "?"),
                    _num(m.get("train_seconds"), ".0f"),
-                   *(_tracked(rel[k]) if k in rel else "n/a" for k in kinds)]
+                   *(tracked(rel[k]) if k in rel else "n/a" for k in kinds)]
                   for label, m, rel in zip(labels, metrics,
                                            (r.get("relations") or {} for r in results))))]
     for kind in kinds:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tinymt import KINDS
 from tinymt.batching import eval_batches
 from tinymt.heads.gates import head_shapes, progress_bar
 from tinymt.labels import AttentionStats, add_rows
-from tinymt.model import KINDS, Transformer
+from tinymt.model import Transformer
 from tinymt.relations import RelationCounts
 from tinymt.runtime import eval_mode
 

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import CONFIDENT, SENTENCE_END, detect
+from tinymt.text import SENTENCE_END, detect
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
 # LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
@@ -45,15 +45,6 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one request may hold (the server's config)."""
-
-    max_chars: int = 5000
-    max_items: int = 100
-    max_body_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -88,10 +79,11 @@ class TranslateRequest:
 
 
 # ----------------------------------------------------------------------------- reading
-async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | None) -> dict:
+async def read_fields(request: Request, limits, keys: frozenset[str] | None) -> dict:
     """The request's fields: the query string, then a JSON object, a urlencoded or a
     multipart form body on top. The body is read up to ``limits.max_body_bytes`` (413
-    beyond); anything unreadable is one 400. Then the API key is checked (``keys``)."""
+    beyond; ``limits``: the server's config, :class:`tinymt.config.ServeConfig`); anything
+    unreadable is one 400. Then the API key is checked (``keys``)."""
     too_large = ApiError(413, f"Invalid request: the body is over {limits.max_body_bytes:,} bytes")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limits.max_body_bytes:
@@ -103,10 +95,7 @@ async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | N
         body += chunk
         if len(body) > limits.max_body_bytes:
             raise too_large
-    if not body:
-        check_key(fields, keys)
-        return fields
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower() if body else ""
     if kind == "application/json":
         try:
             value = json.loads(body.decode("utf-8"))
@@ -130,7 +119,7 @@ async def read_fields(request: Request, limits: Limits, keys: frozenset[str] | N
         except Exception as e:  # noqa: BLE001  (python-multipart's and starlette's errors)
             raise ApiError(400, f"Invalid request: the form cannot be read ({e})") from None
         fields.update(_fields((k, v) for k, v in form.multi_items() if isinstance(v, str)))
-    else:
+    elif body:
         raise ApiError(400, "Invalid request: send JSON (Content-Type: application/json) or a "
                             "form (application/x-www-form-urlencoded or multipart/form-data)")
     check_key(fields, keys)
@@ -161,7 +150,7 @@ def check_key(fields: Mapping, keys: frozenset[str] | None) -> None:
         raise ApiError(403, "Invalid API key")
 
 
-def text_items(fields: Mapping, limits: Limits, max_items: int | None = None
+def text_items(fields: Mapping, limits, max_items: int | None = None
                ) -> tuple[list[str], bool]:
     """``(q as a list of strings, whether q was one string)``, checked against the limits."""
     q = fields.get("q")
@@ -187,7 +176,7 @@ def text_items(fields: Mapping, limits: Limits, max_items: int | None = None
     return items, single
 
 
-def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
+def translate_request(fields: Mapping, limits, pair: Pair, beam: int
                       ) -> TranslateRequest:
     """``POST /translate``'s fields, checked; ``beam``: the server's beam size (n-best
     lists hold at most that many)."""
@@ -211,9 +200,10 @@ def translate_request(fields: Mapping, limits: Limits, pair: Pair, beam: int
 
 # ----------------------------------------------------------------------------- answers
 def translate_answer(req: TranslateRequest, nbests: list[list[str]],
-                     detected: list[dict] | None = None) -> dict:
+                     detected: list[dict] | None = None, kept: int = 0) -> dict:
     """LibreTranslate's answer: each item's best translation, its alternatives (the next
-    best of the n-best) when asked for, and ``detected`` (``source=auto``)."""
+    best of the n-best) when asked for, ``detected`` (``source=auto``), and how many
+    segments held no word of the source language and came back as they were (``kept``)."""
     best = [hyps[0] if hyps else "" for hyps in nbests]
     out: dict = {"translatedText": best[0] if req.single else best}
     if req.alternatives:
@@ -221,6 +211,8 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]],
         out["alternatives"] = alts[0] if req.single else alts
     if detected is not None:
         out["detectedLanguage"] = detected[0] if req.single else detected
+    if kept:
+        out["untranslatedSegments"] = kept
     return out
 
 
@@ -229,11 +221,3 @@ def detections(items: list[str]) -> list[dict]:
     LibreTranslate's languages, confidence in %."""
     return [{"confidence": round(100 * p, 1), "language": lang}
             for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
-
-
-def check_detected(detected: list[dict], pair: Pair) -> None:
-    """``source=auto``: an item confidently in another language than the model's is the
-    400 of a pair this server does not translate, never a translation made up."""
-    for d in detected:
-        if d["confidence"] >= 100 * CONFIDENT:
-            pair.check(d["language"], pair.target)

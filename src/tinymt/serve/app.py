@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import re
 import signal
 import socket
@@ -45,7 +44,6 @@ from starlette.responses import (
 from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from tinymt.config import check_serve
 from tinymt.errors import TinyMTError
 from tinymt.fonts import (
     FontBusy,
@@ -57,7 +55,6 @@ from tinymt.fonts import (
 )
 from tinymt.serve.api import (
     ApiError,
-    check_detected,
     check_key,
     detections,
     read_fields,
@@ -65,7 +62,8 @@ from tinymt.serve.api import (
     translate_answer,
     translate_request,
 )
-from tinymt.serve.service import Service
+from tinymt.serve.service import Service, settle
+from tinymt.text import CONFIDENT
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
 
@@ -87,14 +85,17 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def _json_errors(handler: Handler) -> Handler:
-    """A route whose every failure is ``{"error": ...}``: ours with their status, anything
-    else a 500 (one line on stderr, no traceback)."""
+    """A route whose every failure is ``{"error": ...}``: ours with their status, the
+    model's refusal of its input (a :class:`TinyMTError`) a 400, anything else a 500 (one
+    line on stderr, no traceback)."""
 
     async def route(request: Request) -> Response:
         try:
             return await handler(request)
         except ApiError as e:
             return JSONResponse({"error": e.message}, status_code=e.status)
+        except TinyMTError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody reads it
         except asyncio.CancelledError:  # the shutdown's SHUTDOWN_S ran out: dropped
@@ -158,8 +159,7 @@ OFF_ROUTES = [  # what LibreTranslate 1.9 answers with these features off (its d
 
 
 def create_app(service: Service) -> Starlette:
-    """The routes of the module docstring over ``service``; ``service.close()`` when the
-    server stops (after the requests it accepted have their answers)."""
+    """The routes of the module docstring over ``service``."""
 
     @_json_errors
     async def translate(request: Request) -> Response:
@@ -167,13 +167,12 @@ def create_app(service: Service) -> Starlette:
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair, service.decode.beam)
             detected = detections(req.items) if req.auto else None
-            check_detected(detected or [], service.pair)  # (a 400 before any work)
+            for d in detected or []:  # confidently another language: that pair's 400, before
+                if d["confidence"] >= 100 * CONFIDENT:  # any work (never a translation made up)
+                    service.pair.check(d["language"], service.pair.target)
             nbests, kept = await service.translate(req.items, req.alternatives + 1, arrival,
                                                    req.html)
-        answer = translate_answer(req, nbests, detected)
-        if kept:  # segments with no word of the source language, returned as they were
-            answer["untranslatedSegments"] = kept
-        return JSONResponse(answer)
+        return JSONResponse(translate_answer(req, nbests, detected, kept))
 
     @_json_errors
     async def detect_language(request: Request) -> Response:  # LibreTranslate's /detect
@@ -226,19 +225,13 @@ def create_app(service: Service) -> Starlette:
     # LibreTranslate answers browsers of any origin (web apps, extensions): so do we
     middleware = [Middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"],
                              allow_headers=["*"])]
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        yield
-        service.close()
-
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+    return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: _not_found})
 
 
 def serve(cfg) -> dict:
-    """Serve until stopped; returns the worker's counts (batches, sentences, ...)."""
-    check_serve(cfg)
+    """Serve ``cfg`` (checked: :func:`tinymt.config.check_serve`) until stopped; the worker
+    then finishes what it holds. Returns its counts (batches, sentences, ...)."""
     if cfg.threads and cfg.engine == "torch":
         torch.set_num_threads(cfg.threads)
     sock = _listen(cfg.host, cfg.port)  # a taken port fails before the model loads
@@ -254,7 +247,7 @@ def serve(cfg) -> dict:
             "read_timeout_s": cfg.read_timeout_s, "send_timeout_s": cfg.send_timeout_s})
         server = uvicorn.Server(uvicorn.Config(
             create_app(service), http=connection, log_level="warning",
-            access_log=cfg.access_log, limit_concurrency=cfg.max_connections, lifespan="on",
+            access_log=cfg.access_log, limit_concurrency=cfg.max_connections,
             server_header=False, timeout_graceful_shutdown=SHUTDOWN_S))
         host, port = sock.getsockname()[:2]
         search = "greedy" if cfg.decode.beam == 1 else f"beam {cfg.decode.beam}"
@@ -271,7 +264,7 @@ def serve(cfg) -> dict:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         if service is not None:
-            service.close()
+            service.batcher.close()
         sock.close()
     stats = service.batcher.stats
     print(f"stopped: {stats['sentences']:,} sentences in {stats['batches']:,} batches",
@@ -287,15 +280,15 @@ async def _on_daemon_thread(fn: Callable, *args):
 
     def work():
         try:
-            result, error = fn(*args), None
+            result = fn(*args)
         except Exception as e:  # noqa: BLE001  (raised in the route)
-            result, error = None, e
-        with contextlib.suppress(RuntimeError):  # the loop is gone
-            loop.call_soon_threadsafe(lambda: future.done() or (
-                future.set_exception(error) if error else future.set_result(result)))
+            result = e
+        settle(loop, future, result)
 
     threading.Thread(target=work, daemon=True).start()
-    return await future
+    if isinstance(result := await future, Exception):
+        raise result
+    return result
 
 
 class Connection(H11Protocol):

@@ -36,39 +36,20 @@ class Closed(Exception):
 class Job:
     """Work for the worker thread: sentences (id lists, no EOS) to translate with ``nbest``
     hypotheses each, or, given ``fn``, a *task*: ``fn()`` run alone (it may use the model),
-    counting for ``weight`` sentences in the queue. ``on_done`` is called from the worker
+    counting for one sentence in the queue. ``on_done`` is called from the worker
     thread with the result or the exception raised; a job whose caller gave up is
     ``cancelled``: the worker skips it if it has not started it."""
 
     ids: list[list[int]] = field(default_factory=list)
     nbest: int = 1
     fn: Callable[[], object] | None = None
-    weight: int = 1
-    on_done: Callable[[object], None] | None = None
+    on_done: Callable[[object], None] = lambda result: None
     cancelled: bool = False
 
     @property
     def size(self) -> int:
         """The sentences it counts for in the queue."""
-        return len(self.ids) if self.fn is None else self.weight
-
-    def finish(self, result: object) -> None:
-        if self.on_done is not None:
-            self.on_done(result)
-
-
-class Arrival:
-    """One request counted as arriving until it leaves (queued, or failed), once."""
-
-    def __init__(self, batcher: MicroBatcher):
-        self.batcher, self.counted = batcher, True
-
-    def leave(self) -> None:
-        with self.batcher._cond:  # an RLock: submit() calls this holding it
-            if self.counted:
-                self.counted = False
-                self.batcher._arriving -= 1
-                self.batcher._cond.notify_all()
+        return len(self.ids) if self.fn is None else 1
 
 
 class MicroBatcher:
@@ -83,7 +64,7 @@ class MicroBatcher:
         self.queued = 0  # sentences in the queue (written under the lock only)
         self._cond = threading.Condition()
         self._closing = False
-        self._arriving = 0  # requests inside the server, not yet queued
+        self._arriving: set[object] = set()  # requests inside the server, not yet queued
         self._last_jobs = 0  # requests in the last batch
         self._thread = threading.Thread(target=self._work, name="tinymt-decode", daemon=True)
 
@@ -92,18 +73,20 @@ class MicroBatcher:
         self._thread.start()
 
     @contextlib.contextmanager
-    def arrival(self) -> Iterator[Arrival]:
+    def arrival(self) -> Iterator[object]:
         """Around a request, from its first byte until its job is queued (``submit(job,
         arrival)``) or it fails: the worker waits for arriving requests to join a batch."""
-        arrival = Arrival(self)
+        arrival = object()
         with self._cond:
-            self._arriving += 1
+            self._arriving.add(arrival)
         try:
             yield arrival
         finally:
-            arrival.leave()
+            with self._cond:
+                self._arriving.discard(arrival)
+                self._cond.notify_all()
 
-    def submit(self, job: Job, arrival: Arrival | None = None) -> None:
+    def submit(self, job: Job, arrival: object = None) -> None:
         """Queue ``job`` (``arrival``: the request it came with has arrived); :class:`Busy`
         when it does not fit, :class:`Closed` when closing."""
         size = job.size
@@ -114,8 +97,7 @@ class MicroBatcher:
                 raise Busy  # a job alone is always taken: the limits on a request bound it
             self._queue.append(job)
             self.queued += size
-            if arrival is not None:
-                arrival.leave()
+            self._arriving.discard(arrival)
             self._cond.notify_all()
 
     def run_now(self, job: Job, timeout: float | None = None) -> object:
@@ -180,7 +162,7 @@ class MicroBatcher:
                     result = live[0].fn()
                 except Exception as e:  # noqa: BLE001  (handed to the waiting request)
                     result = e
-                live[0].finish(result)
+                live[0].on_done(result)
             elif live:
                 self._translate(live)
 
@@ -196,9 +178,9 @@ class MicroBatcher:
                 hyps = self.decode(ids, nbest)
             except Exception as e:  # noqa: BLE001  (handed to each waiting request)
                 for j in group:
-                    j.finish(e)
+                    j.on_done(e)
                 continue
             start = 0
             for j in group:
-                j.finish(hyps[start:start + j.size])
+                j.on_done(hyps[start:start + j.size])
                 start += j.size

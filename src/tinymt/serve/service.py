@@ -10,24 +10,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import sys
 from html import escape
 from types import SimpleNamespace
-
-from omegaconf import OmegaConf
 
 from tinymt.ct2 import LoadedExport
 from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
-from tinymt.serve.api import ApiError, Limits, Pair
-from tinymt.serve.batcher import Arrival, Busy, Closed, Job, MicroBatcher
+from tinymt.serve.api import ApiError, Pair
+from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
 from tinymt.text import assemble, html_parts, plan
 from tinymt.translate import (
     attention_documents,
     copy_spans,
     hypothesis_texts,
-    masked_sentences,
     search,
     source_ids,
     view_name,
@@ -50,14 +46,14 @@ class Service:
 
     def __init__(self, run: LoadedRun | LoadedExport, device, cfg):
         self.run, self.device = run, device
-        self.decode = SimpleNamespace(**OmegaConf.to_container(cfg.decode, resolve=True))
+        self.decode = cfg.decode
         data = run.config.get("data", {})
         self.pair = Pair(source_language(data), target_language(data))
-        self.limits = Limits(cfg.max_chars, cfg.max_items, cfg.max_body_bytes)
+        self.limits = cfg  # a request's: its max_chars, max_items, max_body_bytes
         self.keys = read_keys(cfg.api_keys) if cfg.api_keys else None
         self.attention_items = cfg.attention_items if isinstance(run, LoadedRun) else 0
         self.text = cfg.text  # False: an item is one sentence, as given
-        self.timeout = float(cfg.timeout_s)
+        self.timeout = cfg.timeout_s
         self.engine = cfg.engine
         self.name = view_name(run) if isinstance(run, LoadedRun) else run.path.name
         self.batcher = MicroBatcher(self._decode, cfg.batch_sentences,
@@ -65,7 +61,7 @@ class Service:
 
     # ------------------------------------------------------------------ the worker's side
     def _decode(self, ids: list[list[int]], nbest: int):
-        return search(self.run, ids, SimpleNamespace(**{**vars(self.decode), "nbest": nbest}),
+        return search(self.run, ids, SimpleNamespace(**{**self.decode, "nbest": nbest}),
                       self.device)
 
     def _attention(self, item: str, masked, ids: list[int]) -> tuple[str, list[tuple[dict, str]]]:
@@ -96,9 +92,6 @@ class Service:
             self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", ("", []), sample)))
         plan(["warm-up. 热身。"], self.pair.source)  # loads the segmenter and py3langid (0.6 s)
 
-    def close(self) -> None:
-        self.batcher.close()
-
     def frontend_settings(self) -> dict:
         """``GET /frontend/settings``: LibreTranslate's defaults (no file translation, no
         suggestions), this server's limit and keys, its one pair."""
@@ -110,7 +103,7 @@ class Service:
                              (("source", self.pair.source), ("target", self.pair.target))}}
 
     # ------------------------------------------------------------------ the routes' side
-    async def translate(self, items: list[str], nbest: int, arrival: Arrival | None = None,
+    async def translate(self, items: list[str], nbest: int, arrival: object = None,
                         html: bool = False) -> tuple[list[list[str]], int]:
         """Each item's ``nbest`` translations, best first, its sentences translated as one
         batch (:mod:`tinymt.text`: the k-th of an item is each sentence's k-th; ``html``:
@@ -119,11 +112,11 @@ class Service:
         is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
         def prepare():  # (~1 ms a paragraph: a long text off the event loop)
             units = [html_parts(t) if html else [(True, t)] for t in items]
-            return units, self._plan([s for parts in units for is_text, s in parts if is_text])
+            return units, plan([s for parts in units for is_text, s in parts if is_text],
+                               self.pair.source, self.text)
         small = sum(map(len, items)) < 2000  # ~0.1 ms: a thread's hop would cost more
         units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
-        masked = masked_sentences(self.run, sents, self.text)
-        ids = source_ids(self.run, [m for m, _ in masked], warn=lambda _: None)
+        masked, ids = source_ids(self.run, sents, copy=self.text)
         hyps = await self._wait(Job(ids, nbest), arrival)
         texts = [t or [""] for t in await self._texts(masked, ids, hyps)]
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
@@ -144,9 +137,8 @@ class Service:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the
         items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
         one task a sentence (sentences to translate go in between), the rest translated."""
-        sents, plans, _ = await asyncio.to_thread(self._plan, items)
-        masked = masked_sentences(self.run, sents, self.text)
-        ids = source_ids(self.run, [m for m, _ in masked], warn=lambda _: None)
+        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source, self.text)
+        masked, ids = source_ids(self.run, sents, copy=self.text)
         drawn = min(len(ids), self.attention_items)
         done = [await self._wait(Job(fn=functools.partial(self._attention, *args)))
                 for args in zip(sents, masked, ids[:drawn])]
@@ -156,25 +148,14 @@ class Service:
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
 
-    def _plan(self, texts: list[str]) -> tuple[list[str], list[list[str | int]], int]:
-        """:func:`tinymt.text.plan`; ``text=false``: each text one sentence, as given."""
-        return plan(texts, self.pair.source) if self.text else (
-            texts, [[i] for i in range(len(texts))], 0)
-
     async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
         """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs (spans)."""
         fn = functools.partial(hypothesis_texts, self.run, masked, ids, hyps, self.device)
         return await self._wait(Job(fn=fn)) if any(spans for _, spans in masked) else fn()
 
-    async def _wait(self, job: Job, arrival: Arrival | None = None):
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def on_done(result):  # on the worker thread; RuntimeError: the loop is gone
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve, future, result)
-
-        job.on_done = on_done
+    async def _wait(self, job: Job, arrival: object = None):
+        future = asyncio.get_running_loop().create_future()
+        job.on_done = functools.partial(settle, future.get_loop(), future)
         try:
             self.batcher.submit(job, arrival)
         except Busy:
@@ -191,11 +172,8 @@ class Service:
             job.cancelled = True
             raise ApiError(503, f"no answer within {self.timeout:g} s: the server is busy; "
                                 "try again later") from None
-        if isinstance(result, TinyMTError):
-            raise ApiError(400, str(result))
-        if isinstance(result, BaseException):
-            print(f"error: {type(result).__name__}: {result}", file=sys.stderr, flush=True)
-            raise ApiError(500, f"internal error ({type(result).__name__})")
+        if isinstance(result, Exception):
+            raise result  # the route's answer: a TinyMTError a 400, any other a 500
         return result
 
     def health(self) -> dict:
@@ -207,6 +185,11 @@ class Service:
                 "queued": self.batcher.queued, **self.batcher.stats}
 
 
-def _resolve(future: asyncio.Future, result) -> None:
-    if not future.done():
-        future.set_result(result)
+def settle(loop: asyncio.AbstractEventLoop, future: asyncio.Future, result) -> None:
+    """From another thread: ``future``'s result, unless it is done (cancelled: its request
+    gave up) or its loop is gone."""
+    def done():
+        if not future.done():
+            future.set_result(result)
+    with contextlib.suppress(RuntimeError):  # the loop is closed
+        loop.call_soon_threadsafe(done)

@@ -35,13 +35,12 @@ from tinymt.checkpoint import average_checkpoints, load_checkpoint, save_checkpo
 from tinymt.config import as_train_config
 from tinymt.data import PreparedData, TrainSegments, prepare
 from tinymt.errors import TinyMTError
-from tinymt.files import clean_stale_temps, write_text
+from tinymt.files import write_text
 from tinymt.labels import LabelSample
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
     METRICS,
     RunLock,
-    checkpoint_dir,
     checkpoint_path,
     claim_run_dir,
     clock_run_dir,
@@ -146,7 +145,6 @@ def run_loop(t: Training) -> str:
     rank's time of each step), or one would stop while another waits in a collective."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
-    delay = runtime.slow_rank_delay(t.rt)  # test only: 0 unless the test asks
     batches = global_batches(t)
     window: list[tuple[float, int, float]] = []  # (loss, tokens, seconds) since the last log
     skips = 0  # non-finite losses in a row
@@ -159,8 +157,6 @@ def run_loop(t: Training) -> str:
                 return "max_epochs"
             if state["train_seconds"] >= budget_s:
                 return "max_minutes"
-            if delay:
-                time.sleep(delay)
             t0 = time.monotonic()
             loss, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             if not math.isfinite(loss):
@@ -183,8 +179,11 @@ def run_loop(t: Training) -> str:
                     return f"no BLEU gain in {tc.patience} validations"
                 t.model.train()
             elif tc.probe_every and step % tc.probe_every == 0 and t.rt.is_main and t.probes:
-                validation.log_frame(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step,
-                                     t.sample)
+                # the probes' view documents and entropy only (no BLEU, no PNG grids)
+                t.model.eval()
+                validation.log_probes(t.writer, t.model, t.cfg, t.data, t.probes, t.rt, step,
+                                      t.sample, full=False)
+                t.model.train()
             if signum:
                 stop_here(t, int(signum))  # last.pt at this step, then exit 128 + signum
     return "max_steps"
@@ -304,7 +303,7 @@ def finish(t: Training, stop_reason: str) -> dict:
         "run_dir": str(t.run_dir),
     }
     if rt.is_main:
-        write_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS, owner=t.run_dir)
+        write_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS)
         t.writer.add_scalar("test/bleu", test["bleu"], state["step"])
         t.writer.add_scalar("test/chrf", test["chrf"], state["step"])
         log_hparams(t.writer, t.cfg, metrics)
@@ -327,7 +326,7 @@ def _average(t: Training) -> Path | None:
         return None
     avg = checkpoint_path(t.run_dir, "avg")
     if t.rt.is_main:
-        save_checkpoint(average_checkpoints(steps), avg, owner=t.run_dir)
+        save_checkpoint(average_checkpoints(steps), avg)
     runtime.barrier(t.rt)
     return avg
 
@@ -356,7 +355,8 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
     if rt.distributed:
         check_same_config(cfg, rt)
-    resume = _resume_checkpoint(run_dir, rt) if tc.resume else None
+    resume = load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device) \
+        if tc.resume else None
     if resume is not None:  # before the data is built: an edited config.yaml changes nothing
         check_against_checkpoint(cfg, resume, checkpoint_path(run_dir, "last"))
     runtime.seed_everything(tc.seed)
@@ -424,9 +424,3 @@ def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[Run
     run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
     cfg.run_dir = str(run_dir)
     return run_dir
-
-
-def _resume_checkpoint(run_dir: Path, rt: runtime.Runtime) -> dict:
-    if rt.is_main:
-        clean_stale_temps(checkpoint_dir(run_dir))  # left by a SIGKILL mid-save
-    return load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -17,19 +16,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tinymt import runtime
-from tinymt.checkpoint import TRAINING_STATE, load_checkpoint, save_checkpoint
+from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import as_train_config, load_config_file
 from tinymt.data import PreparedData
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import error_reason, write_text
 from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoints
-from tinymt.tokenizer import (
-    Tokenizer,
-    digest_matches,
-    load_tokenizers,
-    save_tokenizers,
-    tokenizer_digest,
-)
+from tinymt.tokenizer import Tokenizer, save_tokenizers, tokenizer_digest
 
 FROZEN_ON_RESUME = ("data", "model")  # keys deciding the data, vocabulary, weights' shapes
 MOVABLE_ON_RESUME = ("data.cache_dir",)  # ...but where the cache is (a rebuild: same data)
@@ -85,11 +78,7 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     if not os.path.lexists(saved):
         raise TinyMTError(f"cannot resume: {saved} not found (is {run_dir} a tinymt run dir?)")
     try:
-        loaded = load_config_file(saved, "the run's config")
-        if not all(isinstance(loaded.get(group), dict) for group in FROZEN_ON_RESUME):
-            raise TinyMTError(f"{saved} does not hold a tinymt run's config (no "
-                              f"{' / '.join(FROZEN_ON_RESUME)} settings)")
-        base = as_train_config(loaded)
+        base = as_train_config(load_config_file(saved, "the run's config"))
     except TinyMTError as e:
         where = "" if str(saved) in str(e) else f"{saved}: "
         raise TinyMTError(f"cannot resume: {where}{e}") from None
@@ -167,9 +156,8 @@ def write_run_files(run_dir: Path, cfg: DictConfig, data: PreparedData, resuming
     them (a full disk) takes them back: its folder stays free for a retry."""
     try:
         if not resuming:
-            save_tokenizers(run_dir / TOKENIZER, data.src_tokenizer, data.tgt_tokenizer,
-                            owner=run_dir)
-        write_text(OmegaConf.to_yaml(cfg), run_dir / CONFIG, owner=run_dir)
+            save_tokenizers(run_dir / TOKENIZER, data.src_tokenizer, data.tgt_tokenizer)
+        write_text(OmegaConf.to_yaml(cfg), run_dir / CONFIG)
     except (OSError, TinyMTError) as e:
         if not resuming:
             shutil.rmtree(run_dir / TOKENIZER, ignore_errors=True)
@@ -183,15 +171,15 @@ def publish_checkpoints(ckpt: dict, run_dir: Path, best: bool, keep_last: int) -
     """A validation's checkpoints, in this order (a resume publishes what a kill left out:
     :func:`finish_publishing`): ``last.pt``, ``best.pt`` (when ``best``), ``ckpt_<step>.pt``
     (``keep_last > 1``; older ones beyond ``keep_last`` removed)."""
-    save_checkpoint(ckpt, checkpoint_path(run_dir, "last"), owner=run_dir)
+    save_checkpoint(ckpt, checkpoint_path(run_dir, "last"))
     if best:
-        save_checkpoint(ckpt, checkpoint_path(run_dir, "best"), owner=run_dir)
+        save_checkpoint(ckpt, checkpoint_path(run_dir, "best"))
     if keep_last > 1:
         _publish_step(ckpt, run_dir, keep_last)
 
 
 def _publish_step(ckpt: dict, run_dir: Path, keep_last: int) -> None:
-    save_checkpoint(ckpt, checkpoint_path(run_dir, f"ckpt_{ckpt['step']}"), owner=run_dir)
+    save_checkpoint(ckpt, checkpoint_path(run_dir, f"ckpt_{ckpt['step']}"))
     for old in step_checkpoints(run_dir)[:-keep_last]:
         old.unlink()
 
@@ -204,7 +192,7 @@ def finish_publishing(ckpt: dict, run_dir: Path, keep_last: int, log) -> None:
     best = checkpoint_path(run_dir, "best")
     if best_step == step and _step_of(best) != step:
         log(f"{best} is older than the best model in last.pt (step {step}): published again")
-        save_checkpoint(ckpt, best, owner=run_dir)
+        save_checkpoint(ckpt, best)
     if keep_last > 1 and not ckpt.get("stopped") and \
             not checkpoint_path(run_dir, f"ckpt_{step}").is_file():
         _publish_step(ckpt, run_dir, keep_last)
@@ -221,14 +209,8 @@ def _step_of(path: Path) -> int | None:
 def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
                            tgt: Tokenizer) -> None:
     """The resumed checkpoint (``tokenizer_sha256`` = ``stored``) was trained with the
-    tokenizer this data config builds (a rebuilt cache is fine); a digest of the run's model
-    files (the other form a checkpoint may carry) is checked on those, then they are
-    compared with the data's."""
-    if digest_matches(stored, src, tgt):
-        return
-    run_src, run_tgt = load_tokenizers(Path(run_dir) / TOKENIZER)
-    if not (digest_matches(stored, run_src, run_tgt)
-            and tokenizer_digest(run_src, run_tgt) == tokenizer_digest(src, tgt)):
+    tokenizer this data config builds (a rebuilt cache is fine)."""
+    if stored != tokenizer_digest(src, tgt):
         raise TinyMTError(f"cannot resume {run_dir}: its checkpoint was trained with another "
                           "tokenizer than this data config builds")
 
@@ -236,36 +218,19 @@ def check_resume_tokenizer(run_dir: Path, stored: str | None, src: Tokenizer,
 def restore(t, ckpt: dict) -> None:
     """Continue exactly where ``last.pt`` left off (``t``: the loop's ``Training``), after
     checking it fits this data; what the model, optimizer, schedule, sampler and RNGs make
-    of their values is checked by loading them: a failure is one line."""
+    of their values (or that one is missing: a pruned or averaged checkpoint) is checked by
+    loading them: a failure is one line."""
     path = checkpoint_path(t.run_dir, "last")
-    missing = [k for k in ("step", *TRAINING_STATE) if k not in ckpt]  # pruned, averaged
-    if missing:
-        raise TinyMTError(f"cannot resume from {path}: it holds no {', '.join(missing)} (a "
-                          "checkpoint for translating, not for training)")
-    saved = ckpt["trainer_state"]
-    wrong = next((k for k, v in t.state.items() if not _counter_like(saved.get(k), v)), None)
-    if wrong is not None:
-        raise TinyMTError(f"cannot resume from {path}: trainer_state.{wrong} is "
-                          f"{saved.get(wrong)!r:.40}, expected a number like "
-                          f"{t.state[wrong]!r}")
     check_resume_tokenizer(t.run_dir, ckpt.get("tokenizer_sha256"), t.data.src_tokenizer,
                            t.data.tgt_tokenizer)
     for what, load in (("model", t.model.load_state_dict),
                        ("optimizer", t.optimizer.load_state_dict),
                        ("scheduler", t.scheduler.load_state_dict),
-                       ("sampler", t.sampler.load_state_dict), ("rng", set_rng_state)):
+                       ("sampler", t.sampler.load_state_dict), ("rng", set_rng_state),
+                       ("trainer_state", t.state.update)):
         try:
             load(ckpt[what])
         except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
             raise TinyMTError(f"cannot resume from {path}: its {what} state does not fit "
                               f"({first_line(e)})") from None
-    t.state.update(saved)
     t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")
-
-
-def _counter_like(value, fresh) -> bool:
-    """``value`` (from a checkpoint's ``trainer_state``) can stand for the loop's ``fresh``
-    one: an integer for an integer (>= 0), a finite number for a float."""
-    if type(fresh) is int:
-        return type(value) is int and value >= 0
-    return type(value) in (int, float) and math.isfinite(value)

@@ -67,7 +67,7 @@ def stop_here(t, signum: int) -> None:
             ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state,
                                     t.cfg, t.data)
             ckpt["stopped"] = True
-            save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"), owner=t.run_dir)
+            save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
         if t.writer:
             t.writer.flush()
         name = signal.Signals(signum).name

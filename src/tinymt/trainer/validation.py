@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from tinymt import runtime
+from tinymt import KINDS, runtime
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
@@ -32,7 +32,6 @@ from tinymt.decoding import translate_ids
 from tinymt.labels import LabelSample, frame_labels, label_sample, sentence_words
 from tinymt.loss import sequence_loss
 from tinymt.metrics import attention_entropy, score
-from tinymt.model import KINDS
 from tinymt.plotting import figure_to_array
 from tinymt.viewer.document import GOLD_COLUMNS, Probe, build_document, probe_from_pair
 from tinymt.viewer.summary import probe_summary
@@ -119,25 +118,16 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
     rows += [f"| {s} | {r} | {h} |" for s, r, h in
              zip(metrics["srcs"][:k], metrics["refs"][:k], metrics["hyps"][:k])]
     writer.add_text("samples", "\n".join(rows), step)
-    _log_probes(writer, model, cfg, data, probes, rt, step, sample)
+    log_probes(writer, model, cfg, data, probes, rt, step, sample)
 
 
-def log_frame(writer, model, cfg, data, probes: list[Probe], rt, step: int,
-              sample: LabelSample | None = None) -> None:
-    """Between validations (``trainer.probe_every``): the probes' view documents (one more
-    frame of the Attention tab) and their heads' entropy, nothing else (no BLEU, no PNG
-    grids); the model is back in training mode after."""
-    model.eval()
-    _log_probes(writer, model, cfg, data, probes, rt, step, sample, full=False)
-    model.train()
-
-
-def _log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=None,
+def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=None,
                 full=True) -> None:
     """Every head of every probe: the view document for the Attention tab (each head's
     label on ``sample`` in it), the PNG grids for the Images tab
     (``trainer.attention_images``) and each head's mean entropy over the probes as scalars
-    (``full=False``: the documents and scalars only). A probe with a reference is
+    (``full=False``, between validations: the documents, one more frame of the Attention
+    tab, and scalars only). A probe with a reference is
     teacher-forced on it (the axes stay put from step to step). What the logging costs is
     logged too (``logging/*``: seconds, bytes; ``probe_seconds``: all of it but the PNG
     grids)."""

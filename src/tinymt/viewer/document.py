@@ -38,11 +38,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinymt import KINDS
 from tinymt.corpus import SHOWCASE, Pair
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize
 from tinymt.metrics import attention_entropy
-from tinymt.viewer.summary import KINDS
 from tinymt.words import pieces_to_words
 
 SCALE = 255  # weights are stored as round(w * SCALE): 8 bits each, error <= 0.5 / SCALE

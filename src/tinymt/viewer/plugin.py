@@ -33,10 +33,11 @@ from tensorboard.data import provider
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tinymt import KINDS
 from tinymt.errors import first_line
 from tinymt.fonts import FontBusy, font_for_query, refuse_when_busy
 from tinymt.viewer import STATIC
-from tinymt.viewer.summary import KINDS, PLUGIN_NAME, decode, parse_meta
+from tinymt.viewer.summary import PLUGIN_NAME, decode, parse_meta
 
 logger = logging.getLogger(__name__)
 _ALL = 1_000_000  # read every logged step (the loader keeps them all: samples_per_plugin)
@@ -121,26 +122,24 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     @_route
     def _steps(self, request):
-        data = self._series(request)
-        return _json(request, {"steps": sorted({d.step for d in data})})  # nothing decoded
+        return _json(request, {"steps": sorted(self._series(request))})  # nothing decoded
 
     @_route
     def _step(self, request):
-        data = self._series(request)
+        series = self._series(request)
         raw = request.args.get("step", "")
         try:
             step = int(raw)
         except ValueError:
             raise _Refused(400, f"step={raw[:40]!r} is not an integer") from None
-        found = [d for d in data if d.step == step]
-        if not found:
+        if step not in series:
             raise _Refused(404, f"no step {step} in this run and tag")
         where = f"run {request.args['run'][:80]!r}, tag {request.args['tag'][:80]!r}, step {step}"
-        try:
-            doc = decode(_record(found[-1].numpy))  # the last one logged at that step
+        try:  # what the reader refuses, or a value JSON cannot hold (1e999 read as inf)
+            body = _document_json(decode(_record(series[step].numpy)))
         except ValueError as e:
             raise _Refused(422, f"{where}: unreadable record: {e}") from None
-        return http_util.Respond(request, _document_json(doc), "application/json")
+        return http_util.Respond(request, body, "application/json")
 
     @_route
     def _trend(self, request):
@@ -151,36 +150,23 @@ class AttentionPlugin(base_plugin.TBPlugin):
                                                  "gold": [per step: [layer][head] | null]}},
              "errors": [{"step": s, "error": "one line"}, ...]}
 
-        A record the reader refuses, or whose heads of a kind are not as many as at the
-        first step with that kind, is ``null`` at its step for every kind, its reason in
+        A record the reader refuses is ``null`` at its step for every kind, its reason in
         ``errors``; a kind a record lacks is ``null`` there."""
-        data = self._series(request)
+        series = self._series(request)
         key = (_context(request)[1], request.args["run"], request.args["tag"])
-        last = {d.step: d for d in data}  # the last one logged at a step, as /step reads
-        found, errors, first = [], [], {}  # first: {kind: ((layers, heads), step)}
-        for step in sorted(last):
-            trend = self._trends.get(key, last[step])
-            for kind, (entropy, _) in ({} if isinstance(trend, str) else trend).items():
-                shape, at = first.get(kind, (entropy.shape, step))
-                if entropy.shape != shape:
-                    trend = (f"{kind} has {entropy.shape[0]}x{entropy.shape[1]} (layers x "
-                             f"heads), not {shape[0]}x{shape[1]} as at step {at}")
-                    break
-            if isinstance(trend, str):
-                errors.append({"step": step, "error": trend})
-                found.append(None)
-                continue
-            for kind, (entropy, _) in trend.items():
-                first.setdefault(kind, (entropy.shape, step))
-            found.append(trend)
-        kinds = {kind: {name: [_heads_json(t[kind][i]) if t and kind in t else None
-                               for t in found] for i, name in enumerate(("entropy", "gold"))}
-                 for kind in KINDS if kind in first}
-        return _json(request, {"steps": sorted(last), "kinds": kinds, "errors": errors})
+        steps = sorted(series)
+        trends = [self._trends.get(key, series[step]) for step in steps]
+        errors = [{"step": s, "error": t} for s, t in zip(steps, trends) if isinstance(t, str)]
+        found = [{} if isinstance(t, str) else t for t in trends]
+        kinds = {kind: {name: [_heads_json(t[kind][i]) if kind in t else None for t in found]
+                        for i, name in enumerate(("entropy", "gold"))}
+                 for kind in KINDS if any(kind in t for t in found)}
+        return _json(request, {"steps": steps, "kinds": kinds, "errors": errors})
 
-    def _series(self, request) -> list:
-        """The logged data of ``run=`` / ``tag=`` (records not decoded). TensorBoard's data
-        provider has no way to read one step: it hands over every record of the tag."""
+    def _series(self, request) -> dict:
+        """``{step: datum}`` of ``run=`` / ``tag=``, the last one logged at a step (records
+        not decoded). TensorBoard's data provider has no way to read one step: it hands
+        over every record of the tag."""
         run, tag = request.args.get("run"), request.args.get("tag")
         if not run or not tag:
             raise _Refused(400, "run= and tag= are required")
@@ -191,7 +177,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         series = data.get(run, {}).get(tag)
         if not series:
             raise _Refused(404, f"no attention data for run {run[:80]!r}, tag {tag[:80]!r}")
-        return list(series)
+        return {d.step: d for d in series}
 
 
 class _TrendCache:
@@ -271,9 +257,7 @@ class AttentionLoader(base_plugin.TBLoader):
     otherwise keeps a random 10 per tag), unless ``--samples_per_plugin`` says otherwise."""
 
     def fix_flags(self, flags):
-        hints = getattr(flags, "samples_per_plugin", None)
-        if isinstance(hints, dict):
-            hints.setdefault(PLUGIN_NAME, 0)  # 0: all
+        flags.samples_per_plugin.setdefault(PLUGIN_NAME, 0)  # 0: all
 
     def load(self, context):
         return AttentionPlugin(context)
@@ -290,12 +274,12 @@ def _tag_order(item):
     return (int(k) if k.isascii() and k.isdigit() and len(k) < 19 else 1 << 63, tag)
 
 
-def _record(array):
+def _record(array: np.ndarray) -> bytes:
     """The bytes of a record: a string tensor holding one value."""
-    value = array.item() if getattr(array, "size", 0) == 1 else None
+    value = array.item() if array.size == 1 else None
     if not isinstance(value, bytes):
-        raise ValueError(f"not a string tensor of one value (dtype {getattr(array, 'dtype', '?')},"
-                         f" shape {getattr(array, 'shape', '?')})")
+        raise ValueError(f"not a string tensor of one value (dtype {array.dtype}, shape "
+                         f"{array.shape})")
     return value
 
 

@@ -7,9 +7,10 @@ needs no tensor. A tensor holds the document packed: zlib over ``MAGIC``, the JS
 length (4 bytes, little-endian), the JSON header (everything but the weights, plus each
 kind's weight shape) and every kind's uint8 weights, kind by kind.
 
-:func:`decode`, the one reader of a record, trusts nothing in it: the header is checked
-field by field before a weight is inflated, and no more bytes are inflated than the header
-declares (at most :data:`MAX_CELLS`).
+:func:`decode`, the one reader of a record, trusts nothing in it: the header is at most
+:data:`~tinymt.files.MAX_JSON_BYTES`, what the reading and the views rely on in it is
+checked before a weight is inflated (:func:`_shapes`), and no more bytes are inflated than
+the header declares (at most :data:`MAX_CELLS`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 import zlib
 
 import numpy as np
@@ -26,16 +28,10 @@ from tinymt.files import MAX_JSON_BYTES, parse_json
 
 PLUGIN_NAME = "tinymt_attention"
 VERSION = 1  # of the tag metadata's JSON: {"version", "sentence", "reference"}
-MAX_DEPTH = 8  # JSON nesting (a record's header nests 5 deep: kinds.cross.gold[0][2])
 MAGIC = b"TMAV1"  # tinymt attention view, format 1
-KINDS = ("encoder_self", "decoder_self", "cross")  # model.KINDS (no torch here)
 MAX_TOKENS = 4096  # rows or columns of one kind
 MAX_HEADS = 1024  # layers x heads of one kind
 MAX_CELLS = 1 << 24  # weights of one record, all kinds: 16 MiB, 67 MB of JSON to the page
-TOP_FIELDS = {"sentence", "reference", "translation", "forced", "step", "scale", "kinds"}
-KIND_FIELDS = {"rows", "cols", "entropy", "gold", "shape"}
-OPTIONAL_KIND_FIELDS = {"labels"}  # each head's label at that step (tinymt.labels)
-MAX_LABEL = 200  # characters of one head's label
 
 
 def encode(doc: dict) -> bytes:
@@ -53,10 +49,8 @@ def encode(doc: dict) -> bytes:
 
 
 def decode(blob: bytes) -> dict:
-    """The inverse of :func:`encode`, checked and bounded; weights come back as uint8
-    arrays. Anything else raises a one-line ``ValueError``."""
-    if not isinstance(blob, bytes):
-        raise ValueError(f"not an attention view record (a {type(blob).__name__}, not bytes)")
+    """The inverse of :func:`encode`, bounded; weights come back as uint8 arrays. A record
+    it cannot read raises a one-line ``ValueError``."""
     stream = _Inflater(blob)
     prefix = stream.read(len(MAGIC) + 4)
     if prefix[:len(MAGIC)] != MAGIC:
@@ -64,8 +58,8 @@ def decode(blob: bytes) -> dict:
     (n,) = struct.unpack_from("<I", prefix, len(MAGIC))
     if n > MAX_JSON_BYTES:
         raise ValueError(f"the record's header is {n:,} bytes (at most {MAX_JSON_BYTES:,})")
-    doc = parse_json(stream.read(n), "the record's header", MAX_DEPTH, ValueError)
-    shapes = check_header(doc)
+    doc = parse_json(stream.read(n), "the record's header", ValueError)
+    shapes = _shapes(doc)
     raw = stream.read(sum(math.prod(s) for s in shapes.values()))
     stream.finish()
     pos = 0
@@ -84,6 +78,7 @@ class _Inflater:
         self._z, self._input = zlib.decompressobj(), blob
 
     def _inflate(self, n: int) -> bytes:
+        """At most ``n`` > 0 more bytes: fewer only where the stream ends."""
         try:
             out = self._z.decompress(self._input, n)
         except zlib.error as e:
@@ -93,121 +88,54 @@ class _Inflater:
 
     def read(self, n: int) -> bytes:
         """Exactly ``n`` more bytes, or ``ValueError``."""
-        out = bytearray()
-        while len(out) < n:
-            chunk = self._inflate(n - len(out))
-            if not chunk:
-                raise ValueError(f"the record is truncated ({len(out):,} of {n:,} bytes)")
-            out += chunk
-        return bytes(out)
+        out = self._inflate(n) if n else b""  # zlib reads a limit of 0 as none
+        if len(out) < n:
+            raise ValueError(f"the record is truncated ({len(out):,} of {n:,} bytes)")
+        return out
 
     def finish(self) -> None:
-        """The stream must end here: no byte more, nothing missing, nothing after."""
+        """The weights must end here: not a byte more than the header declares."""
         if self._inflate(1):
             raise ValueError("the record inflates past the size its header declares")
-        if not self._z.eof:
-            raise ValueError("the record is truncated (its zlib stream does not end)")
-        if self._z.unused_data:
-            raise ValueError("the record has bytes after its zlib stream")
 
 
 # ----------------------------------------------------------------------------- the header
-def check_header(doc) -> dict[str, tuple[int, ...]]:
-    """Every field of a record's header is what :func:`encode` writes (tokens, shapes,
-    gold cells in range, finite numbers); returns ``{kind: weight shape}``."""
-    _fields(doc, TOP_FIELDS, "the record")
-    for name in ("sentence", "translation"):
-        _text(doc[name], name)
-    if doc["reference"] is not None:
-        _text(doc["reference"], "reference")
-    if doc["forced"] not in ("reference", "translation"):
-        raise ValueError("forced is neither 'reference' nor 'translation'")
-    _integer(doc["step"], "step", -(1 << 63), (1 << 63) - 1)
-    if not _number(doc["scale"]) or doc["scale"] <= 0:
+def _shapes(head) -> dict[str, tuple[int, ...]]:
+    """``{kind: weight shape}`` of a record's header, checked for what the reading and the
+    views rely on: each shape within bounds and as long as its tokens, all of them at most
+    :data:`MAX_CELLS` weights; entropy ``layers x heads`` finite numbers (the trend plots
+    them); gold cells ``[row, column, label]`` inside the grid (the trend indexes the
+    weights with them); ``scale`` a positive finite number (the views divide by it). Every
+    other field goes to the views as written: they show any JSON value as text."""
+    try:
+        scale = head["scale"]
+        kinds = {kind: (tuple(view["shape"]), view["rows"], view["cols"],
+                        np.array(view["entropy"], np.float64),
+                        [(i, j) for i, j, _label in view["gold"]])
+                 for kind, view in head["kinds"].items()}
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
+        raise ValueError(f"the record's header is not what encode writes ({type(e).__name__}: "
+                         f"{str(e)[:80]})") from None
+    if not (isinstance(scale, (int, float)) and 0 < scale <= sys.float_info.max):
         raise ValueError("scale is not a positive finite number")
-    if not isinstance(doc["kinds"], dict) or not set(doc["kinds"]) <= set(KINDS):
-        raise ValueError(f"kinds is not an object of {', '.join(KINDS)}")
-    shapes, cells = {}, 0
-    for kind, view in doc["kinds"].items():
-        shapes[kind] = _check_kind(view, kind)
-        cells += math.prod(shapes[kind])
-        if cells > MAX_CELLS:
+    shapes = {}
+    for kind, (shape, rows, cols, entropy, gold) in kinds.items():
+        if not (len(shape) == 4 and all(type(n) is int and n > 0 for n in shape)
+                and shape[0] * shape[1] <= MAX_HEADS and max(shape[2:]) <= MAX_TOKENS):
+            raise ValueError(f"{kind}.shape is not [layers, heads, rows, columns] of at most "
+                             f"{MAX_HEADS:,} heads and {MAX_TOKENS:,} tokens a side")
+        if not (type(rows) is list and type(cols) is list and shape[2:] == (len(rows), len(cols))):
+            raise ValueError(f"{kind}.shape {shape[2]}x{shape[3]} is not its lists of rows x "
+                             "columns")
+        if entropy.shape != shape[:2] or not np.isfinite(entropy).all():
+            raise ValueError(f"{kind}.entropy is not {shape[0]}x{shape[1]} finite numbers")
+        if not all(type(i) is int and type(j) is int and 0 <= i < shape[2] and 0 <= j < shape[3]
+                   for i, j in gold):
+            raise ValueError(f"{kind}.gold has a cell outside its {shape[2]}x{shape[3]} grid")
+        shapes[kind] = shape
+        if sum(map(math.prod, shapes.values())) > MAX_CELLS:
             raise ValueError(f"the record declares over {MAX_CELLS:,} weights")
     return shapes
-
-
-def _check_kind(view, kind: str) -> tuple[int, ...]:
-    _fields(view, KIND_FIELDS, kind, OPTIONAL_KIND_FIELDS)
-    for axis in ("rows", "cols"):
-        tokens = view[axis]
-        if not isinstance(tokens, list) or not 1 <= len(tokens) <= MAX_TOKENS:
-            raise ValueError(f"{kind}.{axis} is not a list of 1 to {MAX_TOKENS} tokens")
-        for tok in tokens:
-            _text(tok, f"{kind}.{axis}")
-    shape = view["shape"]
-    if not isinstance(shape, list) or len(shape) != 4:
-        raise ValueError(f"{kind}.shape is not [layers, heads, rows, columns]")
-    for n, name in zip(shape, ("layers", "heads", "rows", "columns")):
-        _integer(n, f"{kind}.shape's {name}", 1, MAX_HEADS if name in ("layers", "heads")
-                 else MAX_TOKENS)
-    layers, heads, t_q, t_k = shape
-    if layers * heads > MAX_HEADS:
-        raise ValueError(f"{kind}.shape has {layers * heads:,} heads (at most {MAX_HEADS:,})")
-    if (t_q, t_k) != (len(view["rows"]), len(view["cols"])):
-        raise ValueError(f"{kind}.shape {t_q}x{t_k} is not its {len(view['rows'])} rows x "
-                         f"{len(view['cols'])} columns")
-    entropy = view["entropy"]
-    if not (isinstance(entropy, list) and len(entropy) == layers and all(
-            isinstance(row, list) and len(row) == heads and all(map(_number, row))
-            for row in entropy)):
-        raise ValueError(f"{kind}.entropy is not {layers}x{heads} finite numbers")
-    labels = view.get("labels", [[""] * heads] * layers)
-    if not (isinstance(labels, list) and len(labels) == layers and all(
-            isinstance(row, list) and len(row) == heads and all(
-                isinstance(s, str) and len(s) <= MAX_LABEL for s in row) for row in labels)):
-        raise ValueError(f"{kind}.labels is not {layers}x{heads} strings of at most "
-                         f"{MAX_LABEL} characters")
-    if not isinstance(view["gold"], list):
-        raise ValueError(f"{kind}.gold is not a list")
-    for cell in view["gold"]:
-        if not (isinstance(cell, list) and len(cell) == 3 and isinstance(cell[2], str)):
-            raise ValueError(f"{kind}.gold holds {_show(cell)}, not [row, column, label]")
-        _integer(cell[0], f"{kind}.gold's row", 0, t_q - 1)
-        _integer(cell[1], f"{kind}.gold's column", 0, t_k - 1)
-    return tuple(shape)
-
-
-def _fields(obj, fields: set, what: str, optional: set = frozenset()) -> None:
-    if not isinstance(obj, dict):
-        raise ValueError(f"{what} is not a JSON object")
-    if not fields <= set(obj) <= fields | optional:
-        odd = sorted(fields - set(obj) | set(obj) - fields - optional)
-        raise ValueError(f"{what} has fields {', '.join(map(repr, odd))[:120]} "
-                         "missing or unknown")
-
-
-def _text(value, what: str) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{what} is not a string")
-
-
-def _integer(value, what: str, lo: int, hi: int) -> None:
-    if type(value) is not int or not lo <= value <= hi:  # not a bool, not a float
-        raise ValueError(f"{what} is {_show(value)}, not an integer in {lo}..{hi}")
-
-
-def _show(value) -> str:
-    """A JSON value as the record spells it, cut short (for a one-line error)."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _number(value) -> bool:
-    """An int or float (not a bool) that is finite as a float (as the page reads it)."""
-    try:
-        return type(value) in (int, float) and math.isfinite(float(value))
-    except OverflowError:  # an int beyond any float
-        return False
 
 
 # ----------------------------------------------------------------------------- the tag
@@ -222,22 +150,18 @@ def summary_metadata(sentence: str, reference: str | None) -> summary_pb2.Summar
 
 
 def parse_meta(content: bytes) -> dict:
-    """A tag's metadata -> ``{"sentence", "reference"}``; ``ValueError`` unless it is
-    version 1 of what :func:`summary_metadata` writes."""
+    """A tag's metadata -> ``{"sentence", "reference"}`` (strings, the reference or
+    ``None``: /runs writes them); ``ValueError`` unless it is version 1 of what
+    :func:`summary_metadata` writes."""
     if len(content) > MAX_JSON_BYTES:
         raise ValueError(f"the tag's metadata is {len(content):,} bytes (at most "
                          f"{MAX_JSON_BYTES:,})")
-    meta = parse_json(bytes(content), "the tag's metadata", MAX_DEPTH, ValueError)
-    if not isinstance(meta, dict):
-        raise ValueError(f"the tag's metadata is a JSON {type(meta).__name__}, not an object")
-    if type(meta.get("version")) is not int or meta["version"] != VERSION:
-        raise ValueError(f"the tag's metadata has version {meta.get('version')!r} "
-                         f"(this viewer reads {VERSION})")
+    meta = parse_json(bytes(content), "the tag's metadata", ValueError)
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        raise ValueError(f"the tag's metadata is not version {VERSION} of this viewer's")
     sentence, reference = meta.get("sentence"), meta.get("reference")
-    if not isinstance(sentence, str):
-        raise ValueError("the tag's metadata has no sentence (a string)")
-    if reference is not None and not isinstance(reference, str):
-        raise ValueError("the tag's metadata has a reference that is not a string")
+    if not (isinstance(sentence, str) and isinstance(reference, (str, type(None)))):
+        raise ValueError("the tag's metadata has no sentence and reference (strings)")
     return {"sentence": sentence, "reference": reference}
 
 

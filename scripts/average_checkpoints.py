@@ -23,7 +23,7 @@ def main(cfg: DictConfig) -> None:
     # after the check: a bad value fails at once, before torch is imported
     from tinymt.checkpoint import average_checkpoints, save_checkpoint
     from tinymt.files import check_output
-    from tinymt.rundir import find_run, lock_run, step_checkpoints
+    from tinymt.rundir import find_run, step_checkpoints
     run_dir = find_run(cfg.run, cfg.outputs_root)
     out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt",
                        "output")  # never the run's last.pt, best.pt, ...
@@ -31,11 +31,7 @@ def main(cfg: DictConfig) -> None:
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
-    lock = lock_run(run_dir, "average the checkpoints of")  # one writer per run
-    try:
-        save_checkpoint(average_checkpoints(steps), out)
-    finally:
-        lock.release()
+    save_checkpoint(average_checkpoints(steps), out)
     print(f"averaged {', '.join(p.name for p in steps)} -> {out}")
 
 

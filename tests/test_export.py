@@ -354,7 +354,7 @@ def test_loading_never_runs_code(tiny_run, exports, tmp_path):
     with pytest.raises(TinyMTError, match="model.bin was changed after export"):
         load_export(copy, "cpu")
     (copy / "tinymt_export.json").write_text("{'format': __import__('os')}")
-    with pytest.raises(TinyMTError, match="is damaged"):
+    with pytest.raises(TinyMTError, match="is not valid JSON"):
         load_export(copy, "cpu")
     assert not marker.exists() and not (tmp_path / "out").exists()
 
@@ -420,9 +420,9 @@ def flip(data: bytes, text: str) -> bytes:
 
 
 META_DAMAGE = {  # how tinymt_export.json is damaged -> words of the one line
-    "truncated": (lambda b, m: b[: len(b) // 2], "is damaged"),
-    "not JSON": (lambda b, m: b"format: tinymt-ct2\n", "is damaged"),
-    "not UTF-8": (lambda b, m: b.replace(b'"format"', b'"\xff\xfermat"'), "is damaged"),
+    "truncated": (lambda b, m: b[: len(b) // 2], "is not valid JSON"),
+    "not JSON": (lambda b, m: b"format: tinymt-ct2\n", "is not valid JSON"),
+    "not UTF-8": (lambda b, m: b.replace(b'"format"', b'"\xff\xfermat"'), "not valid UTF-8"),
     "a list": (lambda b, m: b"[1, 2]", "not a tinymt CTranslate2 export"),
     "bit-flipped digest": (lambda b, m: flip(b, m["files"]["model.bin"]),
                            "was changed after export"),

@@ -1,14 +1,9 @@
-"""The one write path (tinymt.files) and the run lock (tinymt.rundir), directly."""
+"""The one write path (tinymt.files), directly."""
 
 from __future__ import annotations
 
 import errno
-import fcntl
-import os
 import stat
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from hypothesis import example, given
@@ -16,7 +11,6 @@ from hypothesis import strategies as st
 
 from tinymt.errors import TinyMTError
 from tinymt.files import (
-    RUN_MARKER,
     TEMP_PREFIX,
     check_output,
     check_outputs,
@@ -26,15 +20,13 @@ from tinymt.files import (
     write_folder,
     write_text,
 )
-from tinymt.rundir import RunLock, lock_run
 
 
 @pytest.fixture
 def run(tmp_path):
-    """A folder that is a run: its marker and a last.pt."""
+    """A folder that is a run: its checkpoints and a last.pt."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    (run / RUN_MARKER).write_text("")
     (run / "checkpoints" / "last.pt").write_bytes(b"state")
     return run
 
@@ -109,44 +101,6 @@ def test_two_publishers_of_one_folder_both_succeed(tmp_path):
     assert not list(tmp_path.glob(f"{TEMP_PREFIX}*"))
 
 
-def test_a_file_system_without_locks_is_one_line_and_leaks_nothing(run, monkeypatch):
-    """NFS or FUSE: flock fails with ENOLCK / EOPNOTSUPP; the descriptor is closed."""
-    before = len(os.listdir("/proc/self/fd"))
-
-    def no_locks(fd, op):
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(fcntl, "flock", no_locks)
-    with pytest.raises(TinyMTError, match="cannot lock the run dir .*No locks available"):
-        RunLock.take(run)
-    assert len(os.listdir("/proc/self/fd")) == before
-
-
-def test_a_folder_that_is_no_run_is_not_made_one(tmp_path):
-    """Averaging or analysing a plain folder: refused, and no marker left in it."""
-    (tmp_path / "plain").mkdir()
-    with pytest.raises(TinyMTError, match="it is not a run"):
-        lock_run(tmp_path / "plain", "average the checkpoints of")
-    assert not any((tmp_path / "plain").iterdir())
-
-
-@pytest.mark.slow
-def test_a_second_writer_is_told_who_writes(run):
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        from tinymt.rundir import RunLock
-        import time
-        lock = RunLock.take({str(run)!r}); print("held", flush=True); time.sleep(60)""")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(TinyMTError, match=f"another process \\(pid {holder.pid}\\)"):
-            lock_run(run, "average the checkpoints of")
-    finally:
-        holder.kill()
-        holder.wait()
-    lock_run(run, "average the checkpoints of").release()  # the kill released it
-
-
 # ----------------------------------------------------------------------------- properties
 FAULTS = [OSError(errno.EIO, "Input/output error"), OSError(errno.ENOSPC, "No space left on device"),
           RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
@@ -190,16 +144,16 @@ def test_a_write_is_whole_or_leaves_the_old_file(tmp_path_factory, chunks, fail_
 
 RUN_FILES = ["checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_{n}.pt",
              "checkpoints/../checkpoints/last.pt", "config.yaml", "tokenizer/spm.model",
-             "tokenizer/{name}", RUN_MARKER, "metrics.json", "events.out.tfevents.{n}",
+             "tokenizer/{name}", ".tinymt-run", "metrics.json", "events.out.tfevents.{n}",
              "{name}", "heads/{name}.png", "checkpoints/avg.pt", "checkpoints/{name}.pt"]
 
 
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory):
-    """A run's folder as training leaves it (its marker, config, tokenizer, checkpoints)."""
+    """A run's folder as training leaves it (config, tokenizer, checkpoints)."""
     run = tmp_path_factory.mktemp("a_run") / "run"
     for name in ("checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_20.pt",
-                 "config.yaml", "tokenizer/spm.model", RUN_MARKER, "metrics.json"):
+                 "config.yaml", "tokenizer/spm.model", "metrics.json"):
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_bytes(b"state")
     return run
@@ -210,7 +164,7 @@ def a_run(tmp_path_factory):
 def test_a_run_s_own_state_is_never_an_output(a_run, tmp_path_factory, pattern, n, name,
                                               through_link):
     """Into a run (directly or through a link to it), an output is refused exactly when it
-    is the run's own state (marker, config, tokenizer, last / best / step checkpoints: a
+    is the run's own state (config, tokenizer, last / best / step checkpoints: a
     typo would lose the run); any other file passes. Nothing is written by asking."""
     run, rel = a_run, pattern.format(n=n, name=name)
     base = run
@@ -221,7 +175,7 @@ def test_a_run_s_own_state_is_never_an_output(a_run, tmp_path_factory, pattern, 
     before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
     why = output_problem(base / rel)
     state = rel.startswith(("checkpoints/last.pt", "checkpoints/best.pt", "checkpoints/ckpt_",
-                            "checkpoints/../", "config.yaml", "tokenizer/", RUN_MARKER))
+                            "checkpoints/../", "config.yaml", "tokenizer/"))
     assert (why is None) == (not state), (rel, why)
     if why is not None:
         assert "\n" not in why and str(run) in why, why

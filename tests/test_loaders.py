@@ -262,6 +262,7 @@ CKPT_SWAPS = [
 ]
 BUILT = {"model empty", "model: embedding of another size", "model: output projection missing",
          "model: an extra encoder layer", "model: d_ff other than the config's",
+         "model: head mask of 3 heads",
          "vocab.tgt_size 0", "vocab shared, sizes differ", "tokenizer_sha256 an int",
          "tokenizer_sha256 a megabyte"}
 

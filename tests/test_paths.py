@@ -34,7 +34,7 @@ from omegaconf import OmegaConf
 from conftest import REPO_ROOT
 from tinymt import config as C
 from tinymt.errors import TinyMTError
-from tinymt.files import NAME_MAX, check_outputs, name_problem, output_problem
+from tinymt.files import NAME_MAX, check_output, check_outputs, name_problem, output_problem
 
 # script -> its schema (None: argparse) and the check its main runs first
 SCRIPTS = {
@@ -166,7 +166,7 @@ def watchdog(seconds: float = 60):
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
-    """The working folder: a run (its marker, config, tokenizer, checkpoints), a file
+    """The working folder: a run (its config, tokenizer, checkpoints), a file
     outside it, and the targets."""
     import socket
 
@@ -174,7 +174,7 @@ def place(tmp_path_factory):
     run = tmp / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "tokenizer").mkdir()
-    for name in (".tinymt-run", "config.yaml", "tokenizer/spm.model", "checkpoints/last.pt",
+    for name in ("config.yaml", "tokenizer/spm.model", "checkpoints/last.pt",
                  "checkpoints/best.pt", "metrics.json"):
         (run / name).write_text("state\n")
     outside = tmp / "outside"
@@ -216,6 +216,11 @@ def _check(script: str, option: str, value: str, tmp: Path, same: bool = False) 
     cfg = OmegaConf.create(_defaults(schema, tmp))
     OmegaConf.update(cfg, option, value)
     check(cfg)
+    if (script, option) in {("translate", "output"), ("translate", "attention"), ("export", "out"),
+                            ("analyze_heads", "prune_output"), ("average_checkpoints", "output")}:
+        # an output: the command's own check, before any work (translate: its two outputs)
+        check_output(C.attention_file(value) if option == "attention" else value, option,
+                     folder=option == "out")
     if same:  # the command's outputs, checked together (tinymt.translate)
         other = OTHER_OUTPUT[(script, option)]
         check_outputs((option, value), (other, C.attention_file(value) if other == "attention"

@@ -18,7 +18,7 @@ from conftest import TINY_TRAIN_OVERRIDES, compose_train, copy_run, run_script_i
 from tinymt.checkpoint import load_checkpoint
 from tinymt.corpus import sample_pairs
 from tinymt.errors import TinyMTError
-from tinymt.rundir import RUN_MARKER, claim_run_dir, load_run
+from tinymt.rundir import claim_run_dir, load_run
 from tinymt.tokenizer import Tokenizer
 from tinymt.trainer import resume_config, train
 from tinymt.translate import translate
@@ -38,29 +38,40 @@ def compose_cfg(name: str, *overrides):
 
 
 # ----------------------------------------------------------------------------- claiming
-_HELD = []  # a claimer keeps its lock for as long as it lives, as a training run does
-
-
 def _claim(args):
     path, barrier = args
     barrier.wait()
-    folder, lock = claim_run_dir(path, unique=True)
-    _HELD.append(lock)
-    return str(folder)
+    return str(claim_run_dir(path, unique=True))
 
 
-def test_runs_started_at_once_get_their_own_folders(tmp_path):
-    """Eight processes claim the same clock-named folder at the same moment."""
-    n = 8
+@pytest.mark.parametrize("made_by_hydra", [False, True])
+def test_runs_started_at_once_get_their_own_folders(tmp_path, made_by_hydra):
+    """Eight processes claim the same clock-named folder at the same moment (Hydra makes
+    it, empty, before each of them starts)."""
+    n, path = 8, tmp_path / "12-00-00"
+    if made_by_hydra:
+        path.mkdir()
     with multiprocessing.Manager() as m:
         barrier = m.Barrier(n)
         with multiprocessing.get_context("fork").Pool(n) as pool:
-            got = pool.map(_claim, [(tmp_path / "12-00-00", barrier)] * n)
+            got = pool.map(_claim, [(path, barrier)] * n)
     assert len(set(got)) == n
     assert sorted(Path(p).name for p in got) == ["12-00-00"] + [f"12-00-00_{i}"
                                                                 for i in range(1, n)]
     for p in got:
-        assert (Path(p) / RUN_MARKER).is_file()
+        assert [c.name for c in Path(p).iterdir()] == ["checkpoints"]
+
+
+def test_a_named_folder_must_be_new_or_empty(tmp_path):
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    full.mkdir()
+    (full / "notes.txt").write_text("mine\n")
+    assert claim_run_dir(empty, unique=False) == empty
+    assert claim_run_dir(tmp_path / "new" / "run", unique=False) == tmp_path / "new" / "run"
+    with pytest.raises(TinyMTError, match="is not an empty folder"):
+        claim_run_dir(full, unique=False)
+    assert [p.name for p in full.iterdir()] == ["notes.txt"]
 
 
 def test_a_named_folder_holding_a_run_is_refused(tiny_run, tmp_path):
@@ -104,7 +115,7 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["data.train_size=10000", "data.split_seed=99"], "data.split_seed, data.train_size"),
     (["model.d_model=64"], "model.d_model"),
     (["model=small"], "cannot be applied to an existing run"),
-    (["+trainer.foo=1"], "trainer.foo is not a tinymt setting"),
+    (["+trainer.foo=1"], "trainer.foo: Key 'foo' not in 'TrainerConfig'"),
     # the Attention tab's probe_<k> would show another sentence after the resume
     (["trainer.probe_sentences=['我喜欢猫。']"], "trainer.probe_sentences would change which"),
     (["trainer.n_probes=3"], "trainer.n_probes would change which"),
@@ -240,9 +251,10 @@ def test_disk_full_keeps_the_previous_checkpoint(small_disk):
 
 
 def test_disk_full_while_a_new_run_writes_its_files(small_disk, tmp_path, capsys):
-    """scripts/train.py into a folder with room for its marker but not its tokenizer: a
-    traceback, and a half-made run (config.yaml, no tokenizer) that could neither be
-    resumed nor reused. Now one line, nothing left, and the folder free for the retry."""
+    """scripts/train.py into a folder with room for its checkpoints folder but not its
+    tokenizer: a traceback, and a half-made run (config.yaml, no tokenizer) that could
+    neither be resumed nor reused. Now one line, nothing left, and the folder free for the
+    retry."""
     run = small_disk(12) / "run"
     status, err = run_script_in_process("train", [
         *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}",
@@ -251,9 +263,8 @@ def test_disk_full_while_a_new_run_writes_its_files(small_disk, tmp_path, capsys
     line = err.strip().splitlines()[-1]
     assert line.startswith("error: ") and "no space left on device" in line, err[-2000:]
     assert "Traceback" not in err
-    assert not run.exists()  # its marker and folder taken back: nothing left
-    folder, lock = claim_run_dir(run, unique=False)  # free for the retry
-    lock.release()
+    assert list(run.iterdir()) == []  # nothing left (scripts/train.py removes the folder)
+    assert claim_run_dir(run, unique=False) == run  # free for the retry
 
 
 def test_disk_full_while_preparing_data(small_disk, text_corpus, capsys):
@@ -299,21 +310,18 @@ def test_averaging_into_avg_pt_stays_allowed(tiny_run, tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- leftovers
-def test_a_run_may_not_start_inside_a_run_or_above_runs(tiny_run, tmp_path, capsys):
-    """run_dir= inside another run's folder, or a folder that holds runs (run=latest would
-    then find the wrong one): one line, nothing written."""
+def test_a_run_may_not_start_in_a_folder_holding_runs(tiny_run, tmp_path, capsys):
+    """run_dir= naming a folder that holds runs (run=latest would then find the wrong one):
+    one line, nothing written."""
     outer = tmp_path / "outer"
-    run = outer / "run"
-    shutil.copytree(tiny_run, run)
+    shutil.copytree(tiny_run, outer / "run")
     before = snapshot(outer)
-    for target, expected in ((run / "inner", f"is inside the run {run}"),
-                             (outer, "holds other runs")):
-        status, err = run_script_in_process("train", [
-            *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}",
-            f"run_dir={target}", "trainer.max_steps=2"], capsys)
-        assert status == 2, err[-2000:]
-        assert err.strip().startswith("error: ") and expected in err, err[-2000:]
-        assert snapshot(outer) == before and not (run / "inner").exists()
+    status, err = run_script_in_process("train", [
+        *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={outer}",
+        "trainer.max_steps=2"], capsys)
+    assert status == 2, err[-2000:]
+    assert err.strip().startswith("error: ") and "is not an empty folder" in err, err[-2000:]
+    assert snapshot(outer) == before
 
 
 @pytest.mark.slow
@@ -324,7 +332,7 @@ def test_a_run_that_failed_before_writing_leaves_its_folder_free(tmp_path, capsy
     run = tmp_path / "run"
     common = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
     status, err = run_script_in_process("train", [*common, "data.vocab_size=90000"], capsys)
-    assert status == 2 and "data.vocab_size=90000 is too large" in err, err[-2000:]
+    assert status == 2 and "data.vocab_size=90000 does not suit" in err, err[-2000:]
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
                            "trainer.max_steps=2", "trainer.valid_sentences=4",
                            "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)
@@ -340,6 +348,7 @@ def test_a_run_that_stopped_before_its_first_checkpoint_says_what_to_do(tiny_run
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
     shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()  # made when the run claimed its folder
     new = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
     for args in (new, [f"trainer.resume={run}", f"data.cache_dir={tmp_path / 'cache'}"]):
         status, err = run_script_in_process("train", args, capsys)

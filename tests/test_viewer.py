@@ -47,6 +47,7 @@ from tinymt.viewer.document import (
     SCALE,
     Probe,
     build_document,
+    document_json,
     jsonable,
     probe_from_pair,
 )
@@ -146,9 +147,6 @@ def test_weights_tokens_and_entropy():
         ent = -(w * np.log(np.where(w > 0, w, 1))).sum(-1).mean(-1)  # (layers, heads)
         np.testing.assert_allclose(view["entropy"], ent, atol=1e-4)
     assert list(doc["kinds"]) == ["encoder_self", "decoder_self", "cross"]
-    with pytest.raises(ValueError, match="cross"):
-        build_document({"cross": attn["cross"]}, SRC_PIECES[:-1], TGT_PIECES, Probe("x"),
-                       "y", 0, forced_reference=False)
 
 
 def test_head_labels_are_optional_and_round_trip():
@@ -322,17 +320,19 @@ def test_tag_metadata_is_version_checked():
 
 
 def test_the_tab_writes_documents_as_json_of_their_numbers():
-    """The plugin's own JSON writer (weights as text in one numpy buffer) says what
-    ``json.dumps`` of the document would, for every shape down to one weight."""
-    from tinymt.viewer.plugin import _document_json
+    """The one JSON writer of documents (weights as text in one numpy buffer; the tab's and
+    the server's) says what ``json.dumps`` of the document would, for every shape down to
+    one weight; a value JSON cannot hold is refused."""
 
     rng = np.random.default_rng(0)
     doc = showcase_document()[1]
     doc["kinds"]["extra"] = {"rows": ["a"], "cols": ["b"], "weights": np.zeros((1, 1, 1, 1))}
     for shape in [(1, 1, 1, 1), (3, 1, 2, 1), (1, 4, 1, 3), (2, 3, 5, 7)]:
         doc["kinds"]["extra"]["weights"] = rng.integers(0, 256, shape).astype(np.uint8)
-        body = _document_json(doc)
+        body = document_json(doc)
         assert body.isascii() and json.loads(body) == json.loads(json.dumps(jsonable(doc)))
+    with pytest.raises(ValueError):
+        document_json({**doc, "translation": float("nan")})
 
 
 # ----------------------------------------------------------------------------- a real run
@@ -700,9 +700,9 @@ def test_the_trend_of_every_head_through_tensorboard(trend_logdir, tmp_path):
     route = f"data/plugin/{PLUGIN_NAME}"
 
     def ready(base):
-        return all(http_get(f"{base}/{route}/steps?run=trend&tag={tag}")[1] == want
-                   for tag, want in (("probe_0", b'{"steps":[10,20,30]}'),
-                                     ("probe_1", b'{"steps":[1,2,3,4,5]}')))
+        return all(json.loads(http_get(f"{base}/{route}/steps?run=trend&tag={tag}")[1]) == want
+                   for tag, want in (("probe_0", {"steps": [10, 20, 30]}),
+                                     ("probe_1", {"steps": [1, 2, 3, 4, 5]})))
 
     with tensorboard_process(logdir, ready) as (base, _):
         status, body = http_get(f"{base}/{route}/trend?run=trend&tag=probe_0")

@@ -16,9 +16,7 @@ import asyncio
 import base64
 import concurrent.futures
 import io
-import tempfile
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,17 +366,20 @@ def test_matplotlib_draws_with_the_sc_file_built_once(font_cache, monkeypatch):
     assert [p.name for p in font_cache.iterdir()] == [built.name]  # no temp files left
 
 
-def test_an_unwritable_cache_folder_means_a_temporary_one(font_cache, monkeypatch, caplog):
+def test_an_unwritable_cache_folder_means_the_source_font_and_a_warning(font_cache, monkeypatch,
+                                                                       caplog):
+    """No SC file to be had (the cache folder cannot be written, or the build fails): None
+    and a warning, never an exception (the callers draw with the source font)."""
     blocker = font_cache.parent.parent.parent / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     monkeypatch.setattr(fonts, "build_sc_font", lambda: fonts.sc_subset(""))  # quicker
-    path = fonts.sc_font_file()
-    assert path is not None and path.is_file()
-    assert Path(tempfile.gettempdir()) in path.parents and blocker not in path.parents
-    assert family(TTFont(path, lazy=True))[0] == "Noto Sans CJK SC"
-    # nothing at all to be had: None and a warning, never an exception
+    assert fonts.sc_font_file() is None
+    assert "Japanese glyph forms" in caplog.text and "not-a-folder" in caplog.text
+    assert blocker.read_text() == "a file where the cache folder would be"
+    caplog.clear()
     fonts.sc_font_file.cache_clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(font_cache.parent))
     monkeypatch.setattr(fonts, "build_sc_font", lambda: 1 / 0)
     assert fonts.sc_font_file() is None
-    assert "Japanese glyph forms" in caplog.text
+    assert "Japanese glyph forms" in caplog.text and "ZeroDivisionError" in caplog.text

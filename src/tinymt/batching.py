@@ -37,7 +37,7 @@ class TokenBatchSampler:
     Resuming: ``state_dict()`` is ``{"epoch", "position"}``, ``position`` counting the
     batches of the current epoch already yielded; after ``load_state_dict()`` the next
     ``iter()`` continues with exactly the batches an uninterrupted run would have produced.
-    Finishing an epoch moves on to the next one by itself (``set_epoch`` is optional).
+    Finishing an epoch moves on to the next one by itself.
     """
 
     def __init__(self, src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int,
@@ -53,12 +53,6 @@ class TokenBatchSampler:
         self._bounds = _cut(self.src_lens[base_order], self.tgt_lens[base_order],
                             self.max_tokens)
         self._cached: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order to yield; a new epoch starts at its first batch."""
-        if int(epoch) != self.epoch:
-            self.epoch = int(epoch)
-            self.position = 0
 
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         """All batches of ``epoch`` (default: the current one), in yield order."""
@@ -104,12 +98,7 @@ class TokenBatchSampler:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        position, epoch = int(state["position"]), int(state["epoch"])
-        n = len(self._plan(epoch)[1])
-        if not 0 <= position <= n:
-            raise ValueError(f"sampler position {position} outside 0..{n}")
-        self.epoch = epoch
-        self.position = position
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
 def by_length(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
@@ -159,9 +148,6 @@ class Batch:
     def n_tgt_tokens(self) -> int:
         """Target tokens to predict (eos included, padding excluded)."""
         return int((self.tgt_out != self.pad_id).sum())
-
-    def __len__(self) -> int:
-        return self.src.shape[0]
 
     def to(self, device) -> Batch:
         return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id)

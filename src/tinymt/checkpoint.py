@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tinymt.config import as_model_config
-from tinymt.errors import TinyMTError, first_line
+from tinymt.errors import TinyMTError
 from tinymt.files import regular_file, write_file
 
 FORMAT = 2
@@ -94,12 +94,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             state["model_config"], max(vocab["src_size"], vocab["tgt_size"])))
     except TinyMTError as e:
         raise TinyMTError(f"checkpoint {path}: {e}") from None
-    masks = {key: state["model"].pop(key) for key in HEAD_MASKS if key in state["model"]}
-    try:
-        state["model"] = fold_head_masks(state["model"], masks, state["model_config"]["n_heads"])
-    except RuntimeError as e:  # a mask of another shape than (layers, heads)
-        raise TinyMTError(f"checkpoint {path}: its head masks do not fit its model "
-                          f"({first_line(e)})") from None
     return state
 
 
@@ -111,8 +105,7 @@ HEAD_MASKS = {"head_mask_encoder_self": ("encoder", "self_attn"),
 def fold_head_masks(model: dict, masks: dict, n_heads: int) -> dict:
     """``model`` (a state dict) with each head's ``W_O`` columns times its mask,
     ``masks``: ``{head_mask_<kind>: (n_layers, h)}``. A head masked 0 is then switched off,
-    as a gate of 0 would: how the model holds pruned heads (and how a checkpoint storing
-    ``head_mask_*`` tensors is read)."""
+    as a gate of 0 would: how the model holds pruned heads."""
     model = dict(model)
     for key, mask in masks.items():
         side, attn = HEAD_MASKS[key]
@@ -198,15 +191,16 @@ def _name(name: str) -> str:
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
     """The last checkpoint's dict with its ``model`` the mean of all (integer buffers:
     the last one's), without the optimizer's state (for translating, not resuming). Every
-    checkpoint must be of the same model and tokenizer (:func:`_differs`): else one line
-    naming the file and what differs."""
+    checkpoint must have the same tensors (:func:`_differs`): else one line naming the file
+    and the tensor. (The step checkpoints of one run: its tokenizer and model config were
+    frozen when it started, resume checks them.)"""
     if not paths:
         raise TinyMTError("no checkpoints to average")
     states = [load_checkpoint(p) for p in paths]  # each model a dict of tensors
     for p, s in zip(paths[:-1], states):
         why = _differs(s, states[-1])
         if why:
-            raise TinyMTError(f"{p} is from a different model or tokenizer than {paths[-1]}: "
+            raise TinyMTError(f"{p} is from a different model than {paths[-1]}: "
                               f"{why}; cannot average (only checkpoints of one run)")
     out = {k: v for k, v in states[-1].items() if k not in TRAINING_STATE[1:]}  # trainer_state kept
     out["model"] = {k: sum(s["model"][k].double() for s in states).div(len(states)).to(w.dtype)
@@ -216,18 +210,8 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
 
 
 def _differs(state: dict, ref: dict) -> str | None:
-    """What makes ``state`` another model or tokenizer than ``ref`` (None: nothing)."""
-    a, b = state.get("tokenizer_sha256"), ref.get("tokenizer_sha256")
-    if a != b:
-        return f"its tokenizer differs (tokenizer_sha256 {_shown(a)[:14]} vs {_shown(b)[:14]})"
-    if state["vocab"] != ref["vocab"]:
-        return f"its vocab differs ({state['vocab']} vs {ref['vocab']})"
-    a, b = state["model_config"], ref["model_config"]
-    keys = sorted((k for k in {*a, *b} if a.get(k, "<unset>") != b.get(k, "<unset>")), key=str)
-    if keys:
-        return "its model_config differs (" + ", ".join(
-            f"{k}={_shown(a.get(k, '<unset>'))} vs {_shown(b.get(k, '<unset>'))}"
-            for k in keys[:3]) + (", ..." if len(keys) > 3 else "") + ")"
+    """Which tensor makes ``state``'s model another than ``ref``'s (None: none): what the
+    mean cannot add up."""
     mine, theirs = state["model"], ref["model"]
     if mine.keys() != theirs.keys():
         changes = [*(f"+{_name(k)}" for k in sorted(mine.keys() - theirs.keys())[:2]),

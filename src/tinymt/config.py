@@ -48,7 +48,6 @@ MAX_ACCUMULATE = 1024  # micro-batches per optimizer step, held in memory togeth
 MAX_BEAM_TOKENS = 2**20  # batch tokens x beam: one beam-search batch's hypotheses (4096 x 256)
 MAX_WIDTH = 2**16  # model.d_model, model.d_ff, model.max_positions, data.max_len (tokens)
 MAX_LAYERS = 256  # encoder or decoder layers
-MAX_HEADS = 1024  # attention heads per layer (d_model must divide by them)
 MAX_VOCAB = 2**20  # sentencepiece pieces per vocabulary
 MAX_PARAMETERS = 10**9  # a model's estimated size: ~16 GB to train in fp32 (AdamW: 4 copies)
 MAX_BUILTIN_PAIRS = 2_000_000  # the built-in corpus: 10x its default, ~1.5 min to generate
@@ -81,37 +80,16 @@ def path_rule(allowed: str, folder: bool | None = None, names: tuple[str, ...] =
 def creatable_folder(value) -> str | None:
     """A folder that exists, or whose nearest existing ancestor is a folder we may write
     in; never blank."""
-    why = name_problem(str(value))
-    if why is None:
-        path = Path(str(value)).expanduser()
-        why = f"{path} is a file" if path.exists() and not path.is_dir() else \
-            output_problem(path / "x")
-        why = why and why.replace(f"{path / 'x'}", str(path))
+    why = name_problem(str(value)) or output_problem(os.path.join(str(value), "x"))
     return why and f"must be a folder (or where one can be made), not a file ({why})"
 
 
 def attention_file(attention: str | None) -> str | None:
     """The file ``attention=`` writes first: itself (``.png``, ``.html``), or the first
-    PNG of the folder it names."""
-    if attention is None or Path(attention).suffix.lower() in (".png", ".html"):
+    PNG of the folder it names (a blank name: itself, refused as a name)."""
+    if not (attention or "").strip() or Path(attention).suffix.lower() in (".png", ".html"):
         return attention
     return str(Path(attention) / "line1.png")
-
-
-def attention_target(value) -> str | None:
-    why = name_problem(str(value))
-    if why is None:
-        path = Path(str(value)).expanduser()
-        why = f"{path} is an existing file that is not a .png or .html" if path.suffix.lower() \
-            not in (".png", ".html") and path.exists() and not path.is_dir() else \
-            output_problem(attention_file(str(value)))  # a folder: maps go into it
-    return why and ("must be a .png file (one sentence), an .html file (the interactive view "
-                    f"of every sentence) or a folder ({why})")
-
-
-def output_file(allowed: str, folder: bool = False) -> Why:
-    """A file (``folder``: a new folder) to write: :func:`tinymt.files.output_problem`."""
-    return lambda v: (why := output_problem(v, folder=folder)) and f"{allowed} ({why})"
 
 
 POSITIVE, COUNT = between(1, MAX_COUNT), between(0, MAX_COUNT)
@@ -126,13 +104,9 @@ PATH = path_rule("must name a file or folder")
 RUN = path_rule("must be a run folder (or latest)", True, ("latest",))
 DIR = path_rule("must be a folder", True)
 CHECKPOINT = path_rule("must be best, last, avg, pruned or a checkpoint file", False, NAMED)
-RUN_FOLDER = path_rule("must be the folder of a run to continue", True,
-                       missing="{path} does not exist")
 TEXT_FILE = path_rule("must be a text file to read (a regular file or a pipe)", False,
                       missing="file not found: {path}", pipe=True)
 FOLDER: Why = creatable_folder
-CKPT_FILE = output_file("must be a checkpoint file to write (not a folder)")
-NEW_FOLDER = output_file("must be a new folder (an existing one is never overwritten)", True)
 
 
 def _r(default, allowed: Why | tuple[str, ...]):
@@ -206,7 +180,7 @@ class ModelConfig:
 
     name: str = "tiny"
     d_model: int = _r(128, WIDTH)
-    n_heads: int = _r(4, between(1, MAX_HEADS))
+    n_heads: int = _r(4, between(1, MAX_WIDTH, note="model.d_model must divide by it"))
     n_encoder_layers: int = _r(3, LAYERS)
     n_decoder_layers: int = _r(2, LAYERS)
     d_ff: int = _r(512, WIDTH)
@@ -266,7 +240,7 @@ class TrainerConfig:
     probe_every: int = _r(50, between(0, MAX_COUNT, note="0 = at validations only"))
     attention_images: bool = True
     n_text_samples: int = _r(3, between(0, 1000))
-    resume: str | None = _r(None, RUN_FOLDER)
+    resume: str | None = _r(None, DIR)
 
 
 @dataclass
@@ -311,9 +285,9 @@ class EngineConfig:
 @dataclass
 class TranslateConfig(EngineConfig):
     input: str | None = _r(None, TEXT_FILE)
-    output: str | None = _r(None, output_file("must be a file to write"))
+    output: str | None = None  # checked by the command (tinymt.files.check_outputs)
     ref: str | None = _r(None, TEXT_FILE)
-    attention: str | None = _r(None, attention_target)  # a .png, an .html or a folder
+    attention: str | None = None  # a .png, an .html or a folder; checked with output=
     attention_kinds: list[str] = _r(["cross"], lambda v: None if len(v) > 0 and all(
         k in KINDS for k in v) else "must be a non-empty list of " + ", ".join(KINDS))
 
@@ -349,7 +323,7 @@ class ExportConfig:
     checkpoint: str = _r("best", CHECKPOINT)
     format: str = _r("ct2", ("ct2",))
     quantization: str = _r("none", ("none", "int8"))
-    out: str | None = _r(None, NEW_FOLDER)
+    out: str | None = None  # a new folder, checked by the command (tinymt.files.check_output)
     outputs_root: str = _r("outputs", DIR)
 
 
@@ -362,7 +336,7 @@ class AnalyzeConfig:
     pruning: bool = True
     prune_step: float = _r(0.1, between(0, 1, lo_open=True, note="e.g. 0.1"))
     prune: float | None = _r(None, between(0, 1, note="a fraction of the heads"))
-    prune_output: str | None = _r(None, CKPT_FILE)
+    prune_output: str | None = None  # checked by the command (tinymt.files.check_output)
     device: str = _r("auto", DEVICE)
     batch_tokens: int = _r(4096, BATCH_TOKENS)
     outputs_root: str = _r("outputs", DIR)
@@ -372,7 +346,7 @@ class AnalyzeConfig:
 class AverageConfig:
     run: str = _r("latest", RUN)
     last: int = _r(5, between(2, MAX_COUNT, note="the newest N step checkpoints"))
-    output: str | None = _r(None, CKPT_FILE)
+    output: str | None = None  # checked by the command (tinymt.files.check_output)
     outputs_root: str = _r("outputs", DIR)
 
 
@@ -394,8 +368,6 @@ def check_data(cfg) -> None:
     check_values(c, DataConfig, "data.")
     if c.source != "builtin" and not c.path:
         raise TinyMTError(f"data.source={c.source} needs data.path (it is not set)")
-    if c.src_lang == c.tgt_lang:
-        raise TinyMTError(f"data.src_lang and data.tgt_lang are both {c.src_lang!r}")
     if c.source == "builtin" and {c.src_lang, c.tgt_lang} != {"zh", "en"}:
         raise TinyMTError(f"the built-in corpus is zh/en: data.src_lang={c.src_lang!r}, "
                           f"data.tgt_lang={c.tgt_lang!r} must be zh and en (data.reverse=true "
@@ -404,8 +376,6 @@ def check_data(cfg) -> None:
         raise TinyMTError(f"data.train_size={c.train_size} + data.valid_size={c.valid_size} + "
                           f"data.test_size={c.test_size}: the built-in corpus makes at most "
                           f"{MAX_BUILTIN_PAIRS:,} pairs")
-    if c.source == "tsv" and c.src_column == c.tgt_column:
-        raise TinyMTError(f"data.src_column and data.tgt_column are both {c.src_column}")
 
 
 def check_model(cfg) -> None:
@@ -413,7 +383,7 @@ def check_model(cfg) -> None:
     sizes, heads dividing ``d_model``, at most :data:`MAX_PARAMETERS` parameters."""
     m = cfg.model
     check_values(m, ModelConfig, "model.")
-    if m.d_model % m.n_heads:  # as tinymt.model.check_model_args
+    if m.d_model % m.n_heads:  # the attention splits d_model into n_heads equal parts
         raise TinyMTError(f"model.d_model={m.d_model} is not divisible by model.n_heads="
                           f"{m.n_heads}")
     if (n := estimated_parameters(cfg)) > MAX_PARAMETERS:
@@ -430,9 +400,7 @@ def check_train(cfg) -> None:
     check_values(cfg, TrainConfig)
     check_data(cfg.data)
     check_model(cfg)
-    o, t = cfg.optim, cfg.trainer
-    if o.min_lr > o.lr:
-        raise TinyMTError(f"optim.min_lr={o.min_lr} is above optim.lr={o.lr}")
+    t = cfg.trainer
     if t.max_tokens * t.test_beam > MAX_BEAM_TOKENS:
         raise TinyMTError(f"trainer.test_beam={t.test_beam} x trainer.max_tokens={t.max_tokens}"
                           f" (the test set's batches): at most {MAX_BEAM_TOKENS:,} hypothesis "
@@ -446,14 +414,9 @@ def _check_engine(c, schema) -> None:
     """translate.py's and serve.py's config alike: what translates, and how it searches."""
     check_values(c, schema)
     d, ct2 = c.decode, c.engine == "ct2"
-    if d.nbest > d.beam:
-        raise TinyMTError(f"decode.beam={d.beam}, decode.nbest={d.nbest}: need 1 <= nbest <= beam")
     if d.batch_tokens * d.beam > MAX_BEAM_TOKENS:
         raise TinyMTError(f"decode.beam={d.beam} x decode.batch_tokens={d.batch_tokens}: at most "
                           f"{MAX_BEAM_TOKENS:,} hypothesis tokens a batch; lower decode.batch_tokens")
-    if d.max_len_a == 0 and d.max_len_b == 0:
-        raise TinyMTError("decode.max_len_a=0 and decode.max_len_b=0 leave no room for a single "
-                          "output token")
     if ct2 and not c.model_dir:
         raise TinyMTError("engine=ct2 needs model_dir=<a folder written by scripts/export.py>")
     if not ct2 and c.model_dir:
@@ -462,8 +425,6 @@ def _check_engine(c, schema) -> None:
     if ct2 and d.beam_rule == "shrink":
         raise TinyMTError("decode.beam_rule=shrink: CTranslate2 searches with beam_rule=full "
                           "only; drop decode.beam_rule or use engine=torch")
-    if ct2 and c.device == "mps":
-        raise TinyMTError("device=mps: CTranslate2 runs on cpu or cuda (engine=ct2)")
 
 
 def check_translate(cfg) -> None:
@@ -480,22 +441,17 @@ def check_serve(cfg) -> None:
                           "from each request's `alternatives`; drop decode.nbest")
 
 
-def check_export(cfg) -> None:
-    check_values(cfg, ExportConfig)
-    if not cfg.out:
-        raise TinyMTError("out= is not set: name the new folder to write the model to, e.g. "
-                          "out=exports/my-model")
-
-
+def check_export(cfg) -> None: check_values(cfg, ExportConfig)  # noqa: E704
 def check_analyze(cfg) -> None: check_values(cfg, AnalyzeConfig)  # noqa: E704
 def check_average(cfg) -> None: check_values(cfg, AverageConfig)  # noqa: E704
 
 
 def _typed(schema, cfg, what: str = "bad config") -> DictConfig:
-    """``cfg`` (dict / DictConfig) merged onto ``schema``: an unknown key or a wrong type
-    is one line naming the key."""
+    """``cfg`` (dict / DictConfig) merged onto ``schema``: an unknown key (Hydra's
+    ``+trainer.foo=1`` too: merged as plain values) or a wrong type is one line naming the key."""
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        plain = OmegaConf.to_container(cfg) if OmegaConf.is_config(cfg) else cfg
+        merged = OmegaConf.merge(OmegaConf.structured(schema), plain)
     except Exception as e:  # noqa: BLE001  (omegaconf's ValidationError / ConfigKeyError)
         key = getattr(e, "full_key", None)
         raise TinyMTError(f"{what}: {key + ': ' if key else ''}{first_line(e)}") from None
@@ -506,10 +462,6 @@ def as_train_config(cfg) -> DictConfig:
     """``cfg`` (dict / DictConfig / a run's saved config) merged onto :class:`TrainConfig`
     and checked. Unknown keys and wrong types are one-line errors naming the key."""
     merged = _typed(TrainConfig, cfg)
-    extra = _unknown_keys(merged, TrainConfig)
-    if extra:  # ``+trainer.foo=1``: Hydra may add keys the schema does not have
-        raise TinyMTError(f"{extra[0]} is not a tinymt setting (a run holding it could not be "
-                          "resumed): drop it; `python scripts/train.py --cfg job` lists the keys")
     check_train(merged)
     return merged
 
@@ -521,18 +473,6 @@ def as_model_config(values, vocab_size: int) -> DictConfig:
     model = _typed(ModelConfig, values, "bad model_config")
     check_model(OmegaConf.create({"model": model, "data": {"vocab_size": vocab_size}}))
     return model
-
-
-def _unknown_keys(cfg, schema, prefix: str = "") -> list[str]:
-    """Dotted keys of ``cfg`` that ``schema`` (a dataclass, nested) does not define."""
-    known = {f.name: f for f in fields(schema)}
-    out = []
-    for key in cfg:
-        if key not in known:
-            out.append(prefix + str(key))
-        elif is_dataclass(known[key].default_factory) and OmegaConf.is_dict(cfg[key]):
-            out += _unknown_keys(cfg[key], known[key].default_factory, f"{prefix}{key}.")
-    return out
 
 
 # ----------------------------------------------------------------------------- config files
@@ -556,23 +496,17 @@ def load_config_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
     OmegaConf parses it (no Python tags, no duplicate keys), its interpolations resolved."""
     data = read_bytes(path, what, MAX_CONFIG_BYTES)
     name = f"{what} {path}"
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TinyMTError(f"{name} is not UTF-8 text (byte {e.start})") from None
-    if not text.strip():
+    if not data.strip():
         raise TinyMTError(f"{name} is empty")
-    try:
-        top = yaml.compose(text, Loader=_NoAliases)
-        cfg = OmegaConf.create(text) if isinstance(top, yaml.MappingNode) else None
-    except Exception as e:  # noqa: BLE001  (yaml's errors, RecursionError, omegaconf's)
+    try:  # UTF-8, yaml's errors, RecursionError, omegaconf's (an interpolation that fails)
+        text = data.decode("utf-8")
+        mapping = isinstance(yaml.compose(text, Loader=_NoAliases), yaml.MappingNode)
+        values = OmegaConf.to_container(OmegaConf.create(text), resolve=True) if mapping else None
+    except Exception as e:  # noqa: BLE001
         raise TinyMTError(f"{name} is not valid YAML ({yaml_why(e)})") from None
-    if not isinstance(cfg, DictConfig):
+    if values is None:
         raise TinyMTError(f"{name} does not hold a mapping of settings")
-    try:
-        return OmegaConf.to_container(cfg, resolve=True)
-    except Exception as e:  # noqa: BLE001  (an interpolation that does not resolve)
-        raise TinyMTError(f"{name}: a value does not resolve ({first_line(e)})") from None
+    return values
 
 
 def yaml_why(e: Exception) -> str:
@@ -594,11 +528,11 @@ def _dirname(text: str, limit: int = 100) -> str:
 
 def register_configs() -> None:
     """Register the schemas (the YAMLs' defaults lists name them) and the resolvers:
-    ``${or_else:${a},b}`` (``a`` unless null), ``${dirname:text}`` (a safe folder name),
-    ``${on_main_rank:a,b}`` (``a`` on rank 0: the other ranks' Hydra gets a scratch
-    folder), ``${unless_named:resume,run_dir,clock}`` ("." when a folder is named)."""
+    ``${dirname:text}`` (a safe folder name), ``${on_main_rank:a,b}`` (``a`` on rank 0:
+    the other ranks' Hydra gets a scratch folder), ``${unless_named:resume,run_dir,clock}``
+    ("." when a folder is named)."""
     rank0 = lambda main, other: main if int(os.environ.get("RANK", "0")) == 0 else other  # noqa: E731
-    for name, fn in (("or_else", lambda a, b: b if a is None else a), ("dirname", _dirname),
+    for name, fn in (("dirname", _dirname),
                      ("on_main_rank", rank0),  # Hydra makes only a clock folder itself:
                      ("unless_named", lambda r, d, c: "." if r is not None or d is not None else c)):
         if not OmegaConf.has_resolver(name):

@@ -2,7 +2,7 @@
 
 **Writing**: :func:`check_output` (:func:`check_outputs` for several), before any work,
 refuses in one line naming the option a path that is empty or blank, too long, a folder,
-a pipe, socket or device, part of a run's own state (its marker, ``config.yaml``,
+a pipe, socket or device, part of a run's own state (its ``config.yaml``,
 ``tokenizer/``, ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``: a typo would
 lose the run), where nothing can be created, or another output of the same command.
 Then :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder` fill a
@@ -11,10 +11,10 @@ target (atomic) and fsync the folder: a failure removes the temp and leaves the 
 target as it was. A temp a killed process left behind is never read. Folders on the way
 are followed; a target that is a link is replaced.
 
-**Runs**: a folder holding :data:`RUN_MARKER` (or ``checkpoints/last.pt``) is a run; one
-process at a time writes into it (:class:`tinymt.rundir.RunLock`). **Reading**:
-:func:`read_bytes` opens only a regular file (a pipe would block, a device never end), at
-most ``max_bytes``; :func:`load_json` loads a JSON file (size bounded).
+**Runs**: a folder holding ``checkpoints/`` is a run (:func:`tinymt.rundir.claim_run_dir`
+makes it). **Reading**: :func:`read_bytes` opens only a regular file (a pipe would block, a
+device never end), at most ``max_bytes``; :func:`load_json` loads a JSON file (size
+bounded).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Any, BinaryIO
 from tinymt.errors import TinyMTError, first_line
 
 # ----------------------------------------------------------------------------- run layout
-RUN_MARKER = ".tinymt-run"  # created by the run that owns the folder; its lock is the run's
 CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"
 CHECKPOINTS = "checkpoints"
@@ -47,15 +46,13 @@ os.umask(UMASK)  # a published file gets the usual mode, not the temp file's pri
 
 
 def is_run_dir(folder: Path) -> bool:
-    """A run lives in ``folder``: its marker, or (a run without one) its last.pt."""
-    return (folder / RUN_MARKER).exists() or (folder / CHECKPOINTS / "last.pt").is_file()
+    """A run lives in ``folder``: its ``checkpoints/``, made when the run claimed it."""
+    return (folder / CHECKPOINTS).is_dir()
 
 
 def run_state_part(path: Path) -> tuple[Path, str] | None:
     """``(run dir, what)`` when the absolute ``path`` is a file of a run's own state."""
     name, parent = path.name, path.parent
-    if name == RUN_MARKER:
-        return parent, "the run marker"
     if name == CONFIG and is_run_dir(parent):
         return parent, "the config"
     if parent.name == CHECKPOINTS and is_run_dir(parent.parent) and (

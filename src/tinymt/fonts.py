@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import atexit
 import functools
-import hashlib
 import io
 import logging
 import multiprocessing
 import multiprocessing.util  # noqa: F401  (its exit handler first: see _EXITING)
 import os
-import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,8 +72,6 @@ def _language_lookups(table, language: str, feature: str) -> list[int]:
     for script in table.ScriptList.ScriptRecord:
         langsys = next((r.LangSys for r in script.Script.LangSysRecord
                         if r.LangSysTag == language), script.Script.DefaultLangSys)
-        if langsys is None:
-            continue
         for i in langsys.FeatureIndex:
             if records[i].FeatureTag == feature:
                 found.update(records[i].Feature.LookupListIndex)
@@ -128,7 +123,7 @@ class FontBusy(Exception):
 _CUTTING, _WAITING = threading.Lock(), threading.BoundedSemaphore(4)
 WAIT_S = 10.0  # the longest a request waits for the cut before it
 BUSY = "fonts are being cut for other pages; try again shortly"
-_cutter: list = []  # [process, connection] of the cutting process, started when needed
+_pool: list = []  # the cutting process (a pool of one), started when needed
 _EXITING = threading.Event()
 atexit.register(_EXITING.set)  # runs before multiprocessing.util's, which ends the process
 
@@ -138,45 +133,23 @@ def start_cutting() -> None:
     process still starting when the server stops would print a traceback)."""
     if _EXITING.is_set():  # a process spawned now would die half-started, with a traceback
         raise FontBusy("the server is stopping")
-    if not _cutter or not _cutter[0].is_alive():
-        ctx = multiprocessing.get_context("spawn")  # (no fork of a threaded server)
-        mine, theirs = ctx.Pipe()
-        process = ctx.Process(target=_cut_forever, args=(theirs,), daemon=True,
-                              name="tinymt-fonts")
-        process.start()
-        _cutter[:] = [process, mine]
+    if not _pool:  # (spawn: no fork of a threaded server)
+        _pool.append(multiprocessing.get_context("spawn").Pool(1, _start_cutter))
+
+
+def _start_cutter() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
+    os.nice(10)  # seconds of CPU a cut: the server's own work goes first
 
 
 def _cut(chars: str) -> bytes:
     """:func:`sc_subset` on the cutting process (called holding ``_CUTTING``)."""
     start_cutting()
-    process, conn = _cutter
     try:
-        conn.send(chars)
-        if not conn.poll(60.0):  # (a cut of 4,096 characters: ~6 s)
-            raise TimeoutError
-        font, error = conn.recv()
-    except (OSError, EOFError, TimeoutError):  # died or hung: a new process next time
-        process.kill()
-        _cutter.clear()
+        return _pool[0].apply_async(sc_subset, (chars,)).get(60.0)  # (4,096 characters: ~6 s)
+    except multiprocessing.TimeoutError:  # hung, or died: a new process next time
+        _pool.pop().terminate()
         raise FontBusy("the font could not be cut; try again") from None
-    if error:
-        raise RuntimeError(error)
-    return font
-
-
-def _cut_forever(conn) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
-    os.nice(10)  # seconds of CPU a cut: the server's own work goes first
-    while True:
-        try:
-            chars = conn.recv()
-        except EOFError:  # the server is gone
-            return
-        try:
-            conn.send((sc_subset(chars), None))
-        except Exception as e:  # noqa: BLE001  (the server answers it)
-            conn.send((None, f"{type(e).__name__}: {e}"))
 
 
 def refuse_when_busy(query: bytes) -> None:
@@ -245,22 +218,20 @@ def _cmap_table(cmap: dict[int, str]):
     return table
 
 
-def _sc_bytes(font: TTFont, family: str = SC_FAMILY) -> bytes:
-    """``font`` saved as OpenType, its family renamed to ``family`` in the name table (IDs
-    1, 4, 16; 6 the PostScript name, no spaces) and in the CFF table's names (which the
-    PostScript name must equal); the copyright, trademark and license records kept."""
-    style = font["name"].getDebugName(17) or font["name"].getDebugName(2) or "Regular"
-    full = family if style == "Regular" else f"{family} {style}"
-    ps_name = f"{family.replace(' ', '')}-{style.replace(' ', '')}"
+def _sc_bytes(font: TTFont) -> bytes:
+    """``font`` (the source's Regular) saved as OpenType, its family renamed to
+    :data:`SC_FAMILY` in the name table (IDs 1, 4, 16; 6 the PostScript name, no spaces) and
+    in the CFF table's names (which the PostScript name must equal); the copyright,
+    trademark and license records kept."""
+    ps_name = SC_FAMILY.replace(" ", "") + "-Regular"
     for record in font["name"].names:
-        new = {1: family, 4: full, 6: ps_name, 16: family}.get(record.nameID)
+        new = {1: SC_FAMILY, 4: SC_FAMILY, 6: ps_name, 16: SC_FAMILY}.get(record.nameID)
         if new is not None:
             record.string = new
-    if "CFF " in font:
-        cff = font["CFF "].cff
-        cff.fontNames = [ps_name]
-        top = cff.topDictIndex[0]
-        top.FamilyName, top.FullName = family, full
+    cff = font["CFF "].cff  # (the source is CFF-flavoured OpenType)
+    cff.fontNames = [ps_name]
+    top = cff.topDictIndex[0]
+    top.FamilyName = top.FullName = SC_FAMILY
     out = io.BytesIO()
     font.save(out)
     return out.getvalue()
@@ -271,37 +242,23 @@ def _sc_bytes(font: TTFont, family: str = SC_FAMILY) -> bytes:
 def sc_font_file() -> Path | None:
     """The whole source font as Noto Sans CJK SC, as a file (matplotlib's figures, the
     server's ``font.otf`` without ``text=``): built once (2 s, 16 MB) into
-    ``$XDG_CACHE_HOME/tinymt/fonts/`` (else ``~/.cache/tinymt/fonts/``; where that cannot
-    be written, a temporary folder of this process), named by the source's size, mtime
-    and :data:`FILE_VERSION`, and reused. None (a warning logged) when it cannot be had:
-    the caller uses the source font (Japanese forms); nothing fails for a font."""
+    ``$XDG_CACHE_HOME/tinymt/fonts/`` (else ``~/.cache/tinymt/fonts/``), named by the
+    source's size, mtime and :data:`FILE_VERSION`, and reused. None (a warning logged) when
+    it cannot be had (no home, a folder we may not write): the caller uses the source font
+    (Japanese forms); nothing fails for a font."""
     try:
         st = font_path().stat()
-        key = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{FILE_VERSION}".encode())
-        name = f"NotoSansCJKsc-Regular-{key.hexdigest()[:16]}.otf"
-        try:
-            base = os.environ.get("XDG_CACHE_HOME", "")
-            base = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-            cached = base / "tinymt" / "fonts" / name
-            if cached.is_file():
-                return cached
-        except (OSError, RuntimeError, KeyError):  # no home, a folder we may not read
-            cached = None
-        data = build_sc_font()
+        base = os.environ.get("XDG_CACHE_HOME", "")
+        base = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+        name = f"NotoSansCJKsc-Regular-{st.st_size}-{st.st_mtime_ns}-{FILE_VERSION}.otf"
+        cached = base / "tinymt" / "fonts" / name
+        if not cached.is_file():
+            write_bytes(build_sc_font(), cached)
+        return cached
     except Exception as e:  # noqa: BLE001  (a font never stops a training run)
         logger.warning("Chinese is drawn with Japanese glyph forms: no SC font (%s: %s)",
                        type(e).__name__, e)
         return None
-    for folder in ([cached.parent] if cached else []) + [None]:
-        try:
-            if folder is None:
-                folder = Path(tempfile.mkdtemp(prefix="tinymt-fonts-"))
-                atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            return write_bytes(data, folder / name)
-        except Exception as e:  # noqa: BLE001
-            logger.info("cannot write the SC font into %s (%s)", folder, e)
-    logger.warning("Chinese is drawn with Japanese glyph forms: cannot write the SC font")
-    return None
 
 
 def build_sc_font() -> bytes:
@@ -314,8 +271,8 @@ def build_sc_font() -> bytes:
     for script in gsub.ScriptList.ScriptRecord:
         for langsys in [script.Script.DefaultLangSys,
                         *(r.LangSys for r in script.Script.LangSysRecord)]:
-            if langsys is not None:  # the feature records stay, used by none
-                langsys.FeatureIndex = [i for i in langsys.FeatureIndex
-                                        if records[i].FeatureTag != "locl"]
-                langsys.FeatureCount = len(langsys.FeatureIndex)
+            # the feature records stay, used by none
+            langsys.FeatureIndex = [i for i in langsys.FeatureIndex
+                                    if records[i].FeatureTag != "locl"]
+            langsys.FeatureCount = len(langsys.FeatureIndex)
     return _sc_bytes(font)

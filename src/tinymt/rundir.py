@@ -1,5 +1,5 @@
-"""The run directory: its layout, its one writer (:class:`RunLock`), finding a run, and
-loading one to translate with. The trainer writes it; translating, the head analysis and
+"""The run directory: its layout, claiming a new one, finding a run, and loading one to
+translate with. The trainer writes it; translating, the head analysis and
 ``scripts/average_checkpoints.py`` read it::
 
     <run_dir>/config.yaml                 the resolved training config
@@ -12,14 +12,13 @@ loading one to translate with. The trainer writes it; translating, the head anal
     <run_dir>/events.out.tfevents.*       TensorBoard
     <run_dir>/metrics.json                final numbers
 
-The process writing into a run (training, a resume, averaging, head analysis) holds
-:class:`RunLock`: one writer per run.
+A run is a folder holding ``checkpoints/``: the run makes it when it claims the folder
+(:func:`claim_run_dir`).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +28,7 @@ from omegaconf import OmegaConf
 
 from tinymt.checkpoint import load_checkpoint
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import (
-    CHECKPOINTS,
-    CONFIG,
-    NAMED,
-    RUN_MARKER,
-    STEP_CHECKPOINT,
-    TOKENIZER,
-    error_reason,
-    is_run_dir,
-)
+from tinymt.files import CHECKPOINTS, NAMED, STEP_CHECKPOINT, TOKENIZER, is_run_dir
 from tinymt.model import Transformer
 from tinymt.tokenizer import Tokenizer, load_tokenizers, tokenizer_digest
 
@@ -65,124 +55,46 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-class RunLock:
-    """One writer per run dir: an exclusive ``flock`` on its marker (it holds the writer's
-    pid), released when the command ends or its process dies. ``RunLock.take(run_dir)``:
-    None when another live process holds it."""
-
-    def __init__(self, fd: int, run_dir: Path):
-        self.fd, self.run_dir = fd, run_dir
-        self.made: list[Path] = []  # folders made to hold a new run, deepest first
-
-    @classmethod
-    def take(cls, run_dir: str | os.PathLike) -> RunLock | None:
-        run_dir = Path(run_dir)
-        fd = None
-        try:
-            fd = os.open(run_dir / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            return cls(fd, run_dir)
-        except OSError as e:
-            if fd is not None:
-                os.close(fd)
-            if isinstance(e, BlockingIOError):  # another process holds it
-                return None
-            raise TinyMTError(f"cannot lock the run dir {run_dir} ({error_reason(e)})") from None
-
-    @staticmethod
-    def holder(run_dir: str | os.PathLike) -> str:
-        """The pid written by the process holding ``run_dir``'s lock (as text)."""
-        try:
-            return (Path(run_dir) / RUN_MARKER).read_text(errors="replace").strip() or "?"
-        except OSError:
-            return "?"
-
-    def undo(self) -> None:
-        """A new run that failed before writing anything: its marker and the folders made
-        for it go (a folder holding anything else stays), then the lock."""
-        if self.fd is not None and [p.name for p in self.run_dir.iterdir()] == [RUN_MARKER]:
-            (self.run_dir / RUN_MARKER).unlink(missing_ok=True)
-            for folder in self.made:
-                try:
-                    folder.rmdir()  # only when empty
-                except OSError:
-                    break
-        self.release()
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the file releases the flock
-            self.fd = None
-
-
-def lock_run(run_dir: str | os.PathLike, doing: str) -> RunLock:
-    """The lock of an existing run about to be written into (``doing``: "resume", ...),
-    or a one-line error naming the live writer."""
-    if not is_run_dir(Path(run_dir)):  # the lock would make it look like one
-        raise TinyMTError(f"cannot {doing} {run_dir}: it is not a run (no "
-                          f"{RUN_MARKER}, no checkpoints/last.pt)")
-    lock = RunLock.take(run_dir)
-    if lock is None:
-        raise TinyMTError(f"cannot {doing} {run_dir}: another process (pid "
-                          f"{RunLock.holder(run_dir)}) is writing it; one writer per run: wait "
-                          "for it to end, or stop it")
-    return lock
-
-
-def holds_run(run_dir: str | Path) -> bool:
-    """Whether a run lives in ``run_dir``: its config or checkpoints (a marker alone: no)."""
-    return any((Path(run_dir) / name).exists() for name in (CONFIG, CHECKPOINTS))
-
-
-def _run_around(path: Path) -> str | None:
-    """Why a new run may not live at ``path``: inside another run's folder, or in a folder
-    that holds runs below it (``run=latest`` would then find the wrong one)."""
-    for parent in path.absolute().parents:
-        if is_run_dir(parent):
-            return f"{path} is inside the run {parent}"
-    if path.is_dir():
-        inner = next((p.parent for p in path.rglob(RUN_MARKER) if p.parent != path), None)
-        if inner is not None:
-            return f"{path} holds other runs ({inner})"
-    return None
-
-
-def claim_run_dir(path: str | Path, unique: bool) -> tuple[Path, RunLock]:
-    """Make a folder this run's own, atomically (its :class:`RunLock`: of two runs started
-    at once exactly one gets it), and return it with the lock. ``unique=True`` (a folder
-    named by the clock): one that holds a run sends this run to ``<path>_1``, ``_2``, ...;
-    ``unique=False`` (named by the user): that is an error. A folder holding only the
-    marker of a run that stopped before writing anything is free."""
+def claim_run_dir(path: str | Path, unique: bool) -> Path:
+    """Make a new or empty folder this run's own and return it: the run's ``checkpoints/``
+    is made there by ``os.mkdir``, which is atomic, so of two runs started at once exactly
+    one gets the folder (Hydra makes the folder itself before the run starts).
+    ``unique=True`` (a folder named by the clock): a folder in use sends this run to
+    ``<path>_1``, ``_2``, ...; ``unique=False`` (named by the user): that is an error."""
     path = Path(path)
-    why = _run_around(path)
-    if why:
-        raise TinyMTError(f"{why}: train into a folder of its own (nothing was written)")
     for n in range(1000):
         folder = path if n == 0 else path.with_name(f"{path.name}_{n}")
-        made = [p for p in [folder, *folder.absolute().parents] if not os.path.lexists(p)]
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            if not any(folder.iterdir()):
+                (folder / CHECKPOINTS).mkdir()
+                return folder
+        except FileExistsError:
+            pass  # another run made it first (or a file has that name)
         except OSError as e:
             raise TinyMTError(f"cannot create the run dir {folder}: {e.strerror}") from None
-        lock = None if holds_run(folder) else RunLock.take(folder)
-        if lock is not None and not holds_run(folder):  # (else: written by a run that ended)
-            lock.made = made
-            return folder, lock
-        if lock is not None:
-            lock.release()
         if not unique:
-            if not holds_run(folder):
-                raise TinyMTError(f"{folder} is being claimed by another process (pid "
-                                  f"{RunLock.holder(folder)}): train into another folder")
-            if not checkpoint_path(folder, "last").is_file():
-                raise TinyMTError(f"{folder} holds a run that stopped before its first "
-                                  f"checkpoint (nothing to resume): delete the folder (rm -r "
-                                  f"{folder}) or train into another one")
-            raise TinyMTError(f"{folder} already holds a run: continue it with "
-                              f"trainer.resume={folder}, or train into another folder")
+            raise TinyMTError(_taken(folder))
     raise TinyMTError(f"{path}: 1000 runs started at once? no free folder found")
+
+
+def _taken(folder: Path) -> str:
+    """Why a run may not start in the folder the user named."""
+    if checkpoint_path(folder, "last").is_file():
+        return (f"{folder} already holds a run: continue it with trainer.resume={folder}, "
+                "or train into another folder")
+    if is_run_dir(folder):
+        return (f"{folder} holds a run that stopped before its first checkpoint (nothing to "
+                f"resume): delete the folder (rm -r {folder}) or train into another one")
+    return f"{folder} is not an empty folder: train into a new or empty one"
+
+
+def unclaim_run_dir(run_dir: Path) -> None:
+    """A new run that failed before writing anything gives its folder back: its empty
+    ``checkpoints/`` goes (``rmdir`` removes only an empty folder)."""
+    with contextlib.suppress(OSError):  # (the error that ended the run is the one to tell)
+        if [p.name for p in run_dir.iterdir()] == [CHECKPOINTS]:
+            (run_dir / CHECKPOINTS).rmdir()
 
 
 def find_run(run: str, outputs_root: str = "outputs") -> Path:

@@ -38,8 +38,6 @@ SPM_SEED = 1234
 ENCODING_FIELDS = ("model_type", "treat_whitespace_as_suffix", "allow_whitespace_only_pieces",
                    "byte_fallback", "unk_surface", "unk_id", "bos_id", "eos_id", "pad_id")
 
-_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
-_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 _WORD = re.compile("\u2581[^\u2581]*|[^\u2581]+")  # ▁word: BPE pieces never span two words
 
 
@@ -84,8 +82,9 @@ class Tokenizer:
                 pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
                 input_sentence_size=INPUT_SENTENCE_SIZE, shuffle_input_sentence=True,
                 num_threads=_num_threads(), minloglevel=2)
-        except RuntimeError as e:
-            raise TinyMTError(_explain_training_error(str(e), vocab_size, model_type)) from None
+        except RuntimeError as e:  # its own words say what to set instead ("a value <= 23")
+            raise TinyMTError(f"data.vocab_size={vocab_size} does not suit this corpus "
+                              f"(sentencepiece: {str(e).split('] ', 1)[-1].strip()})") from None
         # written by us (a full disk is an error, not a truncated file), without the thread
         # count: the same corpus and settings give the same bytes wherever they are built
         proto = spm_pb.ModelProto()
@@ -173,39 +172,22 @@ class Tokenizer:
         return f"Tokenizer({str(self.model_path)!r}, vocab_size={self.vocab_size})"
 
 
-def _explain_training_error(message: str, vocab_size: int, model_type: str) -> str:
-    if m := _TOO_HIGH.search(message):
-        return (f"data.vocab_size={vocab_size} is too large for this corpus ({model_type} can "
-                f"make at most {m.group(2)} pieces from it): set data.vocab_size to "
-                f"{m.group(2)} or lower")
-    if m := _TOO_SMALL.search(message):
-        return (f"data.vocab_size={vocab_size} is too small: the corpus needs {m.group(2)} "
-                f"pieces for its characters alone; raise data.vocab_size above {m.group(2)} "
-                "or lower data.character_coverage")
-    return f"sentencepiece training failed (data.vocab_size={vocab_size}): {message.strip()}"
-
-
-def identity(tok: Tokenizer) -> bytes:
-    """What a sentencepiece model *is*: its pieces (with scores and types), its
-    normaliser and denormaliser, and the trainer settings that change encoding
-    (``ENCODING_FIELDS``); not where or how fast it was built."""
-    proto = spm_pb.ModelProto()
-    proto.ParseFromString(tok.sp.serialized_model_proto())
-    kept = spm_pb.TrainerSpec()
-    for name in ENCODING_FIELDS:
-        if proto.trainer_spec.HasField(name):
-            setattr(kept, name, getattr(proto.trainer_spec, name))
-    proto.trainer_spec.CopyFrom(kept)
-    return proto.SerializeToString(deterministic=True)
-
-
 def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
-    """sha256 of the source and target tokenizers' :func:`identity`: binds a checkpoint to
-    the exact tokenizer it was trained with (the same vocabulary size is not enough), and
-    a rebuild of the same data config gives the same digest."""
-    h = hashlib.sha256(identity(src))
-    if tgt is not src:
-        h.update(identity(tgt))
+    """sha256 of what the source and target sentencepiece models *are* (a joint one once):
+    their pieces (with scores and types), normaliser and denormaliser, and the trainer
+    settings that change encoding (``ENCODING_FIELDS``); not where or how fast they were
+    built. It binds a checkpoint to the exact tokenizer it was trained with (the same
+    vocabulary size is not enough), and a rebuild of the same data config gives the same
+    digest."""
+    h = hashlib.sha256()
+    for tok in dict.fromkeys((src, tgt)):
+        proto = spm_pb.ModelProto.FromString(tok.sp.serialized_model_proto())
+        kept = spm_pb.TrainerSpec()
+        for name in ENCODING_FIELDS:
+            if proto.trainer_spec.HasField(name):
+                setattr(kept, name, getattr(proto.trainer_spec, name))
+        proto.trainer_spec.CopyFrom(kept)
+        h.update(proto.SerializeToString(deterministic=True))
     return h.hexdigest()
 
 

@@ -1,23 +1,14 @@
 """Decoding throughput, greedy and beam 5: ours on the KV cache
 (:func:`tinymt.decoding.translate_ids`), and for greedy the core's plain loop
 (:func:`tinymt.decoding.greedy_decode`: the prefix recomputed every step) on ours and on
-the peer; with a trained run (``--run``) also its CTranslate2 exports (float32, int8) and
-every method's BLEU. Those run in a child process, pass by pass on request, alternating with
-ours: the two libraries' thread pools in one process slow each other down (about 15 % each,
-measured)."""
+the peer; with a trained run (``--run``) also every method's BLEU."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
-import multiprocessing
 import statistics
-import tempfile
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 
@@ -25,62 +16,14 @@ from tinymt.batching import collate, length_batches
 from tinymt.bench import measure
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.workload import build_pair, model_config
-from tinymt.ct2 import export_run, load_export, require_ct2, translate_export_ids
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import greedy_decode, translate_ids
-from tinymt.errors import TinyMTError
 from tinymt.metrics import score
 from tinymt.rundir import LoadedRun, load_run
 
 SEARCHES = {"greedy": 1, "beam5": 5}  # name -> beam
 WARM_SENTENCES = 32  # each method's untimed first pass, before the timed ones
-CT2 = {"ct2_float32": "none", "ct2_int8": "int8"}  # method -> the export's quantization
 Measured = tuple[list[list[int]], float, float | None]  # a pass: outputs, seconds, MiB
-_EXPORTS: dict = {}  # the CTranslate2 child's loaded exports, by method
-
-
-def _ct2_load(run_dir: str, checkpoint: str, device: str, threads: int, tmp: str) -> None:
-    """The child's start: the run exported twice into ``tmp``, and loaded."""
-    torch.set_num_threads(threads)
-    run = load_run(run_dir, checkpoint, "cpu")
-    for m, q in CT2.items():
-        _EXPORTS[m] = load_export(export_run(run, Path(tmp) / m, q), device, threads)
-
-
-def _ct2_pass(method: str, beam: int, src_ids: list[list[int]], kw: dict, device: str
-              ) -> Measured:
-    """One timed pass of the child's export ``method``."""
-    e = _EXPORTS[method]
-    return measure.timed(lambda: [h[0][0] for h in translate_export_ids(
-        e, src_ids, beam=beam, **kw)], measure.MemoryMeter(torch.device(device)))
-
-
-@contextlib.contextmanager
-def ct2_methods(run: LoadedRun, device: torch.device, src_ids: list[list[int]], kw: dict
-                ) -> Iterator[Callable[[str], dict]]:
-    """``passes(search) -> {method: (one timed pass, static MiB)}`` of ``run``'s CTranslate2
-    exports (none without the ``ct2`` extra), in a child process of a fresh interpreter (no
-    torch threads)."""
-    try:
-        require_ct2()
-    except TinyMTError as e:
-        measure.log(f"decode: no CTranslate2 rows ({e})")
-        yield lambda search: {}
-        return
-    with tempfile.TemporaryDirectory(prefix="tinymt-bench-ct2-") as tmp, ProcessPoolExecutor(
-            1, multiprocessing.get_context("spawn"), initializer=_ct2_load, initargs=(
-                str(run.run_dir), str(run.checkpoint), device.type, torch.get_num_threads(),
-                tmp)) as child:
-        def ask(*call):
-            try:
-                return child.submit(*call).result()
-            except BrokenProcessPool:
-                raise TinyMTError("the CTranslate2 child failed (its messages are above)") from None
-
-        ask(int)  # once the exports are written and loaded: MiB of each one's weights
-        static = {m: (Path(tmp) / m / "model.bin").stat().st_size / measure.MIB for m in CT2}
-        yield lambda search: {m: (functools.partial(
-            ask, _ct2_pass, m, SEARCHES[search], src_ids, kw, device.type), static[m]) for m in CT2}
 
 
 def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData,
@@ -112,37 +55,31 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     src_ids, kw, models, run, rule = _workload(args, device, data, data_info, n)
     meter, sizes = measure.MemoryMeter(device), {}
 
-    def timed(translate: Callable[[list], list], ids=src_ids) -> Callable[[], Measured]:
-        def one() -> list[list[int]]:
-            with measure.autocast(device):
-                return translate(ids)
-        return lambda: measure.timed(one, meter)
+    def timed(translate: Callable[[list], list], ids=src_ids) -> Measured:
+        with measure.autocast(device):
+            return measure.timed(lambda: translate(ids), meter)
 
-    no_ct2 = contextlib.nullcontext(lambda search: {})  # random models: nothing to export
-    with ct2_methods(run, device, src_ids, kw) if run else no_ct2 as ct2_passes:
-        for label, (model, peer) in models.items():
-            static = measure.tensor_mib(model.parameters())
-            row = sizes[label] = {}
-            for search, beam in SEARCHES.items():
-                on = {"device": device, "kw": kw}
-                methods = {"ours_cache": functools.partial(cached, model, beam=beam, **on)}
-                if beam == 1:  # the plain loop has no beam search
-                    methods.update(ours_nocache=functools.partial(plain_greedy, model, **on),
-                                   peer=functools.partial(plain_greedy, peer, **on))
-                for translate in methods.values():
-                    timed(translate, src_ids[:WARM_SENTENCES])()  # untimed: a GPU's first
-                    # calls of a kernel pay its set-up (the first method ran at 0.4x without)
-                passes = {**{m: (timed(t), static) for m, t in methods.items()},
-                          **ct2_passes(search)}
-                runs = {m: [] for m in passes}
-                for r in range(args.decode_repeats):  # the methods alternate
-                    for method, (one_pass, _) in passes.items():
-                        runs[method].append(one_pass())
-                        measure.log(f"[decode {device.type} {label}] {search} {method} {r + 1}/"
-                            f"{args.decode_repeats}: {n / runs[method][-1][1]:,.1f} sentences/s")
-                row[search] = {m: _entry(runs[m], mib, n) for m, (_, mib) in passes.items()}
-                if run is not None:
-                    _score(row[search], runs, run, list(data.splits["test"]["tgt"][:n]))
+    for label, (model, peer) in models.items():
+        static = measure.tensor_mib(model.parameters())
+        row = sizes[label] = {}
+        for search, beam in SEARCHES.items():
+            on = {"device": device, "kw": kw}
+            methods = {"ours_cache": functools.partial(cached, model, beam=beam, **on)}
+            if beam == 1:  # the plain loop has no beam search
+                methods.update(ours_nocache=functools.partial(plain_greedy, model, **on),
+                               peer=functools.partial(plain_greedy, peer, **on))
+            for translate in methods.values():
+                timed(translate, src_ids[:WARM_SENTENCES])  # untimed: a GPU's first
+                # calls of a kernel pay its set-up (the first method ran at 0.4x without)
+            runs = {m: [] for m in methods}
+            for r in range(args.decode_repeats):  # the methods alternate
+                for method, translate in methods.items():
+                    runs[method].append(timed(translate))
+                    measure.log(f"[decode {device.type} {label}] {search} {method} {r + 1}/"
+                        f"{args.decode_repeats}: {n / runs[method][-1][1]:,.1f} sentences/s")
+            row[search] = {m: _entry(runs[m], static, n) for m in methods}
+            if run is not None:
+                _score(row[search], runs, run, list(data.splits["test"]["tgt"][:n]))
     return {"machine": measure.machine_info(device, argv), "data": data_info, "settings": {
         "quick": args.quick, "sentences": n, "repeats": args.decode_repeats,
         "model": "trained" if run else "random", "length_rule": rule, **kw}, "sizes": sizes}
@@ -167,10 +104,10 @@ def plain_greedy(model, ids: list[list[int]], device: torch.device, kw: dict
 
 def _entry(runs: list[Measured], static_mib: float, n: int) -> dict:
     seconds = statistics.median(r[1] for r in runs)
-    mib = measure.median(r[2] for r in runs)
+    mibs = [r[2] for r in runs]  # None: no reset of the high-water mark here
     return {"sentences_per_s": n / seconds, "seconds": seconds,
             "output_tokens": sum(len(o) for o in runs[-1][0]),
-            "peak_mib": None if mib is None else static_mib + mib}
+            "peak_mib": None if None in mibs else static_mib + statistics.median(mibs)}
 
 
 def _score(entries: dict, runs: dict[str, list[Measured]], run: LoadedRun,

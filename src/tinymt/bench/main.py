@@ -17,14 +17,15 @@ from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.report import into_page, render
 from tinymt.bench.serve_speed import bench_serve
 from tinymt.bench.train_speed import bench_training
-from tinymt.bench.workload import load_data, model_config
+from tinymt.bench.workload import load_data
 from tinymt.cli import one_line_errors
 from tinymt.config import CHECKPOINT, FOLDER, PATH, RUN
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import check_outputs, load_json, name_problem, read_bytes, write_text
+from tinymt.files import check_outputs, load_json, name_problem, write_text
 from tinymt.rundir import clock_run_dir
 
 SECTIONS = ("training", "decoding", "serve")
+SIZES = sorted(p.stem for p in (REPO_ROOT / "configs" / "model").glob("*.yaml"))
 OUTPUTS = "outputs/benchmarks"  # without --out: <cwd>/outputs/benchmarks/<date>/<time>/
 DEFAULTS = {  # what --sizes, --steps, ... default to, by device; --quick over them
     "cpu": {"sizes": ["tiny", "small"], "steps": 20, "warmup": 3, "repeats": 3,
@@ -56,16 +57,6 @@ def count(least: int = 1):
     return parse
 
 
-def listing(allowed: Sequence[str] | None = None, kind=str):
-    def parse(text: str) -> list:
-        items = [kind(t.strip()) for t in text.split(",") if t.strip()]
-        if not items or (allowed and not set(items) <= set(allowed)):
-            raise argparse.ArgumentTypeError(f"{text!r}: comma-separated, of "
-                                             f"{', '.join(allowed or ['names'])}")
-        return items
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command line of scripts/benchmark.py."""
     def default(key: str) -> str:
@@ -78,30 +69,32 @@ def build_parser() -> argparse.ArgumentParser:
                formatter_class=argparse.RawDescriptionHelpFormatter, description=(
                    "tinymt's Transformer against the same model on torch.nn.Transformer (same\n"
                    "weights): training throughput, with the plain step beside ours; decoding,\n"
-                   "the KV cache against the peer's recompute loop (+ CTranslate2 with --run);\n"
-                   "scripts/serve.py under concurrent clients. Writes Markdown and JSON."))
+                   "the KV cache against the peer's recompute loop (+ BLEU with --run);\n"
+                   "scripts/serve.py (torch; CTranslate2 with the ct2 extra) under concurrent\n"
+                   "clients. Writes Markdown and JSON."))
     add = p.add_argument
     add("--quick", action="store_true", help="a smoke run of the benchmark itself")
     add("--device", choices=("auto", "cpu", "cuda"), default="auto",
         help="auto: cuda when available (bf16 autocast), else cpu (fp32)")
-    add("--sections", type=listing(SECTIONS), default=["training", "decoding"],
-        help=f"of {', '.join(SECTIONS)} (default training,decoding; serve needs --run); "
-        "a section left out is kept from --merge")
-    add("--sizes", type=listing(), help=f"configs/model/<size>.yaml ({default('sizes')})")
+    add("--sections", nargs="+", choices=SECTIONS, default=["training", "decoding"],
+        help="default training decoding (serve needs --run); a section left out is kept "
+        "from --merge")
+    add("--sizes", nargs="+", choices=SIZES,
+        help=f"configs/model/<size>.yaml ({default('sizes')})")
     add("--steps", type=count(), help=f"timed training steps per run ({default('steps')})")
     add("--warmup", type=count(0), help=f"untimed steps before each run ({default('warmup')})")
     add("--repeats", type=count(), help=f"training rounds, median ({default('repeats')})")
     add("--max-tokens", type=count(), help=f"tokens per batch ({default('max_tokens')})")
     add("--sentences", type=count(), help=f"test sentences to decode ({default('sentences')})")
     add("--decode-repeats", type=count(), default=1, help="passes per decoding method, median")
-    add("--run", help="a trained run: decode its model (+ BLEU, and CTranslate2 rows with the "
-        "ct2 extra) instead of random ones; serve needs it")
+    add("--run", help="a trained run: decode its model (+ BLEU) instead of random ones; "
+        "serve needs it")
     add("--checkpoint", default="best", help="of --run: best | last | avg | a path")
     add("--data-path", help="Multi30k, hub layout (default ../shared/data/multi30k-hub-layout; "
         "absent: the built-in zh-en corpus)")
     add("--cache-dir", default="outputs/.cache", help="prepared-data cache (from the repo root)")
-    add("--serve-clients", type=listing(kind=count()), default=[1, 8, 64],
-        help="serve: concurrent clients of each level (default 1,8,64)")
+    add("--serve-clients", nargs="+", type=count(), default=[1, 8, 64],
+        help="serve: concurrent clients of each level (default 1 8 64)")
     add("--serve-requests", type=count(), help="serve: timed requests per level (default "
         "max(40, 4 × clients))")
     add("--hostile-seconds", type=count(0), default=30, help="serve: then the hostile load "
@@ -178,11 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "serve" in args.sections and not args.run:
         raise TinyMTError("--sections serve needs --run <a trained run dir>: the server "
                           "serves a trained model")
-    for size in args.sizes:
-        model_config(size)  # a bad --sizes fails before any work
     devices[device.type].update(measure(args, device, argv))
     results = {"schema": 2, "devices": devices}
-    page = read_bytes(args.out, "--out", 16 << 20).decode() if Path(args.out).is_file() else None
+    page = Path(args.out).read_text() if Path(args.out).is_file() else None  # our own page
     log(f"report: {write_text(into_page(page, render(results)), args.out)} "
         f"({time.monotonic() - t0:.0f} s)")
     if args.json:

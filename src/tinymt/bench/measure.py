@@ -11,7 +11,6 @@ import gc
 import os
 import platform
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -30,12 +29,9 @@ T = TypeVar("T")
 log = functools.partial(print, file=sys.stderr, flush=True)  # progress, beside the report
 
 
-def precision(device: torch.device) -> torch.dtype | None:
-    return torch.bfloat16 if device.type == "cuda" else None  # autocast on CUDA; fp32 on a CPU
-
-
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    return runtime.autocast(device, precision(device))
+    """The autocast training runs under by default on ``device`` (bf16 on a GPU that has it)."""
+    return runtime.autocast(device, runtime.pick_precision("auto", device))
 
 
 # our own /proc reader: psutil is not a dependency of tinymt, and these are three fields
@@ -120,7 +116,7 @@ def matmul_peak(device: torch.device, repeats: int = 7, n: int | None = None) ->
     """FLOP/s of ``repeats`` timed square matmuls (2048 fp32 on a CPU, 8192 bf16 on a GPU:
     what training runs in) after two untimed ones, at torch's thread setting."""
     n = n or PEAK_SIZE[device.type]
-    dtype = precision(device) or torch.float32
+    dtype = runtime.pick_precision("auto", device) or torch.float32
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
     out = torch.empty(n, n, device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
@@ -163,8 +159,3 @@ def machine_info(device: torch.device, argv: Sequence[str]) -> dict:
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
     }
-
-
-def median(xs: Iterable[float | None]) -> float | None:
-    """The median of the values that are not None (None: none are)."""
-    return statistics.median(xs) if (xs := [x for x in xs if x is not None]) else None

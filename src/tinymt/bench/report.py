@@ -9,9 +9,7 @@ BEGIN = "<!-- benchmark report: written by scripts/benchmark.py from here -->"
 END = "<!-- benchmark report: to here -->"
 METHODS = {"ours_cache": "ours, KV cache", "ours_nocache": "ours, recompute prefix",
            "peer": "peer (nn.Transformer), recompute prefix",
-           "ct2_float32": "CTranslate2, float32", "ct2_int8": "CTranslate2, int8",
-           "micro_batching": "micro-batching", "one_at_a_time": "one at a time",
-           "text_off": "micro-batching, text=false"}
+           "micro_batching": "micro-batching", "one_at_a_time": "one at a time"}
 
 
 def num(x: float | None, digits: int = 0) -> str:
@@ -97,11 +95,9 @@ def render_serving(sv: dict) -> list[str]:
                 "= alone", "mean batch", "server RSS MiB"], rows)
     for (engine, method, clients), sps in by.items():
         alone = by.get((engine, "one_at_a_time", clients))
-        off = by.get((engine, "text_off", clients))
         if method == "micro_batching" and alone:
             L.append(f"- {engine}, {clients} client{'s' * (clients != 1)}: micro-batching "
-                     f"{sps / alone:.2f}× one at a time" + (off and ", with the text pipeline "
-                     f"{sps / off - 1:+.1%} sentences/s against `text=false`" or "") + ".")
+                     f"{sps / alone:.2f}× one at a time.")
     if sv.get("ct2_equal_to_torch") is not None:
         L.append(f"- CTranslate2's answers alone equal torch's for {sv['ct2_equal_to_torch']:,} "
                  f"of {s['sentences']:,} sentences.")

@@ -1,6 +1,6 @@
 """Serving (``--sections serve``): per engine (torch; the run's CTranslate2 export)
-``scripts/serve.py`` side by side, *micro-batching* (the defaults), *one at a time* and
-(torch) micro-batching with the text pipeline off, take the same requests (``POST
+``scripts/serve.py`` side by side, *micro-batching* (the defaults) and *one at a time*,
+take the same requests (``POST
 /translate``, a test sentence each) at each level of closed-loop clients, each client on its
 own keep-alive connection, in :data:`PASSES` passes, the servers' order reversed each
 time."""
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -39,7 +40,7 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 180.0  # loading and warming the model before /health answers
 PASSES = 4  # a level's requests in this many parts, the servers' order reversed each time
 METHODS = {"one_at_a_time": ["batch_sentences=1", "batch_wait_ms=0"],
-           "micro_batching": [], "text_off": ["text=false"]}  # settings beyond the engine's
+           "micro_batching": []}  # settings beyond the engine's
 SERVE_SCRIPT = REPO_ROOT / "scripts" / "serve.py"
 
 
@@ -99,12 +100,6 @@ class ServerProcess:
         return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
 
-def percentile(xs: list[float], q: int) -> float:
-    """The ``q``-th percentile, linear between ranks (numpy's default)."""
-    return (statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1
-            else (xs or [float("nan")])[0])
-
-
 async def _load(base: str, payloads: list[dict], clients: int) -> dict:
     """``payloads`` sent by ``clients`` closed-loop clients after one untimed request each:
     the timed seconds, each answer (None: failed), the latencies (ms), the errors."""
@@ -160,11 +155,12 @@ def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
     for method, ps in parts.items():
         latencies, errors = ([x for p in ps for x in p[key]] for key in ("latencies", "errors"))
         batches = sum(p["batches"] for p in ps)
+        p50, p99 = np.percentile(latencies, [50, 99])  # linear between ranks
         rows[method] = {
             "requests": len(payload), "seconds": sum(p["seconds"] for p in ps),
             "sentences_per_s": statistics.median(
                 (len(p["answers"]) - len(p["errors"])) / p["seconds"] for p in ps),
-            "p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99),
+            "p50_ms": float(p50), "p99_ms": float(p99),
             "errors": len(errors), "first_error": errors[0] if errors else None,
             "clients": clients, "server_rss_mib": servers[method].rss_mib(),
             "mean_batch": sum(p["sentences"] for p in ps) / batches if batches else None,
@@ -227,10 +223,9 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         except TinyMTError as e:
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
-        for engine, overrides in engines.items():  # (the text pipeline: torch's alone)
-            engine_rows, refs[engine] = _bench_engine(
-                engine, [*overrides, *common], payloads, levels,
-                ["one_at_a_time", "micro_batching"] + ["text_off"] * (engine == "torch"))
+        for engine, overrides in engines.items():
+            engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
+                                                      levels, list(METHODS))
             rows += engine_rows
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from tinymt import runtime
 from tinymt.batching import Batch, TokenBatchSampler, collate
 from tinymt.bench import measure
 from tinymt.bench.workload import build_pair, model_config
@@ -109,9 +110,8 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
         for name, c in racers.items():
             static = measure.tensor_mib(c.model.parameters()) + measure.tensor_mib(
                 v for s in c.opt.state.values() for v in s.values() if torch.is_tensor(v))
-            transient = measure.median(c.mem)
             row[name] = {"tokens_per_s": statistics.median(c.runs), "runs": c.runs,
-                         "peak_mib": None if transient is None else static + transient,
+                         "peak_mib": None if None in c.mem else static + statistics.median(c.mem),
                          "final_loss": c.final_loss}
         sizes[size] = row
         del racers, ours, peer
@@ -123,8 +123,9 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
         for name in ("ours", "plain", "peer"):
             row[name]["share_of_peak"] = (row[name]["tokens_per_s"]
                                           * row["flops_per_target_token"] / peak)
+    bf16 = runtime.pick_precision("auto", device) is not None
     return {"machine": measure.machine_info(device, argv), "data": data_info, "settings": {
-        "quick": args.quick, "precision": "bf16 autocast" if measure.precision(device) else "fp32",
+        "quick": args.quick, "precision": "bf16 autocast" if bf16 else "fp32",
         "max_tokens": args.max_tokens, "warmup": args.warmup,
         "steps": args.steps, "repeats": args.repeats, "timed_target_tokens_per_run": tokens,
         "timed_batches": len(steps), "matmul_peak_flops": peak, "matmul_peak_runs": peaks,

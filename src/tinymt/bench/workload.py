@@ -13,7 +13,6 @@ from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.peer import PeerTransformer
 from tinymt.config import DataConfig, ModelConfig
 from tinymt.data import PreparedData, prepare
-from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
 
@@ -44,10 +43,7 @@ def load_data(data_path: str | None, cache_dir: str, quick: bool) -> tuple[Prepa
 
 def model_config(size: str) -> ModelConfig:
     """``configs/model/<size>.yaml`` over the ``ModelConfig`` defaults."""
-    path = REPO_ROOT / "configs" / "model" / f"{size}.yaml"
-    if not path.is_file():
-        sizes = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise TinyMTError(f"--sizes: no model size {size!r} (configs/model/ has {sizes})")
+    path = REPO_ROOT / "configs" / "model" / f"{size}.yaml"  # (a name of --sizes' choices)
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
                                                OmegaConf.load(path)))
 

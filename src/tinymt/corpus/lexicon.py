@@ -694,27 +694,3 @@ def verb(zh: str, en: str | None = None) -> Verb:
         raise KeyError(f"{zh}/{en}: {len(found)} verbs match")
     return found[0]
 
-
-def stats() -> dict[str, int]:
-    """Lexicon size by category (what docs/corpus.md reports)."""
-    count = {
-        "pronouns": len(PRONOUNS),
-        "names": len(NAMES),
-        "animals": sum("animal" in n.cats for n in NOUNS),
-        "people": sum("person" in n.cats and not n.kin for n in NOUNS),
-        "kinship": sum(n.kin for n in NOUNS),
-        "objects, food, vehicles": sum(
-            not (n.cats & {"animal", "person", "subject"}) and not n.mass for n in NOUNS
-        ),
-        "mass nouns (food, drink)": sum(n.mass for n in NOUNS),
-        "school subjects": sum("subject" in n.cats for n in NOUNS),
-        "places": len(PLACES),
-        "times": len(TIMES),
-        "verbs": len(VERBS),
-        "adjectives": len(ADJECTIVES),
-        "adverbs": len(ADVERBS),
-        "numerals": len(NUMERALS),
-        "measure words": len(MEASURE_WORDS),
-    }
-    count["total"] = sum(count.values())
-    return count

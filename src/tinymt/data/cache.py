@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 import tinymt.corpus as corpus
 from tinymt.checkpoint import file_sha256
 from tinymt.config import check_data
-from tinymt.data.prepared import DamagedCache, PreparedData, load_prepared
+from tinymt.data.prepared import PreparedData, load_prepared
 from tinymt.data.sources import Log, _text_files, _tsv_file
-from tinymt.errors import TinyMTError, first_line
+from tinymt.errors import TinyMTError
 from tinymt.files import load_json, write_text
 
 # Bump when the processing changes in a way that changes cached results.
@@ -81,27 +81,26 @@ def cache_path(cfg) -> Path:
     """``<cache_dir>/<cache_key(cfg)>``: where ``prepare(cfg)`` keeps its results."""
     return Path(cfg.cache_dir) / cache_key(cfg)
 
+class DamagedCache(TinyMTError):
+    """A cache entry whose files are not the ones its ``COMPLETE`` marker records (or
+    whose marker is unreadable): rebuild it."""
+
+
 def load_complete(final: Path, log: Log) -> PreparedData | None:
-    """The entry at ``final`` if it is marked complete and readable; else None: a damaged
-    or unmarked entry is left where it is, for :func:`publish` to replace once a new one
-    is complete (:func:`tinymt.files.write_folder`). An error that is no evidence of damage (out of memory, permissions) is
-    one line, and the entry is kept."""
+    """The entry at ``final`` if it is marked complete and its files are those the marker
+    records; else None: a damaged or unmarked entry is left where it is, for
+    :func:`publish` to replace once a new one is complete
+    (:func:`tinymt.files.write_folder`). Any other error reading it is raised as it is,
+    and the entry is kept."""
     if (final / COMPLETE).is_file():
         try:
             _verify_digests(final)
-            data = load_prepared(final, cache_hit=True)
         except DamagedCache as e:
             log(f"data: cache {final} is damaged ({e}); rebuilding")
-        except MemoryError:
-            raise TinyMTError(f"out of memory while reading the data cache {final} (it was "
-                              "left as it is)") from None
-        except (OSError, RuntimeError) as e:  # permissions, no thread: not damage
-            raise TinyMTError(f"cannot read the data cache {final} ({first_line(e)}); it was "
-                              "left as it is") from None
-        else:
-            log(f"data: cache hit {final}")
-            return data
-    elif final.exists():
+            return None
+        log(f"data: cache hit {final}")
+        return load_prepared(final, cache_hit=True)
+    if final.exists():
         log(f"data: ignoring incomplete cache {final} (no {COMPLETE} marker); rebuilding")
     return None
 
@@ -118,8 +117,6 @@ def _verify_digests(folder: Path) -> None:
     try:
         recorded = load_json(folder / COMPLETE, f"its {COMPLETE} marker").get("files")
     except TinyMTError as e:
-        if str(e).startswith("cannot read"):  # permissions, I/O: no evidence of damage
-            raise
         raise DamagedCache(str(e)) from None
     if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
         raise DamagedCache(f"{folder / COMPLETE} holds no {{file: sha256}} record")

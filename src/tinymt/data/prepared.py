@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from tinymt.checkpoint import file_sha256
 from tinymt.data.sources import SPLITS, ChunkWriter
-from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json, write_text
 from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
 
@@ -167,30 +166,13 @@ def save_stats(folder: Path, stats: dict, config: dict) -> None:
     write_text(json.dumps(config, indent=2, default=str), folder / "config.json")
 
 
-class DamagedCache(TinyMTError):
-    """A prepared folder whose contents are evidently wrong (missing, changed or unreadable
-    files): rebuild it. Any other error reading it is not
-    evidence of damage (out of memory, no thread, permissions) and is raised as it is."""
-
-
-# what reading a damaged folder raises: a file missing, bytes that do not parse
-_DAMAGE = (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, KeyError,
-           EOFError, pa.ArrowException, TinyMTError)
-
-
 def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
-    """The prepared data in ``folder``; :class:`DamagedCache` when it is evidently damaged:
-    a file missing or unparsable (its bytes are those written: the digests of ``COMPLETE``,
-    :mod:`tinymt.data.cache`)."""
+    """The prepared data in ``folder``, just built or found complete: its files are the
+    ones written (the digests of ``COMPLETE``, :mod:`tinymt.data.cache`)."""
     import datasets
-    try:
-        stats = load_json(folder / "stats.json", "the data stats")
-        splits = {s: datasets.load_from_disk(str(folder / SPLITS_DIR / s)) for s in SPLITS}
-        src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
-    except MemoryError:  # pyarrow's MemoryError is an ArrowException too
-        raise
-    except _DAMAGE as e:
-        raise DamagedCache(f"{type(e).__name__}: {first_line(e)}") from None
+    stats = load_json(folder / "stats.json", "the data stats")
+    splits = {s: datasets.load_from_disk(str(folder / SPLITS_DIR / s)) for s in SPLITS}
+    src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
     return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats, cache_hit)

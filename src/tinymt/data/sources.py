@@ -6,18 +6,14 @@ through Arrow stream files, a chunk at a time.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import itertools
 import os
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import huggingface_hub.constants as hub_constants
 import numpy as np
 import pyarrow as pa
 
@@ -29,7 +25,6 @@ if TYPE_CHECKING:  # datasets is imported where used: a second to import, which 
 
 SPLITS = ("train", "valid", "test")
 TEXT_SUFFIXES = ("", ".gz", ".txt", ".txt.gz")
-HUB_PROBE_TIMEOUT_S = 3.0
 # pairs read, normalised, tokenized and written at a time: what bounds prepare's memory
 CHUNK_PAIRS = 50_000
 ROWS_PER_BATCH = 50_000  # rows per Arrow record batch of a file (:class:`ChunkWriter`)
@@ -164,31 +159,7 @@ def _load_tsv(cfg, log: Log) -> dict[str, Columns]:
             for split, part in parts.items()}
 
 
-@contextlib.contextmanager
-def _offline_mode():
-    """Force datasets / huggingface_hub offline (use the local HF cache, no retries)."""
-    import datasets
-    saved = (datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE)
-    datasets.config.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE = saved
-
-
-def _hub_reachable() -> bool:
-    import datasets
-    request = urllib.request.Request(datasets.config.HF_ENDPOINT, method="HEAD")
-    try:
-        urllib.request.urlopen(request, timeout=HUB_PROBE_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
-        return True  # it answered
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
+def _load_hub_dataset(cfg) -> datasets.DatasetDict:
     import datasets
     local = Path(cfg.path).expanduser()
     if local.exists():
@@ -200,19 +171,12 @@ def _load_hub_dataset(cfg, log: Log) -> datasets.DatasetDict:
                               f"({first_line(e)})") from None
     if _looks_local(cfg.path):
         raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
-    offline = bool(datasets.config.HF_HUB_OFFLINE)
-    why = "HF_HUB_OFFLINE is set and it is not in the local Hugging Face cache"
-    if not offline and not _hub_reachable():
-        log(f"data: {datasets.config.HF_ENDPOINT} is unreachable; trying the local HF cache")
-        offline = True
-        why = f"{datasets.config.HF_ENDPOINT} is unreachable and it is not in the local cache"
-    try:
-        with _offline_mode() if offline else contextlib.nullcontext():
-            return datasets.load_dataset(cfg.path)
+    try:  # datasets falls back to its local cache when the hub is unreachable or offline
+        return datasets.load_dataset(cfg.path)
     except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")
         raise TinyMTError(
-            f"cannot load the Hugging Face dataset {cfg.path!r} "
-            f"({why if offline else first_line(e)}). Download it once with network access, or "
+            f"cannot load the Hugging Face dataset {cfg.path!r} ({first_line(e)}). Download "
+            "it once with network access (HF_HUB_OFFLINE=1: no retries while offline), or "
             "point data.path at a local copy: a folder in the same layout (one file per split, "
             "e.g. train.jsonl / validation.jsonl / test.jsonl, with columns "
             f"{cfg.src_lang!r} and {cfg.tgt_lang!r}), e.g. data.path=/path/to/local/folder"
@@ -238,7 +202,7 @@ def _hub_side(cfg, ds: datasets.Dataset, translation: list | None, split: str, s
 
 
 def _load_hub(cfg, log: Log) -> dict[str, Columns]:
-    dd = _load_hub_dataset(cfg, log)
+    dd = _load_hub_dataset(cfg)
     out = {}
     for ours, theirs in _split_names(cfg).items():
         if theirs not in dd:

@@ -33,7 +33,6 @@ from tqdm import tqdm
 from tinymt.batching import collate, length_batches
 from tinymt.decoding.greedy import greedy_decode, max_output_length
 from tinymt.decoding.search import RULES, beam_search, check_beam, greedy_search
-from tinymt.errors import TinyMTError
 from tinymt.model import Transformer
 
 __all__ = ["RULES", "beam_search", "check_beam", "greedy_decode", "greedy_search",
@@ -49,8 +48,6 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
     """Id lists (no eos) -> per sentence, in input order, ``nbest`` (ids, score) best
     first; length-sorted batches of at most ``batch_tokens`` padded source tokens. Greedy
     (``beam=1``) scores ``nan``: it does not rank hypotheses."""
-    if beam_rule not in RULES:
-        raise TinyMTError(f"beam_rule={beam_rule!r}: choose one of {', '.join(RULES)}")
     results: list = [None] * len(src_ids)
     batches = length_batches([len(s) for s in src_ids], batch_tokens)
     it: Iterable = batches

@@ -47,9 +47,8 @@ class KVCache:
         return self.k[:, :, :end], self.v[:, :, :end]  # (B, h, T_past + T_new, d_head)
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (may repeat, drop or permute rows)."""
-        if self.k is not None:
-            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        """Keep batch rows ``index`` (may repeat, drop or permute rows); after an update."""
+        self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
 class CachedSelfAttention:
@@ -117,11 +116,9 @@ class DecoderCache:
                        for layer in model.decoder_layers]
         self.src_mask = src_mask
         self.step = 0
-        self.beam_layout = False
 
     def reorder(self, index: Tensor) -> None:
-        """Default layout: keep rows (= sentences) ``index``."""
-        assert not self.beam_layout, "beam layout: use set_beams"
+        """Default layout (before :meth:`set_beams`): keep rows (= sentences) ``index``."""
         for self_attn, cross_attn in self.layers:
             self_attn.kv.reorder(index)
             cross_attn.keep_sentences(index)
@@ -132,7 +129,6 @@ class DecoderCache:
         """Beam layout: keep decoder rows ``rows`` (None: all, as they are), which are now
         the slots ``slots`` ``(R,)`` of an ``(N, beam)`` grid; ``sentences`` (None: all)
         are the sentences that stay, in the numbering before this call."""
-        self.beam_layout = True
         for self_attn, cross_attn in self.layers:
             if rows is not None:
                 self_attn.kv.reorder(rows)

@@ -15,14 +15,14 @@ from tinymt import KINDS
 from tinymt.checkpoint import save_checkpoint
 from tinymt.config import check_analyze, load_config_file
 from tinymt.errors import TinyMTError
-from tinymt.files import check_output, load_json, write_text
+from tinymt.files import CONFIG, check_output, is_run_dir, load_json, write_text
 from tinymt.heads import pruning, report
 from tinymt.heads.gates import all_heads, gates_without, head_shapes, pruned_heads
 from tinymt.heads.sentences import load_sentences, showcase_links
 from tinymt.heads.stats import alignment_summary, attention_pass
 from tinymt.labels import head_labels
 from tinymt.relations import relation_summary
-from tinymt.rundir import CONFIG, checkpoint_path, find_run, holds_run, load_run, lock_run
+from tinymt.rundir import checkpoint_path, find_run, load_run
 from tinymt.runtime import pick_device
 
 _IGNORED = ("run_dir", "resume")  # settings that differ between any two runs of a sweep
@@ -38,8 +38,8 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     log = log or (lambda msg: print(msg, file=sys.stderr))
     check_analyze(cfg)
     folder = Path(cfg.run)
-    runs = [] if not folder.is_dir() or holds_run(folder) else sorted(
-        (p for p in folder.iterdir() if p.is_dir() and holds_run(p)), key=lambda p: p.name)
+    runs = [] if not folder.is_dir() or is_run_dir(folder) else sorted(
+        (p for p in folder.iterdir() if is_run_dir(p)), key=lambda p: p.name)
     if runs:
         if cfg.prune_output:
             raise TinyMTError(f"run={cfg.run} is a sweep of {len(runs)} runs: prune_output= "
@@ -55,11 +55,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     run_dir = find_run(cfg.run, cfg.outputs_root)
     if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
         check_output(cfg.prune_output, "prune_output")
-    lock = lock_run(run_dir, "analyse the heads of")  # its reports go into the run
-    try:
-        return _analyze_run(OmegaConf.merge(cfg, {"run": str(run_dir)}), progress, log)
-    finally:
-        lock.release()
+    return _analyze_run(OmegaConf.merge(cfg, {"run": str(run_dir)}), progress, log)
 
 
 def _run_labels(runs: list[Path]) -> list[str]:

@@ -164,7 +164,8 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
                       step: int) -> None:
     """Images and scalars under ``heads/...`` in an events file of their own (``*.heads``)
     in ``run_dir``, replacing the previous analysis's: the pruning curves' steps are % masked,
-    so appending would draw them twice."""
+    so appending would draw them twice. Per-head numbers are in the images (and heads.md,
+    heads.json), not scalars: one analysis is one point per chart."""
     for old in run_dir.glob("events.out.tfevents.*.heads"):
         old.unlink()
     writer = SummaryWriter(str(run_dir), filename_suffix=".heads")
@@ -172,13 +173,6 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
         for tag, img in images.items():
             writer.add_image(f"heads/{tag}", img, step, dataformats="HWC")
         add = writer.add_scalar
-        for kind in KINDS:
-            means = r["stats"][kind]
-            for (layer, h), v in np.ndenumerate(r["importance"][kind]):
-                pre = f"{kind}/layer_{layer}/head_{h}"
-                add(f"heads/importance/{pre}", float(v), step)
-                add(f"heads/entropy/{pre}", float(means["entropy"][layer, h]), step)
-                add(f"heads/distance/{pre}", float(means["distance"][layer, h]), step)
         pruning = r["pruning"] or {"curves": {}}
         for curve, pts in pruning["curves"].items():
             for n, total, b in pts:  # x axis = % of the curve's heads masked
@@ -186,8 +180,6 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
             add(f"heads/prunable/{curve}", pruning["prunable"][curve], step)
         alignment = r["alignment"]
         if alignment:
-            for (layer, h), v in np.ndenumerate(alignment["aer"]):
-                add(f"heads/aer/layer_{layer}/head_{h}", float(v), step)
             add("heads/aer/best", alignment["best_aer"], step)
             add("heads/aer/average", alignment["average_aer"], step)
         summary = r.get("relations")
@@ -197,8 +189,6 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
                 pre = f"heads/relations/{kind}/{row['relation']}_{direction}"
                 add(f"{pre}/best", row["best_accuracy"], step)
                 add(f"{pre}/baseline", row["baseline"], step)
-                for (layer, h), a in np.ndenumerate(row["accuracy"]):
-                    add(f"{pre}/layer_{layer}/head_{h}", float(a), step)
         writer.add_text("heads/report", f"see {run_dir / REPORT}", step)
     finally:
         writer.close()
@@ -318,8 +308,8 @@ def _stats_section(r: dict, img) -> list[str]:
 
 
 def _relation_section(r: dict, img) -> list[str]:
-    """The best head per relation against the baseline, every head's accuracy, the
-    heatmaps and the showcase figures."""
+    """The best head per relation against the baseline, every head's accuracy (the
+    heatmap's cells; heads.json has them too) and the showcase figures."""
     L = ["## 5. Which relation does each head track?", ""]
     summary = r.get("relations")
     if not summary:
@@ -343,11 +333,7 @@ def _relation_section(r: dict, img) -> list[str]:
                         f"{row['baseline']:.2f} ({row['baseline_offset']:+d})",
                         f"{row['best_accuracy'] - row['baseline']:+.2f}",
                         "**yes**" if row["tracks"] else "no"] for row in rows)),
-              "", "<details><summary>every head (accuracy)</summary>", "",
-              *_table(["relation", *_head_names(*summary[kind]["shape"]), "baseline"],
-                      ([row_label(row), *(f"{a:.2f}" for a in row["accuracy"].ravel()),
-                        f"{row['baseline']:.2f}"] for row in rows)),
-              "", "</details>", "", img(f"relations/{kind}", f"relation accuracy {kind}"), ""]
+              "", img(f"relations/{kind}", f"relation accuracy {kind}"), ""]  # every head's
         if r.get("showcase"):
             L += [img(f"relations/showcase_{kind}", f"showcase {kind}"), ""]
     return L + ["Relations (dependent → head): "

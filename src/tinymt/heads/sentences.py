@@ -16,7 +16,7 @@ from tinymt.attention_maps import collect_attention
 from tinymt.config import DataConfig
 from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
-from tinymt.data import normalize, prepare, target_language
+from tinymt.data import normalize, prepare, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.labels import sentence_words, word_weights
 from tinymt.relations import attended_words
@@ -39,7 +39,7 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
     """``(sentences, target language, data source)``: the first ``max_sentences`` (0 = all)
     pairs of ``split`` of the run's data (rebuilt from its ``config["data"]``, a cache hit
     normally), tokenized by its own tokenizers; too long ones truncated (no alignment)."""
-    data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
+    data_cfg = run.config.get("data")  # (a dict: the checkpoint loader checks it)
     if not data_cfg:
         raise TinyMTError(f"{run.checkpoint} holds no data config: cannot rebuild its "
                           "data split (was it written by tinymt's trainer?)")
@@ -63,15 +63,13 @@ def showcase_links(run: LoadedRun, device) -> dict | None:
     ``decoder_self``): ``{"words", "attended" (L, h, n) (-1: none), "share" (L, h, n): the
     attended word's share of the query word's attention, "gold": {(query, key): relation
     name}}``; None when the run was not trained on the built-in corpus."""
-    data_cfg = run.config.get("data") if isinstance(run.config, dict) else None
+    data_cfg = run.config.get("data")
     if not data_cfg or data_cfg.get("source") != "builtin":
         return None
     pair = SHOWCASE[0]
     sides = {"zh": (pair.zh, pair.zh_words, pair.zh_relations),
              "en": (pair.en, pair.en_words, pair.en_relations)}
-    src, tgt = data_cfg.get("src_lang", "zh"), data_cfg.get("tgt_lang", "en")
-    if data_cfg.get("reverse"):
-        src, tgt = tgt, src
+    src, tgt = source_language(data_cfg), target_language(data_cfg)
     src_ids = run.src_tokenizer.encode(normalize(sides[src][0]))
     tgt_ids = run.tgt_tokenizer.encode(normalize(sides[tgt][0]))
     attn = collect_attention(run.model, src_ids, tgt_ids, device)

@@ -40,12 +40,11 @@ from tinymt.labels import LabelSample
 from tinymt.model import Transformer, count_parameters
 from tinymt.rundir import (
     METRICS,
-    RunLock,
     checkpoint_path,
     claim_run_dir,
     clock_run_dir,
-    lock_run,
     step_checkpoints,
+    unclaim_run_dir,
 )
 from tinymt.speed import linear_cross_entropy, use_bit_dropout
 from tinymt.step import update
@@ -103,15 +102,15 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
     """
     cfg = as_train_config(cfg)
     rt = runtime.setup(cfg.trainer.device, cfg.trainer.precision, cfg.trainer.num_threads)
-    locks: list[RunLock] = []  # the run dir's writer lock, released however we leave
+    claimed: list[Path] = []  # the folder a new run claimed
     t = None
     try:
-        t = setup(cfg, rt, unique_run_dir, locks)
+        t = setup(cfg, rt, unique_run_dir, claimed)
         stop_reason = run_loop(t)
         return finish(t, stop_reason)
     except BaseException as e:
-        for lock in locks:
-            lock.undo()  # a new run that wrote nothing leaves nothing
+        for run_dir in claimed:
+            unclaim_run_dir(run_dir)  # a new run that wrote nothing leaves its folder free
         lost = runtime.rank_lost(rt, e)
         if lost:  # not a fault of ours: one line, with where the run stands
             last = checkpoint_path(t.run_dir, "last") if t else None
@@ -122,8 +121,6 @@ def train(cfg, unique_run_dir: bool = False) -> dict:
     finally:
         if t is not None:
             t.segments.close()
-        for lock in locks:
-            lock.release()
         runtime.teardown(rt)
 
 
@@ -135,8 +132,7 @@ def global_batches(t: Training):
         src_ids, tgt_ids = t.segments.ids(t.sampler.epoch)
         for indices in t.sampler:
             yield indices, src_ids, tgt_ids
-        t.state["epoch"] += 1
-        t.sampler.set_epoch(t.state["epoch"])
+        t.state["epoch"] += 1  # the sampler moved on to the next epoch by itself
 
 
 def run_loop(t: Training) -> str:
@@ -332,7 +328,7 @@ def _average(t: Training) -> Path | None:
 
 
 # ----------------------------------------------------------------------------- 1. setup
-# devices, the run dir and its lock, the data, the model; nothing written before every check
+# devices, the run dir, the data, the model; nothing written before every check
 def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
     shared = data.src_tokenizer is data.tgt_tokenizer
     longest = max((int(side.max()) for side in data.lengths("train") if len(side)), default=0)
@@ -347,12 +343,12 @@ def build_model(cfg: DictConfig, data: PreparedData) -> Transformer:
 
 
 def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
-          locks: list[RunLock]) -> Training:
+          claimed: list[Path]) -> Training:
     """Steps 1–2 of the module docstring. Nothing is written into the run dir until
     every check (data, model size, the checkpoint and tokenizer of a resumed run) passed.
-    Rank 0 holds the run dir's lock (appended to ``locks``) from here to the end."""
+    Rank 0 appends the folder a new run claims to ``claimed``."""
     tc, oc = cfg.trainer, cfg.optim
-    run_dir = _run_dir(cfg, rt, unique_run_dir, locks)
+    run_dir = _run_dir(cfg, rt, unique_run_dir, claimed)
     if rt.distributed:
         check_same_config(cfg, rt)
     resume = load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device) \
@@ -391,8 +387,6 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
         restore(t, resume)
         if rt.is_main:
             finish_publishing(resume, run_dir, tc.keep_last, t.log)
-    else:
-        sampler.set_epoch(0)
     if tc.compile:
         t.train_model = torch.compile(model)
     if rt.distributed:
@@ -407,18 +401,16 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     return t
 
 
-def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, locks: list[RunLock]) -> Path:
-    """Rank 0 claims the run dir (or locks the resumed one); every rank uses its path."""
+def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, claimed: list[Path]) -> Path:
+    """Rank 0 claims a new run's folder; every rank uses its path (or the resumed run's)."""
     if cfg.trainer.resume:
         run_dir = Path(cfg.trainer.resume)
         check_resumable(run_dir)
-        if rt.is_main:
-            locks.append(lock_run(run_dir, "resume"))
     elif rt.is_main:
         if cfg.run_dir is None:
             cfg.run_dir, unique = clock_run_dir(), True
-        run_dir, lock = claim_run_dir(cfg.run_dir, unique)
-        locks.append(lock)
+        run_dir = claim_run_dir(cfg.run_dir, unique)
+        claimed.append(run_dir)
     else:
         run_dir = None
     run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))

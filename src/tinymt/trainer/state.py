@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -20,8 +19,8 @@ from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import as_train_config, load_config_file
 from tinymt.data import PreparedData
 from tinymt.errors import TinyMTError, first_line
-from tinymt.files import error_reason, write_text
-from tinymt.rundir import CONFIG, TOKENIZER, checkpoint_path, step_checkpoints
+from tinymt.files import CONFIG, TOKENIZER, error_reason, write_text
+from tinymt.rundir import checkpoint_path, step_checkpoints
 from tinymt.tokenizer import Tokenizer, save_tokenizers, tokenizer_digest
 
 FROZEN_ON_RESUME = ("data", "model")  # keys deciding the data, vocabulary, weights' shapes
@@ -75,8 +74,6 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     the model (``FROZEN_ON_RESUME``: such changes are refused, listed)."""
     run_dir = Path(cfg.trainer.resume)
     saved = run_dir / CONFIG
-    if not os.path.lexists(saved):
-        raise TinyMTError(f"cannot resume: {saved} not found (is {run_dir} a tinymt run dir?)")
     try:
         base = as_train_config(load_config_file(saved, "the run's config"))
     except TinyMTError as e:
@@ -140,15 +137,13 @@ def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
 
 
 def check_resumable(run_dir: Path) -> None:
-    """A run dir with a ``last.pt`` to resume from, or a one-line error saying what to do."""
+    """A run that stopped before its first checkpoint: a one-line error saying what to do
+    (any other missing ``last.pt``: :func:`~tinymt.checkpoint.load_checkpoint` says so)."""
     last = checkpoint_path(run_dir, "last")
-    if last.is_file():
-        return
-    if (run_dir / CONFIG).is_file():
+    if not last.is_file() and (run_dir / CONFIG).is_file():
         raise TinyMTError(f"cannot resume {run_dir}: it stopped before its first checkpoint "
                           f"({last} does not exist), so there is nothing to resume: delete it "
                           f"(rm -r {run_dir}) and train again")
-    raise TinyMTError(f"cannot resume: {last} not found")
 
 
 def write_run_files(run_dir: Path, cfg: DictConfig, data: PreparedData, resuming: bool) -> None:

@@ -68,8 +68,7 @@ def stop_here(t, signum: int) -> None:
                                     t.cfg, t.data)
             ckpt["stopped"] = True
             save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
-        if t.writer:
-            t.writer.flush()
+        t.writer.flush()
         name = signal.Signals(signum).name
         message = (f"stopped by {name} after step {step}: saved in "
                    f"{checkpoint_path(t.run_dir, 'last')}; go on with: "

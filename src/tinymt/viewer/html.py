@@ -37,11 +37,9 @@ def inline_data(run: str, docs: Sequence[dict]) -> dict:
 
 def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -> str:
     """The whole page: every document of ``docs`` a probe of run ``run``."""
-    data = inline_data(run, docs)
-    text = json.dumps(data, ensure_ascii=False)
-    font = base64.b64encode(sc_subset(text)).decode("ascii")
-    data_js = json.dumps(data, ensure_ascii=False, separators=(",", ":")
+    data_js = json.dumps(inline_data(run, docs), ensure_ascii=False, separators=(",", ":")
                          ).translate(_SCRIPT_ESCAPES)
+    font = base64.b64encode(sc_subset(data_js)).decode("ascii")  # the page's characters
     view_js = (STATIC / "view.js").read_text(encoding="utf-8").replace("</script", "<\\/script")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

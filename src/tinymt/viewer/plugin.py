@@ -21,7 +21,6 @@ crashes the server.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from tinymt import KINDS
 from tinymt.errors import first_line
 from tinymt.fonts import FontBusy, font_for_query, refuse_when_busy
 from tinymt.viewer import STATIC
+from tinymt.viewer.document import document_json
 from tinymt.viewer.summary import PLUGIN_NAME, decode, parse_meta
 
 logger = logging.getLogger(__name__)
@@ -118,11 +118,12 @@ class AttentionPlugin(base_plugin.TBPlugin):
                     probes.append({"tag": tag, "sentence": "", "reference": None,
                                    "error": str(e)})
             runs.append({"run": run, "probes": probes})
-        return _json(request, {"runs": runs})
+        return http_util.Respond(request, {"runs": runs}, "application/json")
 
     @_route
     def _steps(self, request):
-        return _json(request, {"steps": sorted(self._series(request))})  # nothing decoded
+        steps = sorted(self._series(request))  # nothing decoded
+        return http_util.Respond(request, {"steps": steps}, "application/json")
 
     @_route
     def _step(self, request):
@@ -136,7 +137,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
             raise _Refused(404, f"no step {step} in this run and tag")
         where = f"run {request.args['run'][:80]!r}, tag {request.args['tag'][:80]!r}, step {step}"
         try:  # what the reader refuses, or a value JSON cannot hold (1e999 read as inf)
-            body = _document_json(decode(_record(series[step].numpy)))
+            body = document_json(decode(_record(series[step].numpy)))
         except ValueError as e:
             raise _Refused(422, f"{where}: unreadable record: {e}") from None
         return http_util.Respond(request, body, "application/json")
@@ -161,7 +162,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
         kinds = {kind: {name: [_heads_json(t[kind][i]) if kind in t else None for t in found]
                         for i, name in enumerate(("entropy", "gold"))}
                  for kind in KINDS if any(kind in t for t in found)}
-        return _json(request, {"steps": steps, "kinds": kinds, "errors": errors})
+        return http_util.Respond(request, {"steps": steps, "kinds": kinds, "errors": errors},
+                                 "application/json")
 
     def _series(self, request) -> dict:
         """``{step: datum}`` of ``run=`` / ``tag=``, the last one logged at a step (records
@@ -281,49 +283,6 @@ def _record(array: np.ndarray) -> bytes:
         raise ValueError(f"not a string tensor of one value (dtype {array.dtype}, shape "
                          f"{array.shape})")
     return value
-
-
-def _document_json(doc: dict) -> bytes:
-    """A checked view document as JSON (ASCII, no NaN), its weights written by
-    :func:`_weights_json`: for 16 Mi weights 0.4 s, where ``tolist`` and ``json.dumps``
-    take 4 s and twice the memory."""
-    def dumps(obj) -> bytes:  # a non-empty object without its closing brace
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False)[:-1].encode()
-
-    parts = [dumps({k: v for k, v in doc.items() if k != "kinds"}), b',"kinds":{']
-    for i, (kind, view) in enumerate(doc["kinds"].items()):
-        parts += [b"," if i else b"", json.dumps(kind).encode(), b":",
-                  dumps({k: v for k, v in view.items() if k != "weights"}),
-                  b',"weights":', _weights_json(view["weights"]), b"}"]
-    return b"".join([*parts, b"}}"])
-
-
-def _weights_json(w) -> bytes:
-    """uint8 weights (layers, heads, T_q, T_k) as JSON nested lists, written into one
-    numpy buffer: 4 bytes a weight (numbers padded with spaces, which JSON allows)."""
-    layers, heads, t_q, t_k = w.shape
-    width = 4 * t_k + 6  # "[", a "ddd," per weight (the last comma becomes "]"), 5 after
-    buf = np.full(3 + layers * heads * t_q * width, ord(" "), np.uint8)
-    buf[:3] = np.frombuffer(b"[[[", np.uint8)
-    rows = buf[3:].reshape(layers, heads, t_q, width)  # one line of text per row
-    cells = rows[..., 1:4 * t_k + 1].reshape(layers, heads, t_q, t_k, 4)  # a view
-    cells[..., 0] = np.where(w >= 100, w // 100 + 48, 32)  # 48: "0", 32: " "
-    cells[..., 1] = np.where(w >= 10, w // 10 % 10 + 48, 32)
-    cells[..., 2] = w % 10 + 48
-    cells[..., 3] = ord(",")
-    rows[..., 0], rows[..., 4 * t_k] = ord("["), ord("]")
-    after = rows[..., 4 * t_k + 1:]  # what follows a row: the next row, head or layer
-    after[:, :, :-1, 0] = ord(",")
-    after[:, :-1, -1, :3] = np.frombuffer(b"],[", np.uint8)
-    after[:-1, -1, -1, :] = np.frombuffer(b"]],[[", np.uint8)
-    after[-1, -1, -1, :3] = np.frombuffer(b"]]]", np.uint8)
-    return buf.tobytes()
-
-
-def _json(request, obj):
-    """JSON that every browser parses: ASCII (a lone surrogate escaped), no NaN."""
-    body = json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    return http_util.Respond(request, body, "application/json")
 
 
 def _error(request, code: int, message: str):

@@ -57,6 +57,7 @@
 # not as an .ipynb: plain Python with readable diffs, no outputs or execution counts to
 # strip, linted by ruff and executed by tests/test_tour.py. `make tour` pairs it with
 # notebooks/tour.ipynb (git-ignored) and opens that in Jupyter; saving there updates this file.
+import html
 import io
 import math
 import os
@@ -90,7 +91,7 @@ from tinymt.model import causal_mask
 from tinymt.rundir import checkpoint_path, clock_run_dir, find_run, load_run
 from tinymt.trainer import train
 from tinymt.viewer.document import translation_document
-from tinymt.viewer.html import html_page, iframe
+from tinymt.viewer.html import html_page
 
 
 def checkout_root() -> Path:
@@ -419,7 +420,9 @@ for _, fig in attention_figures(maps, src_tok, tgt_tok, src_ids, out_ids, kinds=
 # %%
 view = translation_document(maps, src_tok.pieces(src_ids), tgt_tok.pieces(out_ids), SENTENCE,
                             tgt_tok.decode(out_ids), int(run.state.get("step", 0)), gold=True)
-display(HTML(iframe(html_page(run.run_dir.name, [view]))))
+page = html_page(run.run_dir.name, [view])  # in an <iframe srcdoc>: its module script runs
+display(HTML(f'<iframe srcdoc="{html.escape(page)}" style="width:100%;height:760px;border:0">'
+             "</iframe>"))  # in the frame, untouched by the notebook's HTML sanitiser
 
 # %%
 data, _, _ = load_sentences(run, "valid", 200, log=print)  # the run's own validation split

@@ -223,9 +223,8 @@ TINY_FRAMES = list(range(2, 41, 2))  # the steps tiny_run records its probes at 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny run dir (40 steps, validations at 20 and 40, a frame of the probes
-    every 2 steps, step checkpoints kept). Each worker trains its own: a command that
-    takes a run's lock writes its pid into the run's marker, and the tests that check a
-    refused command changed nothing compare copies made by the process that trained it."""
+    every 2 steps, step checkpoints kept). Each worker trains its own: the tests that check
+    a refused command changed nothing compare copies made by the process that trained it."""
     from tinymt.trainer import train
 
     tmp = tmp_path_factory.mktemp("tiny_run")
@@ -746,3 +745,14 @@ def pytest_collection_modifyitems(config, items):
         rank = {name: i for i, name in enumerate(FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable
 
+
+@torch.no_grad()
+def load_from_torch(ours, ref: torch.nn.MultiheadAttention):
+    """``ours`` (a :class:`tinymt.attention.MultiHeadAttention`) holding the weights of
+    ``ref``, an ``nn.MultiheadAttention`` of the same d_model and heads: the reference."""
+    ours.in_proj.weight.copy_(ref.in_proj_weight)
+    ours.out_proj.weight.copy_(ref.out_proj.weight)
+    if ours.in_proj.bias is not None:
+        ours.in_proj.bias.copy_(ref.in_proj_bias)
+        ours.out_proj.bias.copy_(ref.out_proj.bias)
+    return ours

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import load_from_torch
 from tinymt.attention import MultiHeadAttention, dot_product_attention
 from tinymt.model import causal_mask
 
@@ -20,7 +21,7 @@ def make_pair(seed=0, dropout=0.0):
     with torch.no_grad():  # non-zero biases so they are exercised too
         ref.in_proj_bias.normal_()
         ref.out_proj.bias.normal_()
-    ours = MultiHeadAttention(D, H, dropout=dropout).to(DT).load_from_torch(ref)
+    ours = load_from_torch(MultiHeadAttention(D, H, dropout=dropout).to(DT), ref)
     return ours.eval(), ref.eval()
 
 
@@ -177,7 +178,7 @@ def test_attention_dropout_zeroes_weights_and_rescales_the_rest():
 def test_without_biases_it_matches_torch():
     torch.manual_seed(10)
     ref = nn.MultiheadAttention(D, H, bias=False, batch_first=True, dtype=DT).eval()
-    ours = MultiHeadAttention(D, H, bias=False).to(DT).eval().load_from_torch(ref)
+    ours = load_from_torch(MultiHeadAttention(D, H, bias=False).to(DT).eval(), ref)
     assert ours.in_proj.bias is None and ours.out_proj.bias is None
     y, mem = torch.randn(2, 3, D, dtype=DT), torch.randn(2, 5, D, dtype=DT)
     for kv in (None, mem):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import load_from_torch
 from tinymt.layers import (
     DecoderLayer,
     EncoderLayer,
@@ -34,7 +35,7 @@ def randomize_(module):
 
 # --------------------------------------------------------------------------- layers vs torch
 def copy_encoder_layer(ours: EncoderLayer, ref: nn.TransformerEncoderLayer):
-    ours.self_attn.load_from_torch(ref.self_attn)
+    load_from_torch(ours.self_attn, ref.self_attn)
     ours.ff.linear1.load_state_dict(ref.linear1.state_dict())
     ours.ff.linear2.load_state_dict(ref.linear2.state_dict())
     ours.norm1.load_state_dict(ref.norm1.state_dict())
@@ -42,8 +43,8 @@ def copy_encoder_layer(ours: EncoderLayer, ref: nn.TransformerEncoderLayer):
 
 
 def copy_decoder_layer(ours: DecoderLayer, ref: nn.TransformerDecoderLayer):
-    ours.self_attn.load_from_torch(ref.self_attn)
-    ours.cross_attn.load_from_torch(ref.multihead_attn)
+    load_from_torch(ours.self_attn, ref.self_attn)
+    load_from_torch(ours.cross_attn, ref.multihead_attn)
     ours.ff.linear1.load_state_dict(ref.linear1.state_dict())
     ours.ff.linear2.load_state_dict(ref.linear2.state_dict())
     for i in (1, 2, 3):

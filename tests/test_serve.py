@@ -308,7 +308,8 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
     try:
         lt = LibreTranslateAPI(server.base)
         assert [lt.translate(s, "zh", "en") for s in SENTENCES] == expected
-        assert [(x["code"], x["targets"]) for x in lt.languages()] == [("zh", ["en"]), ("en", [])]
+        assert [(x["code"], x["targets"]) for x in lt.languages()] == [  # and the variants
+            ("zh", ["en"]), ("zh-Hans", ["en"]), ("zh-Hant", ["en"]), ("en", [])]  # it reads
         status, answer = ask(server.base, SENTENCES)  # q as a list: one request
         assert status == 200 and answer == {"translatedText": expected}
         status, answer = ask(server.base, SENTENCES[0], source="auto")
@@ -335,9 +336,9 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
 
 @pytest.mark.slow
 def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
-    """LibreTranslate 1.9's page and apps ask for its settings and may call /suggest,
-    /translate_file, or //translate: they get its defaults, its 403s, its redirect; and
-    format=html translates the text between the markup, keeping markup, code, comments."""
+    """LibreTranslate 1.9's page and apps ask for its settings (suggestions and files off)
+    and may call //translate: they get its defaults and its redirect; and format=html
+    translates the text between the markup, keeping markup, code, comments."""
     import httpx2
 
     status, body = http_get(f"{greedy.base}/frontend/settings")
@@ -346,10 +347,6 @@ def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
         "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
         "language": {"source": {"code": "zh", "name": "Chinese"},
                      "target": {"code": "en", "name": "English"}}}
-    assert post_json(f"{greedy.base}/suggest", {"q": "a", "s": "b"}) == (
-        403, {"error": "Suggestions are disabled on this server."})
-    assert post_json(f"{greedy.base}/translate_file", {}) == (
-        403, {"error": "Files translation are disabled on this server."})
     r = httpx2.post(f"{greedy.base}//translate", json={"q": SENTENCES[0], "source": "zh",
                     "target": "en"}, follow_redirects=True, trust_env=False, timeout=60)
     assert [h.status_code for h in r.history] == [308]
@@ -385,17 +382,28 @@ def test_micro_batched_beam_answers_equal_each_sentence_alone(tiny_run, beam):
 
 
 @pytest.mark.slow
-def test_alternatives_are_translate_py_s_n_best(tiny_run, beam):
+def test_alternatives_are_translate_py_s_n_best(tiny_run, beam, greedy):
+    """LibreTranslate's alternatives: translate.py's n-best after the best, none empty and
+    none twice (what the beam has, maybe fewer; ``[]`` from a greedy server)."""
     out = io.StringIO()
     translate(compose_translate(f"run={tiny_run}", "decode.beam=3", "decode.nbest=3"),
               SENTENCES[:3], stdout=out)
-    blocks = [b.splitlines() for b in out.getvalue().strip("\n").split("\n\n")]
+    blocks = [[ln.split("\t")[1] for ln in b.splitlines()]
+              for b in out.getvalue().strip("\n").split("\n\n")]
+    alts = [[t for i, t in enumerate(b[1:], 1) if t.strip() and t not in b[:i]] for b in blocks]
     status, answer = ask(beam.base, SENTENCES[:3], alternatives=2, api_key="secret-2")
     assert status == 200
-    assert answer["translatedText"] == [b[0].split("\t")[1] for b in blocks]
-    assert answer["alternatives"] == [[ln.split("\t")[1] for ln in b[1:]] for b in blocks]
+    assert answer["translatedText"] == [b[0] for b in blocks]
+    assert answer["alternatives"] == alts
     status, answer = ask(beam.base, SENTENCES[0], alternatives=3, api_key="secret-2")
-    assert answer["alternatives"] == [ln.split("\t")[1] for ln in blocks[0][1:]]  # what it has
+    assert answer["alternatives"] == alts[0]  # what it has
+    assert ask(greedy.base, SENTENCES[0], alternatives=2)[1]["alternatives"] == []
+    # paragraphs: the k-th alternative holds each sentence's k-th best (or its best), so
+    # none loses a sentence to an empty hypothesis, and none is empty or repeated
+    paragraphs = ["".join(SENTENCES[i:i + 3]) for i in range(len(SENTENCES) - 2)] * 4
+    status, answer = ask(beam.base, paragraphs, alternatives=3, api_key="secret-2")
+    for best, more in zip(answer["translatedText"], answer["alternatives"]):
+        assert all(a.strip() for a in more) and len({best, *more}) == len(more) + 1
 
 
 @pytest.mark.slow
@@ -610,7 +618,14 @@ from hypothesis import strategies as st  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 
-from tinymt.serve.api import MAX_ALTERNATIVES, Pair, read_fields, translate_request  # noqa: E402
+from tinymt.serve.api import (  # noqa: E402
+    MAX_ALTERNATIVES,
+    Pair,
+    TranslateRequest,
+    read_fields,
+    translate_answer,
+    translate_request,
+)
 from tinymt.serve.app import _json_errors  # noqa: E402
 
 PAIR = Pair("zh", "en")
@@ -636,7 +651,7 @@ def _answer(body: bytes, kind: str, limits: ServeConfig, beam: int = 1, keys=Non
     @_json_errors
     async def route(request):
         fields = await read_fields(request, limits, keys)
-        req = translate_request(fields, limits, PAIR, beam)
+        req = translate_request(fields, limits, PAIR)
         return JSONResponse({"items": req.items, "single": req.single, "auto": req.auto,
                              "alternatives": req.alternatives, "html": req.html})
 
@@ -692,7 +707,7 @@ def _expected_error(f: dict, limits: ServeConfig, beam: int) -> str | None:
     for n, t in enumerate(items, 1):
         if len(t) > limits.max_chars:
             return "Invalid request: q " + ("has" if isinstance(q, str) else f"item {n} has")
-        if "\x00" in t:
+        if "\x00" in t or any(0xD800 <= ord(c) <= 0xDFFF for c in t):  # no UTF-8 for half a pair
             return "Invalid request: q holds a NUL character"
     for name in ("source", "target"):
         if not isinstance(f.get(name), str) or not f[name].strip():
@@ -702,7 +717,7 @@ def _expected_error(f: dict, limits: ServeConfig, beam: int) -> str | None:
     if (f.get("format") or "text") not in ("text", "html"):
         return f"{f['format']} format is not supported"
     a = f.get("alternatives", 0)
-    if isinstance(a, str) and a.strip().lstrip("-").isdigit():
+    if isinstance(a, str) and a.strip().lstrip("-").isdecimal():
         a = int(a.strip())
     if type(a) is not int or not 0 <= a <= MAX_ALTERNATIVES:
         return "Invalid request: alternatives must be an integer from 0 to 3"
@@ -717,11 +732,13 @@ VALID = st.fixed_dictionaries({  # a request that may be answered...
 HOSTILE = {  # ...and what may be put in its place, a few fields at a time
     "q": st.one_of(st.sampled_from(["", [], None, 5, ["a", 1], {"a": 1}]),
                    st.lists(TEXTS, min_size=5, max_size=7), st.text(alphabet="猫", min_size=26, max_size=30),
-                   st.lists(st.text(alphabet="猫\x00", max_size=30), min_size=1, max_size=3)),
+                   st.lists(st.text(alphabet="猫\x00", max_size=30), min_size=1, max_size=3),
+                   st.sampled_from(["\ud800猫", ["猫", "\udfff"]])),
     "source": st.sampled_from(["en", "de", "", " ", 3, None]),
     "target": st.sampled_from(["zh", "fr", "", 5, None]),
     "format": st.sampled_from(["html", "xml", 1, "", None]),
-    "alternatives": st.one_of(st.integers(-2, 6), st.sampled_from(["-1", "x", "", True, 1.0, "4"])),
+    "alternatives": st.one_of(st.integers(-2, 6),
+                              st.sampled_from(["-1", "x", "", True, 1.0, "4", "³", "٣"])),
     "api_key": st.sampled_from(["k2", "", 7]),
 }
 
@@ -762,6 +779,9 @@ def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as
         from urllib.parse import urlencode
         fields = {k: v for k, v in fields.items() if isinstance(v, str) or k == "q"
                   and isinstance(v, list) and all(isinstance(t, str) for t in v)}
+        q = fields.get("q")
+        if any("\ud800" in t or "\udfff" in t for t in ([q] if isinstance(q, str) else q or [])):
+            fields.pop("q")  # (a form is UTF-8: it cannot hold half a surrogate pair)
         if isinstance(fields.get("q"), list) and len(fields["q"]) < 2:
             fields.update(q=fields["q"][0]) if fields["q"] else fields.pop("q")
         body = urlencode(fields, doseq=True).encode()
@@ -782,10 +802,27 @@ def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as
         assert (status, answer) == (200, {
             "items": [q] if isinstance(q, str) else q, "single": isinstance(q, str),
             "auto": fields["source"].strip().lower() == "auto",
-            "alternatives": min(int(a) if isinstance(a, str) else a, beam - 1),
+            "alternatives": int(a) if isinstance(a, str) else a,  # as asked
             "html": fields.get("format") == "html"}), (fields, answer)
     else:
         assert _is_error(status, answer, 400).startswith(expected), (fields, answer, expected)
+
+
+@given(st.lists(st.lists(st.sampled_from(["", " ", "a", "b", "c", "a b"]), min_size=1,
+                         max_size=5), min_size=1, max_size=3), st.integers(0, 3), st.booleans())
+def test_alternatives_are_never_empty_or_twice(nbests, asked, single):
+    """LibreTranslate's shape: ``alternatives`` when asked for (``[]`` when the search has
+    none), each item's next best in order, none empty, none twice, never the best."""
+    nbests = nbests[:1] if single else nbests
+    out = translate_answer(TranslateRequest(["x"] * len(nbests), single, False, asked), nbests)
+    assert ("alternatives" in out) == (asked > 0)
+    alternatives = [out["alternatives"]] if single and asked else out.get("alternatives", [])
+    for hyps, more in zip(nbests, alternatives):
+        expected: list[str] = []
+        for h in hyps[1:]:
+            if h.strip() and h != hyps[0] and h not in expected:
+                expected.append(h)
+        assert more == expected[:asked]
 
 
 def test_a_request_of_too_many_sentences_is_refused_before_it_is_cut():

@@ -2,11 +2,12 @@
 what holds no word of the model's language is kept as it is."""
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tinymt.corpus import generate_splits
-from tinymt.text import MASK, assemble, detect, in_language, mask_spans, plan
+from tinymt.errors import TinyMTError
+from tinymt.text import MASK, assemble, detect, html_parts, in_language, mask_spans, plan
 
 TEST = generate_splits(train_size=0, valid_size=0, test_size=200)["test"]
 GAPS = st.sampled_from(["", " ", "  ", "\n", "\n\n", " \n ", "\r\n", "\t"])
@@ -110,3 +111,24 @@ def test_detect_names_the_language_of_the_shared_test_sets(shared_data):
         found = [d["language"] for d in detections(texts)]
         accuracy[lang, name] = sum(f == lang for f in found) / len(texts)
     assert min(accuracy.values()) >= 0.98, accuracy
+
+
+
+MARKUP = st.sampled_from(["<p>", "</p>", "<b>", "</b>", '<a href="x">', "<br/>", "<!-- c -->",
+                          "<![CDATA[x < y]]>", "<?php echo 1 ?>", "<![if !IE]>", "<![endif]>",
+                          "<!DOCTYPE html>", "<code>", "</code>"])
+
+
+@given(st.lists(st.one_of(MARKUP, st.text(alphabet="猫a .!?", max_size=6)), max_size=8),
+       st.text(alphabet="<>&;![]-/a?", max_size=24))
+@example(["<p>我喜欢<b>猫</b>。</p>"], "<![foo[x")
+def test_html_parts_lose_nothing(pieces, junk):
+    """Any mix of tags, comments, CDATA, processing instructions, conditional sections and
+    text: the parts join to the markup (nothing dropped); any string at all is parts or one
+    line refusing it (a marked section html.parser does not know), never another error."""
+    markup = "".join(pieces)
+    assert "".join(s for _, s in html_parts(markup)) == markup
+    try:
+        html_parts(junk)
+    except TinyMTError as e:
+        assert str(e).startswith("format=html: the markup cannot be read") and "\n" not in str(e)

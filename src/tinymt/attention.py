@@ -91,13 +91,3 @@ class MultiHeadAttention(nn.Module):
         """``Q = query W_Q`` alone, split into heads ``(B, h, T_q, d_head)``."""
         d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
         return self.split_heads(F.linear(query, w[:d], None if b is None else b[:d]))
-
-    @torch.no_grad()
-    def load_from_torch(self, ref: nn.MultiheadAttention) -> MultiHeadAttention:
-        """Copy the weights of an ``nn.MultiheadAttention`` (same d_model and heads)."""
-        self.in_proj.weight.copy_(ref.in_proj_weight)
-        self.out_proj.weight.copy_(ref.out_proj.weight)
-        if self.in_proj.bias is not None:
-            self.in_proj.bias.copy_(ref.in_proj_bias)
-            self.out_proj.bias.copy_(ref.out_proj.bias)
-        return self

@@ -19,6 +19,8 @@ from html.parser import HTMLParser
 import pysbd
 from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
+from tinymt.errors import TinyMTError
+
 SENTENCE_END = re.compile(r"[.!?。！？]\W*\s*\w")  # a sentence may end before the line does
 _SCRIPT = {"zh": re.compile(r"[\u3400-\u9fff\uf900-\ufaff]"),  # a source's letters
            "ja": re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")}
@@ -177,11 +179,20 @@ class _Markup(HTMLParser):
     def handle_decl(self, decl):
         self.parts.append((False, f"<!{decl}>"))
 
+    def handle_pi(self, data):  # <?php ... ?>: kept as written
+        self.parts.append((False, f"<?{data}>"))
+
+    def unknown_decl(self, data):  # <![CDATA[...]]>, <![if ...]>: kept
+        self.parts.append((False, f"<![{data}]]>" if data[:6].upper() == "CDATA[" else f"<![{data}]>"))
+
 
 def html_parts(markup: str) -> list[tuple[bool, str]]:
     """``markup`` as ``(is text to translate, string)`` parts (:class:`_Markup`): the text
     is decoded; translated, it is to be escaped again (``html.escape``)."""
     parser = _Markup()
-    parser.feed(markup)
-    parser.close()
+    try:
+        parser.feed(markup)
+        parser.close()
+    except AssertionError as e:  # html.parser's refusal: a marked section it does not know
+        raise TinyMTError(f"format=html: the markup cannot be read ({e})") from None
     return parser.parts

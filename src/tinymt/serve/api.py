@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
@@ -36,6 +37,7 @@ LANGUAGE_NAMES = {
     "fr": "French", "it": "Italian", "ja": "Japanese", "ko": "Korean", "nl": "Dutch",
     "pl": "Polish", "pt": "Portuguese", "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian",
     "zh": "Chinese", "cmn": "Chinese (Mandarin)",
+    "zh-Hans": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",  # LibreTranslate's
 }
 
 
@@ -55,9 +57,14 @@ class Pair:
     target: str
 
     def languages(self) -> list[dict]:
-        """``GET /languages``: each language with the codes it translates into."""
-        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
-                for code, targets in ((self.source, [self.target]), (self.target, []))]
+        """``GET /languages``: each language with the codes it translates into, and each
+        variant LibreTranslate names that is read as one of them (``zh-Hans``: clients that
+        check a code against this list before sending it accept it)."""
+        def codes(code: str) -> list[str]:
+            return [code, *(v for v in LANGUAGE_NAMES if ALIASES.get(v.lower()) == code)]
+        return [{"code": c, "name": LANGUAGE_NAMES.get(c, c), "targets": targets}
+                for code, targets in ((self.source, codes(self.target)), (self.target, []))
+                for c in codes(code)]
 
     def check(self, source: str, target: str) -> bool:
         """Whether ``source`` -> ``target`` is this pair (``source`` may be ``auto``);
@@ -74,7 +81,7 @@ class TranslateRequest:
     items: list[str]
     single: bool  # q was a string (the answer holds strings, not lists)
     auto: bool  # source=auto
-    alternatives: int
+    alternatives: int  # asked for (the answer holds what the search has, maybe none)
     html: bool = False  # format=html: the text between the markup is translated
 
 
@@ -86,7 +93,7 @@ async def read_fields(request: Request, limits, keys: frozenset[str] | None) -> 
     unreadable is one 400. Then the API key is checked (``keys``)."""
     too_large = ApiError(413, f"Invalid request: the body is over {limits.max_body_bytes:,} bytes")
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limits.max_body_bytes:
+    if declared.isdecimal() and int(declared) > limits.max_body_bytes:
         raise too_large
     fields = _fields(request.query_params.multi_items())
     most = MAX_FIELDS + limits.max_items
@@ -169,17 +176,16 @@ def text_items(fields: Mapping, limits, max_items: int | None = None
             which = "q" if single else f"q item {n}"
             raise ApiError(400, f"Invalid request: {which} has {len(text):,} characters; at "
                                 f"most {limits.max_chars:,}")
-        if "\x00" in text:
-            raise ApiError(400, "Invalid request: q holds a NUL character")
+        if "\x00" in text or re.search("[\ud800-\udfff]", text):  # JSON may say "\\ud800"
+            raise ApiError(400, "Invalid request: q holds a NUL character or half of a "
+                                "surrogate pair: not text")
     if sum(len(SENTENCE_END.findall(t)) for t in items) >= MAX_SENTENCES:  # (pysbd: 0.3 ms each)
         raise ApiError(400, f"Invalid request: q holds more than {MAX_SENTENCES:,} sentences")
     return items, single
 
 
-def translate_request(fields: Mapping, limits, pair: Pair, beam: int
-                      ) -> TranslateRequest:
-    """``POST /translate``'s fields, checked; ``beam``: the server's beam size (n-best
-    lists hold at most that many)."""
+def translate_request(fields: Mapping, limits, pair: Pair) -> TranslateRequest:
+    """``POST /translate``'s fields, checked."""
     items, single = text_items(fields, limits)
     for name in ("source", "target"):
         if not isinstance(fields.get(name), str) or not fields[name].strip():
@@ -189,25 +195,30 @@ def translate_request(fields: Mapping, limits, pair: Pair, beam: int
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{str(fmt)[:40]} format is not supported")  # LibreTranslate's
     alternatives = fields.get("alternatives", 0)
-    if isinstance(alternatives, str) and alternatives.strip().lstrip("-").isdigit():
+    if isinstance(alternatives, str) and alternatives.strip().lstrip("-").isdecimal():
         alternatives = int(alternatives.strip())
     if type(alternatives) is not int or not 0 <= alternatives <= MAX_ALTERNATIVES:  # no bool
         raise ApiError(400, "Invalid request: alternatives must be an integer from 0 to "
                             f"{MAX_ALTERNATIVES}")
-    # cut to what the search has (LibreTranslate answers what it has, no error)
-    return TranslateRequest(items, single, auto, min(alternatives, beam - 1), fmt == "html")
+    return TranslateRequest(items, single, auto, alternatives, fmt == "html")
 
 
 # ----------------------------------------------------------------------------- answers
+def distinct(hyps: list[str]) -> list[str]:
+    """An n-best list (best first) without the empty or repeated hypotheses after the best."""
+    return [h for i, h in enumerate(hyps) if not i or h.strip() and h not in hyps[:i]]
+
+
 def translate_answer(req: TranslateRequest, nbests: list[list[str]],
                      detected: list[dict] | None = None, kept: int = 0) -> dict:
-    """LibreTranslate's answer: each item's best translation, its alternatives (the next
-    best of the n-best) when asked for, ``detected`` (``source=auto``), and how many
+    """LibreTranslate's answer: each item's best translation, its alternatives when asked
+    for (the next best of the n-best, none empty or twice: what it has, no error, as
+    LibreTranslate answers), ``detected`` (``source=auto``), and how many
     segments held no word of the source language and came back as they were (``kept``)."""
     best = [hyps[0] if hyps else "" for hyps in nbests]
     out: dict = {"translatedText": best[0] if req.single else best}
     if req.alternatives:
-        alts = [hyps[1:req.alternatives + 1] for hyps in nbests]
+        alts = [distinct(hyps)[1:req.alternatives + 1] for hyps in nbests]
         out["alternatives"] = alts[0] if req.single else alts
     if detected is not None:
         out["detectedLanguage"] = detected[0] if req.single else detected

@@ -146,18 +146,6 @@ async def _not_found(request: Request, exc: HTTPException) -> Response:
                         headers=getattr(exc, "headers", None))
 
 
-def _refused(status: int, error: str):
-    return lambda request: JSONResponse({"error": error}, status_code=status)
-
-
-FILES_OFF = "Files translation are disabled on this server."
-OFF_ROUTES = [  # what LibreTranslate 1.9 answers with these features off (its default)
-    Route("/suggest", _refused(403, "Suggestions are disabled on this server."),
-          methods=["POST"]),
-    Route("/translate_file", _refused(403, FILES_OFF), methods=["POST"]),
-    Route("/download_file/{name}", _refused(400, FILES_OFF))]
-
-
 def create_app(service: Service) -> Starlette:
     """The routes of the module docstring over ``service``."""
 
@@ -165,13 +153,13 @@ def create_app(service: Service) -> Starlette:
     async def translate(request: Request) -> Response:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
             fields = await read_fields(request, service.limits, service.keys)
-            req = translate_request(fields, service.limits, service.pair, service.decode.beam)
+            req = translate_request(fields, service.limits, service.pair)
             detected = detections(req.items) if req.auto else None
             for d in detected or []:  # confidently another language: that pair's 400, before
                 if d["confidence"] >= 100 * CONFIDENT:  # any work (never a translation made up)
                     service.pair.check(d["language"], service.pair.target)
-            nbests, kept = await service.translate(req.items, req.alternatives + 1, arrival,
-                                                   req.html)
+            nbest = min(req.alternatives, service.decode.beam - 1) + 1  # what the beam has
+            nbests, kept = await service.translate(req.items, nbest, arrival, req.html)
         return JSONResponse(translate_answer(req, nbests, detected, kept))
 
     @_json_errors
@@ -212,7 +200,6 @@ def create_app(service: Service) -> Starlette:
     routes = [
         Route("/translate", translate, methods=["POST"]),
         Route("/frontend/settings", lambda _: JSONResponse(service.frontend_settings())),
-        *OFF_ROUTES,
         Route("/languages", lambda _: JSONResponse(service.pair.languages()), methods=["GET"]),
         Route("/detect", detect_language, methods=["POST"]),
         Route("/attention", attention, methods=["POST"]),

@@ -18,7 +18,7 @@ from tinymt.ct2 import LoadedExport
 from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
-from tinymt.serve.api import ApiError, Pair
+from tinymt.serve.api import ApiError, Pair, distinct
 from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
 from tinymt.text import assemble, html_parts, plan
 from tinymt.translate import (
@@ -121,8 +121,9 @@ class Service:
         units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
         masked, ids = source_ids(self.run, sents, copy=self.text)
         hyps = await self._wait(Job(ids, nbest), arrival)
-        texts = [t or [""] for t in await self._texts(masked, ids, hyps)]
+        texts = [distinct(t) or [""] for t in await self._texts(masked, ids, hyps)]
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
+        # (a sentence with fewer: its last, so no alternative loses a sentence)
 
         def text(node: list, k: int) -> str:  # a text node's k-th translation
             joined = assemble(node, kth[k], self.pair.target)

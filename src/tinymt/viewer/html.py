@@ -59,10 +59,3 @@ mountView(document.getElementById("tinymt-attention"),
 </script>
 </body></html>
 """
-
-
-def iframe(page: str, height: int = 760) -> str:
-    """``page`` inside an ``<iframe srcdoc>``: how a notebook shows it inline (the page's
-    module script runs in the frame, untouched by the notebook's HTML sanitiser)."""
-    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" '
-            f'style="width:100%;height:{height}px;border:0"></iframe>')

@@ -74,8 +74,8 @@ CORE = ("attention.py", "layers.py", "model.py", "loss.py", "step.py", "decoding
 # lines of Python: a subsystem's files (globs under src/tinymt) -> the most it may hold.
 # A limit binds: it is raised only by an issue that asks for it, never to fit a change; a
 # change that needs room deletes first (docs/architecture.md, "Size").
-BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_212),
-           "src/tinymt": (("**/*.py",), 13_531)}
+BUDGETS = {"the teaching core": (CORE, 1_500), "the benchmark": (("bench/*.py",), 1_200),
+           "src/tinymt": (("**/*.py",), 13_500)}
 # the corpus's word lists, grammar and rendering tables: exempt from the function limit
 TABLES = {"corpus/lexicon.py", "corpus/grammar.py", "corpus/render.py"}
 MAX_FUNCTION_LINES = 80

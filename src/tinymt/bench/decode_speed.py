@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from tinymt import runtime
 from tinymt.batching import collate, length_batches
 from tinymt.bench import measure
 from tinymt.bench.peer import PeerTransformer
@@ -56,7 +57,7 @@ def bench_decoding(args: argparse.Namespace, device: torch.device, data: Prepare
     meter, sizes = measure.MemoryMeter(device), {}
 
     def timed(translate: Callable[[list], list], ids=src_ids) -> Measured:
-        with measure.autocast(device):
+        with runtime.autocast(device, runtime.pick_precision("auto", device)):
             return measure.timed(lambda: translate(ids), meter)
 
     for label, (model, peer) in models.items():

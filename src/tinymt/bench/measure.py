@@ -29,11 +29,6 @@ T = TypeVar("T")
 log = functools.partial(print, file=sys.stderr, flush=True)  # progress, beside the report
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """The autocast training runs under by default on ``device`` (bf16 on a GPU that has it)."""
-    return runtime.autocast(device, runtime.pick_precision("auto", device))
-
-
 # our own /proc reader: psutil is not a dependency of tinymt, and these are three fields
 def proc_status(pid: int | str = "self") -> dict[str, int]:
     """The kB lines of ``/proc/<pid>/status`` (``VmRSS``, ...) in KiB; empty if unreadable."""

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 
 from tinymt.bench.measure import REPO_ROOT, log, machine_info, proc_status
 from tinymt.config import DataConfig
-from tinymt.ct2 import export_run, require_ct2
+from tinymt.ct2 import export_run
 from tinymt.data import prepare, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import load_run
@@ -50,18 +50,13 @@ class ServerProcess:
     for the error message."""
 
     def __init__(self, overrides: list[str]):
-        self.overrides, self.log = overrides, tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, str(SERVE_SCRIPT), *overrides, "port=0", f"host={HOST}",
              "access_log=false"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.started = time.monotonic()
-        self.ready()
-
-    def ready(self) -> None:
-        """Wait until ``/health`` answers on the port the server printed; else one line
-        naming it."""
-        while self.proc.poll() is None and time.monotonic() < self.started + START_TIMEOUT_S:
+        started = time.monotonic()  # until /health answers on the port it printed
+        while self.proc.poll() is None and time.monotonic() < started + START_TIMEOUT_S:
             if bound := re.search(rf" on http://{HOST}:(\d+)/", self.stderr()):
                 self.port, self.base = int(bound[1]), f"http://{HOST}:{bound[1]}"
                 with contextlib.suppress(httpx2.HTTPError, ValueError):
@@ -69,7 +64,7 @@ class ServerProcess:
                     return
             time.sleep(0.2)
         err = self.stop()[1][-1500:].strip().replace("\n", " | ")
-        raise TinyMTError(f"serve.py {' '.join(self.overrides)} did not serve within "
+        raise TinyMTError(f"serve.py {' '.join(overrides)} did not serve within "
                           f"{START_TIMEOUT_S:g} s: {err}")
 
     def health(self) -> dict:
@@ -148,8 +143,7 @@ def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
             after = servers[method].health()
             part.update({key: after.get(key, 0) - before.get(key, 0)
                          for key in ("batches", "sentences")}, equal=sum(
-                x is not None and x == reference[i % len(reference)]
-                for i, x in enumerate(part["answers"], a)))
+                x == reference[i % len(reference)] for i, x in enumerate(part["answers"], a)))
             parts[method].append(part)
     rows = {}
     for method, ps in parts.items():
@@ -169,12 +163,11 @@ def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
-                  levels: dict[int, int], methods: list[str]
-                  ) -> tuple[list[dict], list[str | None]]:
+                  levels: dict[int, int]) -> tuple[list[dict], list[str | None]]:
     """The servers of one engine, level by level in turn; and the reference answers."""
     rows, servers = [], {}
     with contextlib.ExitStack() as stack:
-        for method in methods:
+        for method in METHODS:
             servers[method] = ServerProcess([*overrides, *METHODS[method]])
             stack.callback(servers[method].stop)
         ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
@@ -217,15 +210,14 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
     engines = {"torch": [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"]}
     rows, refs, skipped = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
-        try:
-            require_ct2()
+        try:  # (export_run refuses first where the ct2 extra is missing)
             engines["ct2"] = ["engine=ct2", f"model_dir={export_run(run, Path(tmp) / 'ct2')}"]
         except TinyMTError as e:
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
         for engine, overrides in engines.items():
             engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
-                                                      levels, list(METHODS))
+                                                      levels)
             rows += engine_rows
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)

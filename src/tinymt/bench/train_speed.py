@@ -62,7 +62,7 @@ def contenders(ours: nn.Module, peer: nn.Module, device: torch.device) -> dict[s
 
 def _step(c: _Contender, b: Batch, pad: int, device: torch.device) -> torch.Tensor:
     c.opt.zero_grad(set_to_none=True)
-    with measure.autocast(device):
+    with runtime.autocast(device, runtime.pick_precision("auto", device)):
         hidden, _ = c.model(b.src, b.tgt_in)  # (B, T, d)
         loss = c.loss_fn(hidden, c.model.output_proj.weight, b.tgt_out, pad,
                          LABEL_SMOOTHING) / b.n_tgt_tokens

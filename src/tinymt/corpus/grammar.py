@@ -168,21 +168,8 @@ def _pick(r: random.Random, seq):
     return seq[int(r.random() * len(seq))]
 
 
-def _weighted(r: random.Random, table):
-    """``table``: [(weight, value), ...] (weights need not sum to 1)."""
-    total = 0.0
-    for w, _ in table:
-        total += w
-    x = r.random() * total
-    for w, v in table:
-        x -= w
-        if x < 0:
-            return v
-    return table[-1][1]
-
-
 class _Choice:
-    """A fixed weighted choice, precomputed: ``_Choice([(w, value), ...])(rng)``."""
+    """A weighted choice: ``_Choice([(w, value), ...])(rng)`` (weights need not sum to 1)."""
 
     __slots__ = ("cum", "total", "values")
 
@@ -328,7 +315,7 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
             np.det = _pick(r, ("this", "num"))
             np.count = 2 + int(r.random() * 9)
     elif kind == "goal":
-        det = _weighted(r, [(2, "bare"), (2, "num"), (1, "that")])
+        det = _Choice([(2, "bare"), (2, "num"), (1, "that")])(r)
         np = NP("noun", n, det=det, goal=_pick(r, _DESTINATIONS))
         if det == "num":
             np.count = _count(r, role)
@@ -384,7 +371,7 @@ def _object(r, v: L.Verb, tense: str, allow_clause=True, avoid=(), avoid_person=
         opts.append((1.0, "place"))
     if not opts:
         return None
-    kind = _weighted(r, opts)
+    kind = _Choice(opts)(r)
     if kind == "noun":
         return noun_np(r, _pick(r, inf.obj_nouns), tense, "obj", allow_clause)
     if kind == "place":
@@ -424,8 +411,8 @@ def _tense(r, allowed=("present", "past", "progressive", "future")) -> str:
     return ch(r)
 
 
-def _time(r, tense: str, prob: float | None = None):
-    if r.random() < (_TIME_PROB[tense] if prob is None else prob):
+def _time(r, tense: str):
+    if r.random() < _TIME_PROB[tense]:
         return _pick(r, _TIMES_BY_TENSE[tense])
     return None
 
@@ -464,7 +451,7 @@ def _adverb(r, c: Clause):
     copula_neg = c.negated and isinstance(c.vp, Copula)
     cands = [(4.0 if a.post and c.negated else 1.0, a) for a in L.ADVERBS
              if c.tense in a.tenses and not (a.post and copula_neg)]
-    return _weighted(r, cands)
+    return _Choice(cands)(r)
 
 
 def _trans_clause(r, question, embedded):

@@ -2,7 +2,7 @@
 
 Every entry pairs one Chinese word (as the grammar emits it: ``李雷``, ``机票``, ``看电视``)
 with its English forms. Nothing is inflected at generation time by rule: each entry lists
-its forms (plural, 3rd-person singular, past, participle, -ing), so irregular forms are
+its forms (plural, 3rd-person singular, past, -ing), so irregular forms are
 plain data and tests can compare the generated English against the entry.
 
 Semantic *categories* keep sentences sensible: a verb lists the noun categories it takes
@@ -76,7 +76,6 @@ class Verb:
     base: tuple[str, ...]  # ("look", "for")
     s3: tuple[str, ...]  # ("looks", "for")
     past: tuple[str, ...]
-    pp: tuple[str, ...]  # participle (kept for completeness; no perfect tense yet)
     ing: tuple[str, ...]
     frame: str  # trans | stative | intrans | ditrans | goal | placeobj | pivot | want | report
     obj: frozenset[str]  # object categories (for ditrans: the direct object)
@@ -453,96 +452,96 @@ TIMES_TABLE = """
 星期天 | on Sunday | past future present
 """
 
-# zh | base | 3sg | past | participle | -ing | frame | objects | subjects | places
+# zh | base | 3sg | past | -ing | frame | objects | subjects | places
 # Multi-word English verbs inflect their first word only ("look for" -> "looked for").
 VERBS_TABLE = """
-看 | read | reads | read | read | reading | trans | book | human | read study home
-看 | watch | watches | watched | watched | watching | trans | movie | human | cinema home
-看 | visit | visits | visited | visited | visiting | trans | person | human | city home
-看见 | see | sees | saw | seen | seeing | trans | animal person thing vehicle plant furniture | human animal | outdoor city zoo farm
-买 | buy | buys | bought | bought | buying | trans | thing food book clothes ticket plant furniture animal:pet drink foodm vehicle | human | shop city
-卖 | sell | sells | sold | sold | selling | trans | thing food book clothes vehicle plant furniture | human | shop city
-订 | book | books | booked | booked | booking | trans | ticket | human | home room
-吃 | eat | eats | ate | eaten | eating | trans | food foodm | human animal | eat home kitchen
-喝 | drink | drinks | drank | drunk | drinking | trans | drink | human | eat home kitchen
-喜欢 | like | likes | liked | liked | liking | stative | animal person food foodm drink book movie song story game thing clothes plant city subject | human |
-爱 | love | loves | loved | loved | loving | stative | person animal:pet city | human |
-想念 | miss | misses | missed | missed | missing | stative | person city | human |
-认识 | know | knows | knew | known | knowing | stative | person | human |
-需要 | need | needs | needed | needed | needing | stative | thing ticket clothes | human |
-追 | chase | chases | chased | chased | chasing | trans | animal person vehicle | human animal | outdoor
-写 | write | writes | wrote | written | writing | trans | writable | human | home study room
-画 | draw | draws | drew | drawn | drawing | trans | animal plant vehicle toy | human | home school garden
-带 | bring | brings | brought | brought | bringing | trans | thing food book | human |
-找 | look for | looks for | looked for | looked for | looking for | trans | thing animal:pet person | human | outdoor city home shop
-找到 | find | finds | found | found | finding | trans | thing animal:pet | human | outdoor city home
-丢 | lose | loses | lost | lost | losing | trans | thing ticket | human | city outdoor station
-借 | borrow | borrows | borrowed | borrowed | borrowing | trans | thing book | human | study school
-洗 | wash | washes | washed | washed | washing | trans | clothes vehicle:drive thing:wash | human | home kitchen
-修 | fix | fixes | fixed | fixed | fixing | trans | vehicle thing:device | human | home work
-打扫 | clean | cleans | cleaned | cleaned | cleaning | placeobj | room | human |
-参观 | visit | visits | visited | visited | visiting | placeobj | visit | human |
-离开 | leave | leaves | left | left | leaving | placeobj | city school home work | human |
-去 | go | goes | went | gone | going | goal | any | human |
-帮 | help | helps | helped | helped | helping | trans | person | human | home school work
-等 | wait for | waits for | waited for | waited for | waiting for | trans | person vehicle:transit | human | station outdoor
-见 | meet | meets | met | met | meeting | trans | person | human | city eat outdoor
-照顾 | take care of | takes care of | took care of | taken care of | taking care of | trans | animal person plant | human | home farm zoo
-喂 | feed | feeds | fed | fed | feeding | trans | animal | human | farm zoo home outdoor
-骑 | ride | rides | rode | ridden | riding | trans | vehicle:ride animal:ride | human | outdoor city
-开 | drive | drives | drove | driven | driving | trans | vehicle:drive | human | city
-开 | turn on | turns on | turned on | turned on | turning on | trans | thing:switch | human | home room
-坐 | take | takes | took | taken | taking | trans | vehicle:transit | human |
-坐 | sit on | sits on | sat on | sat on | sitting on | trans | furniture:seat | human animal | home
-打开 | open | opens | opened | opened | opening | trans | thing:box letter | human | home room
-做 | make | makes | made | made | making | trans | food:make toy | human | kitchen home
-种 | plant | plants | planted | planted | planting | trans | plant | human | garden
-摘 | pick | picks | picked | picked | picking | trans | flower fruit | human | garden
-抓 | catch | catches | caught | caught | catching | trans | animal:small | human animal | outdoor
-听 | listen to | listens to | listened to | listened to | listening to | trans | song story | human | home
-唱 | sing | sings | sang | sung | singing | trans | song | human | school home
-讲 | tell | tells | told | told | telling | trans | story | human | school home
-玩 | play | plays | played | played | playing | trans | game | human | home
-寄 | send | sends | sent | sent | sending | trans | letter gift photo | human |
-收到 | receive | receives | received | received | receiving | trans | letter gift | human |
-扔 | throw | throws | threw | thrown | throwing | trans | ball | human | outdoor
-踢 | kick | kicks | kicked | kicked | kicking | trans | ball | human | outdoor
-穿 | wear | wears | wore | worn | wearing | trans | clothes | human |
-学 | learn | learns | learned | learned | learning | trans | subject | human | school study
-教 | teach | teaches | taught | taught | teaching | ditrans | subject | human | school
-给 | give | gives | gave | given | giving | ditrans | thing food book gift ticket flower clothes | human |
-跑步 | run | runs | ran | run | running | intrans | | human animal | outdoor
-游泳 | swim | swims | swam | swum | swimming | intrans | | human animal:swimmer | water
-睡觉 | sleep | sleeps | slept | slept | sleeping | intrans | | human animal | home
-跳舞 | dance | dances | danced | danced | dancing | intrans | | human | school home
-工作 | work | works | worked | worked | working | intrans | | human | work city
-学习 | study | studies | studied | studied | studying | intrans | | human | study school
-休息 | rest | rests | rested | rested | resting | intrans | | human animal | home outdoor
-哭 | cry | cries | cried | cried | crying | intrans | | human | home school
-笑 | laugh | laughs | laughed | laughed | laughing | intrans | | human | home school
-散步 | take a walk | takes a walk | took a walk | taken a walk | taking a walk | intrans | | human | outdoor
-做饭 | cook | cooks | cooked | cooked | cooking | intrans | | human | kitchen
-做作业 | do homework | does homework | did homework | done homework | doing homework | intrans | | human | home study
-回家 | go home | goes home | went home | gone home | going home | intrans | | human |
-看电视 | watch TV | watches TV | watched TV | watched TV | watching TV | intrans | | human | home
-打篮球 | play basketball | plays basketball | played basketball | played basketball | playing basketball | intrans | | human | outdoor school
-踢足球 | play football | plays football | played football | played football | playing football | intrans | | human | outdoor school
-弹钢琴 | play the piano | plays the piano | played the piano | played the piano | playing the piano | intrans | | human | home school
-起床 | get up | gets up | got up | got up | getting up | intrans | | human |
-洗澡 | take a bath | takes a bath | took a bath | taken a bath | taking a bath | intrans | | human |
-钓鱼 | go fishing | goes fishing | went fishing | gone fishing | going fishing | intrans | | human | water
-购物 | go shopping | goes shopping | went shopping | gone shopping | going shopping | intrans | | human | city
-爬山 | go hiking | goes hiking | went hiking | gone hiking | going hiking | intrans | | human |
-画画 | paint | paints | painted | painted | painting | intrans | | human | home school garden
-飞 | fly | flies | flew | flown | flying | intrans | | animal:flier | outdoor
-上班 | go to work | goes to work | went to work | gone to work | going to work | intrans | | human |
-请 | ask | asks | asked | asked | asking | pivot | | human |
-叫 | tell | tells | told | told | telling | pivot | | human |
-教 | teach | teaches | taught | taught | teaching | pivot | | human |
-让 | let | lets | let | let | letting | pivot | | human |
-想 | want | wants | wanted | wanted | wanting | want | | human |
-觉得 | think | thinks | thought | thought | thinking | report | | human |
-知道 | know | knows | knew | known | knowing | report | | human |
+看 | read | reads | read | reading | trans | book | human | read study home
+看 | watch | watches | watched | watching | trans | movie | human | cinema home
+看 | visit | visits | visited | visiting | trans | person | human | city home
+看见 | see | sees | saw | seeing | trans | animal person thing vehicle plant furniture | human animal | outdoor city zoo farm
+买 | buy | buys | bought | buying | trans | thing food book clothes ticket plant furniture animal:pet drink foodm vehicle | human | shop city
+卖 | sell | sells | sold | selling | trans | thing food book clothes vehicle plant furniture | human | shop city
+订 | book | books | booked | booking | trans | ticket | human | home room
+吃 | eat | eats | ate | eating | trans | food foodm | human animal | eat home kitchen
+喝 | drink | drinks | drank | drinking | trans | drink | human | eat home kitchen
+喜欢 | like | likes | liked | liking | stative | animal person food foodm drink book movie song story game thing clothes plant city subject | human |
+爱 | love | loves | loved | loving | stative | person animal:pet city | human |
+想念 | miss | misses | missed | missing | stative | person city | human |
+认识 | know | knows | knew | knowing | stative | person | human |
+需要 | need | needs | needed | needing | stative | thing ticket clothes | human |
+追 | chase | chases | chased | chasing | trans | animal person vehicle | human animal | outdoor
+写 | write | writes | wrote | writing | trans | writable | human | home study room
+画 | draw | draws | drew | drawing | trans | animal plant vehicle toy | human | home school garden
+带 | bring | brings | brought | bringing | trans | thing food book | human |
+找 | look for | looks for | looked for | looking for | trans | thing animal:pet person | human | outdoor city home shop
+找到 | find | finds | found | finding | trans | thing animal:pet | human | outdoor city home
+丢 | lose | loses | lost | losing | trans | thing ticket | human | city outdoor station
+借 | borrow | borrows | borrowed | borrowing | trans | thing book | human | study school
+洗 | wash | washes | washed | washing | trans | clothes vehicle:drive thing:wash | human | home kitchen
+修 | fix | fixes | fixed | fixing | trans | vehicle thing:device | human | home work
+打扫 | clean | cleans | cleaned | cleaning | placeobj | room | human |
+参观 | visit | visits | visited | visiting | placeobj | visit | human |
+离开 | leave | leaves | left | leaving | placeobj | city school home work | human |
+去 | go | goes | went | going | goal | any | human |
+帮 | help | helps | helped | helping | trans | person | human | home school work
+等 | wait for | waits for | waited for | waiting for | trans | person vehicle:transit | human | station outdoor
+见 | meet | meets | met | meeting | trans | person | human | city eat outdoor
+照顾 | take care of | takes care of | took care of | taking care of | trans | animal person plant | human | home farm zoo
+喂 | feed | feeds | fed | feeding | trans | animal | human | farm zoo home outdoor
+骑 | ride | rides | rode | riding | trans | vehicle:ride animal:ride | human | outdoor city
+开 | drive | drives | drove | driving | trans | vehicle:drive | human | city
+开 | turn on | turns on | turned on | turning on | trans | thing:switch | human | home room
+坐 | take | takes | took | taking | trans | vehicle:transit | human |
+坐 | sit on | sits on | sat on | sitting on | trans | furniture:seat | human animal | home
+打开 | open | opens | opened | opening | trans | thing:box letter | human | home room
+做 | make | makes | made | making | trans | food:make toy | human | kitchen home
+种 | plant | plants | planted | planting | trans | plant | human | garden
+摘 | pick | picks | picked | picking | trans | flower fruit | human | garden
+抓 | catch | catches | caught | catching | trans | animal:small | human animal | outdoor
+听 | listen to | listens to | listened to | listening to | trans | song story | human | home
+唱 | sing | sings | sang | singing | trans | song | human | school home
+讲 | tell | tells | told | telling | trans | story | human | school home
+玩 | play | plays | played | playing | trans | game | human | home
+寄 | send | sends | sent | sending | trans | letter gift photo | human |
+收到 | receive | receives | received | receiving | trans | letter gift | human |
+扔 | throw | throws | threw | throwing | trans | ball | human | outdoor
+踢 | kick | kicks | kicked | kicking | trans | ball | human | outdoor
+穿 | wear | wears | wore | wearing | trans | clothes | human |
+学 | learn | learns | learned | learning | trans | subject | human | school study
+教 | teach | teaches | taught | teaching | ditrans | subject | human | school
+给 | give | gives | gave | giving | ditrans | thing food book gift ticket flower clothes | human |
+跑步 | run | runs | ran | running | intrans | | human animal | outdoor
+游泳 | swim | swims | swam | swimming | intrans | | human animal:swimmer | water
+睡觉 | sleep | sleeps | slept | sleeping | intrans | | human animal | home
+跳舞 | dance | dances | danced | dancing | intrans | | human | school home
+工作 | work | works | worked | working | intrans | | human | work city
+学习 | study | studies | studied | studying | intrans | | human | study school
+休息 | rest | rests | rested | resting | intrans | | human animal | home outdoor
+哭 | cry | cries | cried | crying | intrans | | human | home school
+笑 | laugh | laughs | laughed | laughing | intrans | | human | home school
+散步 | take a walk | takes a walk | took a walk | taking a walk | intrans | | human | outdoor
+做饭 | cook | cooks | cooked | cooking | intrans | | human | kitchen
+做作业 | do homework | does homework | did homework | doing homework | intrans | | human | home study
+回家 | go home | goes home | went home | going home | intrans | | human |
+看电视 | watch TV | watches TV | watched TV | watching TV | intrans | | human | home
+打篮球 | play basketball | plays basketball | played basketball | playing basketball | intrans | | human | outdoor school
+踢足球 | play football | plays football | played football | playing football | intrans | | human | outdoor school
+弹钢琴 | play the piano | plays the piano | played the piano | playing the piano | intrans | | human | home school
+起床 | get up | gets up | got up | getting up | intrans | | human |
+洗澡 | take a bath | takes a bath | took a bath | taking a bath | intrans | | human |
+钓鱼 | go fishing | goes fishing | went fishing | going fishing | intrans | | human | water
+购物 | go shopping | goes shopping | went shopping | going shopping | intrans | | human | city
+爬山 | go hiking | goes hiking | went hiking | going hiking | intrans | | human |
+画画 | paint | paints | painted | painting | intrans | | human | home school garden
+飞 | fly | flies | flew | flying | intrans | | animal:flier | outdoor
+上班 | go to work | goes to work | went to work | going to work | intrans | | human |
+请 | ask | asks | asked | asking | pivot | | human |
+叫 | tell | tells | told | telling | pivot | | human |
+教 | teach | teaches | taught | teaching | pivot | | human |
+让 | let | lets | let | letting | pivot | | human |
+想 | want | wants | wanted | wanting | want | | human |
+觉得 | think | thinks | thought | thinking | report | | human |
+知道 | know | knows | knew | knowing | report | | human |
 """
 
 # zh | English | attributive (mono: 黑猫, de: 可爱的猫, -: none) | predicate? | categories
@@ -654,14 +653,13 @@ def _load():
     times = tuple(Time(zh, _t(en), frozenset(t.split())) for zh, en, t in _rows(TIMES_TABLE))
     verbs = []
     for row in _rows(VERBS_TABLE):
-        zh, base, s3, past, pp, ing, frame, obj, subj, loc = row
+        zh, base, s3, past, ing, frame, obj, subj, loc = row
         verbs.append(
             Verb(
                 zh,
                 _t(base),
                 _t(s3),
                 _t(past),
-                _t(pp),
                 _t(ing),
                 frame,
                 frozenset(obj.split()),
@@ -678,8 +676,6 @@ def _load():
 
 
 PRONOUNS, NAMES, NOUNS, PLACES, TIMES, VERBS, ADJECTIVES = _load()
-
-MEASURE_WORDS = tuple(sorted({n.mw for n in NOUNS if n.mw}))
 
 # a word of each kind by its Chinese: pronoun("我"), name("李雷"), noun("机票"), ...
 pronoun, name, noun, place, time, adjective = (

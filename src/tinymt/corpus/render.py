@@ -51,7 +51,6 @@ from tinymt.corpus.structures import (
     Help,
     Pivot,
     RelClause,
-    Report,
     Sentence,
     VerbPhrase,
     Want,
@@ -647,7 +646,7 @@ def render(s: Sentence) -> Pair:
         zh2, en2 = render_clause(s.second, ctx)
         zh = zh1 + [("，", k), ("但是", b)] + zh2 + [("。", p)]
         en = en1 + [(",", k), ("but", b)] + en2 + [(".", p)]
-    elif isinstance(s, Report):  # 我觉得 C。 -> I think C.
+    else:  # Report: 我觉得 C。 -> I think C.
         tags.add("report")
         szh, sen, sg = render_np(s.subj, "subj", ctx)
         h = (ctx.new(),)
@@ -659,8 +658,6 @@ def render(s: Sentence) -> Pair:
         czh, cen = render_clause(s.comp, ctx)
         zh = szh + [(s.verb.zh, h)] + czh + [("。", p)]
         en = sen + [(w, h) for w in forms] + cen + [(".", p)]
-    else:
-        raise TypeError(s)
     return _finish(zh, en, tags, ctx.rels)
 
 

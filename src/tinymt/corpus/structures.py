@@ -68,10 +68,6 @@ class NP:
         return False
 
     @property
-    def person(self) -> int:
-        return self.head.person if self.kind == "pronoun" else 3
-
-    @property
     def agreement(self) -> str:
         """ "1sg" (I am), "3sg" (he is / likes), "pl" (you/we/they/cats are / like)."""
         if self.kind == "pronoun":
@@ -87,17 +83,6 @@ class NP:
         if self.kind == "wh":
             return self.head == "谁"
         return self.kind == "noun" and "person" in self.head.cats
-
-    def cats(self) -> frozenset[str]:
-        """Semantic categories, for selection (verbs, adjectives)."""
-        if self.kind in ("pronoun", "name"):
-            return frozenset({"human", "person"})
-        if self.kind == "noun":
-            c = self.head.cats
-            return c | {"human"} if "person" in c else c
-        if self.kind == "place":
-            return self.head.tags
-        return frozenset()
 
 
 @dataclass(slots=True)

@@ -464,14 +464,11 @@ def test_a_level_is_each_servers_passes_in_turn(slow_server):
             return 42.0
 
     texts = [f"{word} {i}" for i in range(4) for word in ("sentence", "fail")]
-    reference = [t[::-1] for t in texts]
-    reference[2] = "another"  # one answer unlike the reference
-    rows = _level({"a": Server("a"), "b": Server("b")}, [{"q": t} for t in texts], 1,
-                  reference)
+    rows = _level({"a": Server("a"), "b": Server("b")}, [{"q": t} for t in texts], 1)
     assert calls == ["a", "a", "b", "b", "b", "b", "a", "a"] * (PASSES // 2)
     for row in rows.values():
         assert row["requests"] == 8 and row["errors"] == 4 and row["first_error"][:3] == "503"
-        assert row["equal_to_one_at_a_time"] == 3 and row["clients"] == 1
+        assert row["clients"] == 1
         assert row["server_rss_mib"] == 42.0 and row["mean_batch"] is None  # no batches
         assert 1000 * DELAY_S <= row["p50_ms"] <= row["p99_ms"] < 1000 * DELAY_S + 500
         assert row["seconds"] >= 8 * DELAY_S  # a pass: two requests in turn, one answered
@@ -648,11 +645,10 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     assert {(r["engine"], r["method"], r["clients"]) for r in serve["rows"]} == {
         (e, m, 2) for e in ("torch", "ct2")[:1 + ct2]
         for m in ("one_at_a_time", "micro_batching")}
-    for r in serve["rows"]:  # every answer arrived, and each equals the sentence translated alone
-        assert r["errors"] == 0 and r["equal_to_one_at_a_time"] == r["requests"] == requests
+    for r in serve["rows"]:  # every answer arrived
+        assert r["errors"] == 0 and r["requests"] == requests
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["sentences_per_s"] > 0
         assert r["mean_batch"] == 1 if r["method"] == "one_at_a_time" else r["mean_batch"] >= 1
         assert r["server_rss_mib"] > 50, r  # a server holding torch and a model
     assert serve["settings"]["sentences"] == requests
-    assert serve["ct2_equal_to_torch"] == (requests if ct2 else None)
     assert serve["hostile"] is None  # --hostile-seconds 0: none

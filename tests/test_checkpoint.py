@@ -179,8 +179,6 @@ def test_average_names_the_checkpoint_that_differs_from_the_last(tmp_path):
                                           rf"than {tmp_path / 'c.pt'}: its tensor w is \(5, 4\) "
                                           r"torch.float32 vs \(4, 4\) torch.float32; cannot average"):
         average_checkpoints([tmp_path / f"{n}.pt" for n in "abc"])
-    with pytest.raises(TinyMTError, match=r"^no checkpoints to average$"):
-        average_checkpoints([])
 
 
 def test_average_refuses_other_tensors(tmp_path):

@@ -254,7 +254,7 @@ def test_cache_folder_without_marker_is_rebuilt(text_corpus, data_cfg):
     log = Log()
     d = prepare(cfg, log=log)
     assert not d.cache_hit
-    assert "incomplete cache" in log.text()
+    assert f"is damaged (its {COMPLETE} marker" in log.text()
     assert (final / COMPLETE).is_file() and d.src_tokenizer.vocab_size == 40
 
 

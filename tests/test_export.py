@@ -434,6 +434,8 @@ META_DAMAGE = {  # how tinymt_export.json is damaged -> words of the one line
     "files a list": (lambda b, m: {**m, "files": list(m.get("files", {}))}, "files"),
     "a file outside": (lambda b, m: {**m, "files": {**m.get("files", {}),
                                                     "../x.bin": "0" * 64}}, "files"),
+    "a digest that is not one": (lambda b, m: {**m, "files": {**m["files"], "model.bin": 5}},
+                                 "model.bin was changed after export"),
 }
 
 

@@ -1,6 +1,8 @@
 """tinymt.text: a paragraph is cut into its sentences and put back with its own spacing;
 what holds no word of the model's language is kept as it is."""
 
+import time
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -93,12 +95,13 @@ DETECT_SETS = [("zh", "tatoeba-cmn-eng/cmn-eng.tsv.gz", 1), ("en", "tatoeba-cmn-
 
 
 def test_detect_names_the_language_of_the_shared_test_sets(shared_data):
-    """What ``POST /detect`` answers (:func:`tinymt.serve.api.detections`) on 500 lines
+    """What ``POST /detect`` answers (:func:`tinymt.text.detect` among LibreTranslate's
+    languages) on 500 lines
     spread over each of Tatoeba's zh and en and Multi30k's en, de and fr test sets: at
     least 98 % of each detected as its language (docs/serve.md: 99.6-100 % measured)."""
     import gzip
 
-    from tinymt.serve.api import detections
+    from tinymt.serve.api import LIBRETRANSLATE
 
     accuracy = {}
     for lang, name, column in DETECT_SETS:
@@ -108,7 +111,7 @@ def test_detect_names_the_language_of_the_shared_test_sets(shared_data):
             texts = [line.split("\t")[column].strip() for line in f if line.strip()]
         texts = texts[::len(texts) // 500][:500]
         assert len(texts) == 500
-        found = [d["language"] for d in detections(texts)]
+        found = [detect(t, LIBRETRANSLATE)[0] for t in texts]
         accuracy[lang, name] = sum(f == lang for f in found) / len(texts)
     assert min(accuracy.values()) >= 0.98, accuracy
 
@@ -132,3 +135,26 @@ def test_html_parts_lose_nothing(pieces, junk):
         html_parts(junk)
     except TinyMTError as e:
         assert str(e).startswith("format=html: the markup cannot be read") and "\n" not in str(e)
+
+
+MALFORMED = ('<a ' * 1667)[:5000]  # html.parser reads it in quadratic time: ~0.4 s, 4x: 7 s
+
+
+def test_reading_a_text_stops_at_its_time(monkeypatch, tiny_run, capsys):
+    """A text is read (cut, identified, parsed) within its time (``text.within``) or
+    stopped there in one line: on a server's reader (an item), and in ``translate.py``
+    (exit 2). The allowance cut to 0.25 s here, so that markup read in quadratic time and
+    a long punctuated line both overrun it."""
+    from conftest import run_script_in_process
+    from tinymt import text
+
+    monkeypatch.setattr(text, "READ_S_PER_CHAR", 0.0)
+    start = time.monotonic()
+    with pytest.raises(TinyMTError, match="^q item 3: reading its 5,000 characters took "
+                                          r"over 0.25 s \(sentences, language, markup\)"):
+        text.read_item(MALFORMED, 3, "zh", True, True, None)
+    assert time.monotonic() - start < 0.4
+    status, err = run_script_in_process("translate", [f"run={tiny_run}", "--", "你好。",
+                                                      "他喜欢猫吗？" * 2000], capsys)
+    assert status == 2 and err.startswith("error: line 2: reading its 12,000 characters took "
+                                          "over 0.25 s") and len(err.splitlines()) == 1

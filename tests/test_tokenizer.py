@@ -100,7 +100,7 @@ def test_save_load_separate(sentences, tmp_path):
 
 
 def test_load_missing_folder_or_files(tmp_path):
-    with pytest.raises(TinyMTError, match="tokenizer folder not found") as e:
+    with pytest.raises(TinyMTError, match="no tokenizer in .*nope") as e:
         load_tokenizers(tmp_path / "nope")
     assert "spm.model" in str(e.value)
     (tmp_path / "empty").mkdir()

@@ -11,11 +11,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import sacrebleu
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 import tinymt.config  # noqa: F401
@@ -27,6 +30,7 @@ from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.files import TEMP_PREFIX
 from tinymt.rundir import find_run, load_run
+from tinymt.text import SPAN
 from tinymt.tokenizer import UNK_ID
 from tinymt.translate import translate
 
@@ -377,3 +381,20 @@ def test_a_span_the_vocabulary_cannot_spell_replaces_the_word_that_looks_at_it(t
     got = translate(cfg_for(tiny_run), [*lines, "请看 https://x.org/a?b=1 的机票。"])
     assert got["translations"][:-1] == expected
     assert "https://x.org/a?b=1" in got["translations"][-1]
+
+
+SPANS = st.one_of(st.integers(0, 10**6).map(str), st.builds(
+    "{}.{}".format, st.integers(0, 999), st.integers(0, 99)), st.sampled_from(
+    ["https://x.org/a?b=1", "www.tinymt.org", "li.lei@x.org", "10:30", "2,5"]))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spans=st.lists(SPANS, min_size=1, max_size=4), at=st.integers(0, 8))
+def test_every_number_and_url_comes_back(tiny_run, spans, at):
+    """Whatever the model writes, every number, URL and address of the source is in the
+    translation as written: several placed on one word all stay (the one word's one span
+    would keep only the last), and with no word to place them on they follow the text."""
+    zh = "我请李雷帮我订了去北京的机票。"
+    line = zh[:at] + " ".join(spans) + zh[at:]
+    got = translate(cfg_for(tiny_run), [line], stdout=io.StringIO())["translations"][0]
+    assert Counter(m.group() for m in SPAN.finditer(got)) >= Counter(spans), (line, got)

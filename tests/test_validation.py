@@ -20,7 +20,7 @@ def test_bleu_subset_spans_a_split_listed_by_length(tmp_path):
     model = build_model(cfg, data)
     rt = runtime.setup("cpu", "fp32", num_threads=1)
 
-    out = validate(model, cfg, data, "valid", rt, limit=8, with_loss=False)
+    out = validate(model, cfg, data, "valid", rt, limit=8)
 
     length = [len(s.split()) for s, _ in valid]
     picked = [len(s.split()) for s in out["srcs"]]
@@ -29,5 +29,5 @@ def test_bleu_subset_spans_a_split_listed_by_length(tmp_path):
     assert abs(sum(picked) / 8 - sum(length) / 40) < 1.5
     assert out["bleu"] == sacrebleu.corpus_bleu(out["hyps"], [out["refs"]]).score
 
-    whole = validate(model, cfg, data, "valid", rt, limit=0, with_loss=False)
+    whole = validate(model, cfg, data, "valid", rt, limit=0)
     assert list(zip(whole["srcs"], whole["refs"])) == valid

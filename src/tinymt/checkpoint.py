@@ -31,7 +31,6 @@ TRAINING_STATE = ("trainer_state", "optimizer", "scheduler", "sampler", "rng")
 # torch's weights_only refusals of an object that is not a tensor or plain container (the
 # others, "Unsupported operand" and the like, are bytes that do not parse: damage)
 _CODE_WORDS = ("Unsupported global", "is blocked", "must be imported")
-_SCALARS = (type(None), bool, int, float, str)
 
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> None:
@@ -81,17 +80,16 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not isinstance(state, dict) or "model" not in state:
         raise TinyMTError(f"checkpoint {path} is not a tinymt checkpoint (no model in it)")
     if state.get("format") != FORMAT:
-        raise TinyMTError(f"{path} has checkpoint format {_shown(state.get('format'))}, this "
-                          f"tinymt reads format {FORMAT}: retrain, or translate with the "
-                          "tinymt version that wrote it")
+        raise TinyMTError(f"{path} is not checkpoint format {FORMAT}, the one this tinymt "
+                          "reads: retrain, or translate with the tinymt version that wrote it")
     problem = _weights_problem(state["model"]) or _fields_problem(state)
     if problem:
         raise TinyMTError(f"checkpoint {path} is not one tinymt wrote: {problem}; use another "
                           "checkpoint of the run (last.pt / best.pt)")
     vocab = state["vocab"]
-    try:  # typed (a key it lacks: the default), checked; what the callers build
+    try:  # typed (a key it lacks: the default; not a dict: omegaconf's error), checked
         state["model_config"] = OmegaConf.to_container(as_model_config(
-            state["model_config"], max(vocab["src_size"], vocab["tgt_size"])))
+            state.get("model_config"), max(vocab["src_size"], vocab["tgt_size"])))
     except TinyMTError as e:
         raise TinyMTError(f"checkpoint {path}: {e}") from None
     return state
@@ -160,26 +158,15 @@ def _weights_problem(model: Any) -> str | None:
 
 
 def _fields_problem(state: dict) -> str | None:
-    """What the commands read besides the weights: ``vocab``'s sizes (integers), a
-    ``model_config`` dict, and ``config`` and ``config.data`` (read with ``.get``), when
-    present, dicts."""
+    """What the commands read besides the weights: ``vocab``'s sizes (integers), and
+    ``config`` and ``config.data`` (read with ``.get``), when present, dicts."""
     vocab, config = state.get("vocab"), state.get("config", {})
     if not isinstance(vocab, dict) or not all(
             type(vocab.get(k)) is int for k in ("src_size", "tgt_size")):
         return "vocab: expected {src_size, tgt_size, shared}, the sizes integers"
-    if not isinstance(state.get("model_config"), dict):
-        return "model_config: expected a dict"
     if not isinstance(config, dict) or not isinstance(config.get("data", {}), dict):
         return "config: expected a dict, its data a dict"
     return None
-
-
-def _shown(value: Any) -> str:
-    """A value in a message: a scalar's repr (at most 40 characters), else its type."""
-    if isinstance(value, _SCALARS):
-        text = repr(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-    return type(value).__name__
 
 
 def _name(name: str) -> str:
@@ -194,8 +181,6 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
     checkpoint must have the same tensors (:func:`_differs`): else one line naming the file
     and the tensor. (The step checkpoints of one run: its tokenizer and model config were
     frozen when it started, resume checks them.)"""
-    if not paths:
-        raise TinyMTError("no checkpoints to average")
     states = [load_checkpoint(p) for p in paths]  # each model a dict of tensors
     for p, s in zip(paths[:-1], states):
         why = _differs(s, states[-1])

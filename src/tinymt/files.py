@@ -84,9 +84,7 @@ def check_output(value: Any, what: str, *, folder: bool = False) -> Path:
 def output_problem(value: Any, *, folder: bool = False) -> str | None:
     """Why ``value`` may not be written (see :func:`check_output`), or None."""
     text = "" if value is None else str(value)
-    if not text.strip():
-        return "empty: name a file to write, never the current folder"
-    why = name_problem(text)
+    why = name_problem(text)  # (blank: the current folder, never a file to write)
     if why:
         return why
     path = Path(text).expanduser()
@@ -103,9 +101,7 @@ def output_problem(value: Any, *, folder: bool = False) -> str | None:
         return (f"it is {found[1]} of the run {found[0]}: writing it would lose the run's own "
                 "state (resuming, translating); choose another file")
     base = next(p for p in [real.parent, *real.parent.parents] if os.path.lexists(p))
-    if not base.is_dir():
-        return f"{base} is a file, not a folder"
-    try:
+    try:  # (under a file: "Not a directory")
         tempfile.TemporaryFile(dir=base).close()  # anonymous: leaves nothing behind
     except OSError as e:
         return f"cannot write in {base} ({e.strerror})"

@@ -111,15 +111,14 @@ def head_labels(means: dict[str, np.ndarray], kind: str, detail: bool = False
                 ) -> list[list[str]]:
     """A word per head ``[layer][head]``: previous / self / next (self-attention with at
     least :data:`POSITIONAL_MASS` of its mass on that offset), ``</s>`` (``<s>``: as much on
-    the sink, where ``means`` has it), diffuse (entropy at least :data:`BROAD_ENTROPY` of
+    the sink), diffuse (entropy at least :data:`BROAD_ENTROPY` of
     the uniform's) or content; with ``detail``, ``"<word> · <its numbers>"``."""
     sink = "<s>" if kind == "decoder_self" else "</s>"
     where = [(means[key], name, text) for _, key, name, text in _OFFSETS
-             if kind in RELATION_KINDS] + ([(means["sink"], sink, sink)] if "sink" in means else [])
+             if kind in RELATION_KINDS] + [(means["sink"], sink, sink)]
 
     def label(layer: int, h: int) -> str:
-        mass, name, text = max(((m[layer, h], n, t) for m, n, t in where), key=lambda x: x[0],
-                               default=(0.0, "", ""))
+        mass, name, text = max(((m[layer, h], n, t) for m, n, t in where), key=lambda x: x[0])
         ent = means["norm_entropy"][layer, h]
         if mass >= POSITIONAL_MASS:
             return f"{name} · {mass:.2f} of its attention on {text}"

@@ -111,8 +111,8 @@ def save_figure(fig: Figure, path) -> bytes:
 
 
 def heatmap(values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",
-            fmt: str = "{:.2f}", row_ticks: Sequence[str] | None = None,
-            col_ticks: Sequence[str] | None = None) -> Figure:
+            row_ticks: Sequence[str] | None = None, col_ticks: Sequence[str] | None = None
+            ) -> Figure:
     """A small annotated heatmap (layers x heads by default, e.g. head importance);
     ``row_ticks`` / ``col_ticks`` name the rows / columns instead of 0, 1, ..."""
     values = np.asarray(values, dtype=np.float32)
@@ -124,7 +124,7 @@ def heatmap(values: np.ndarray, title: str, row_label: str = "layer", col_label:
     for r in range(rows):
         for c in range(cols):
             dark = (values[r, c] - lo) < 0.6 * (hi - lo)  # magma is dark at the low end
-            ax.text(c, r, fmt.format(values[r, c]), ha="center", va="center", fontsize=7,
+            ax.text(c, r, f"{values[r, c]:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if dark else "black")
     ax.set_xticks(range(cols), labels=col_ticks)
     ax.set_yticks(range(rows), labels=row_ticks)

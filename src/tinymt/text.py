@@ -10,8 +10,12 @@ identifies (its model in the wheel); why these and how well: docs/serve.md, "Tex
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from html import escape
 from html.parser import HTMLParser
@@ -21,7 +25,7 @@ from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
 from tinymt.errors import TinyMTError
 
-SENTENCE_END = re.compile(r"[.!?。！？]\W*\s*\w")  # a sentence may end before the line does
+SENTENCE_END = re.compile(r"[.!?。！？]")  # followed by a word, a sentence may end there
 _SCRIPT = {"zh": re.compile(r"[\u3400-\u9fff\uf900-\ufaff]"),  # a source's letters
            "ja": re.compile(r"[\u3040-\u30ff\u3400-\u9fff]")}
 _LETTER = re.compile(r"[^\W\d_]")  # any other source: a letter of any script
@@ -29,9 +33,37 @@ _OTHER = {"zh": re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")}  # kana, hangul (no
 UNSPACED = {"zh", "ja"}  # written without spaces between sentences
 CONFIDENT = 0.8  # py3langid's probability above which a text is taken to be in its language
 SPAN = re.compile(r"(?:https?://|www\.)[!-~]*[\w/=&#~-]"  # a URL (not its last full stop)
-                  r"|[\w.%+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail address
+                  r"|(?<![\w.%+-])[\w.%+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail (from a run's start:
+                  # tried at every character of a long word it would be quadratic)
                   r"|(?<![A-Za-z])\d+(?:[.,:/]\d+)*(?![A-Za-z])", re.ASCII)  # 3, 25,50, 10:30
 MASK = "\ue000"  # a private-use character: in no vocabulary, so the model reads one <unk>
+# The time reading a text (segmenting, language ID, HTML parsing) may take: pysbd reads
+# prose at 5-10 us a character, punctuation runs ("。" * 5000) at up to ~180 us
+READ_S, READ_S_PER_CHAR = 0.25, 200e-6
+
+
+@contextlib.contextmanager
+def within(text: str, what: str = "a text"):
+    """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time,
+    :data:`READ_S` + :data:`READ_S_PER_CHAR` a character (SIGALRM: ``re`` and the parsers
+    in Python both check signals). Main thread only, the outermost deadline alone counts:
+    the server reads client text on its reader processes (:mod:`tinymt.serve.readers`)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getitimer(signal.ITIMER_REAL)[0]:
+        yield
+        return
+    seconds = READ_S + READ_S_PER_CHAR * len(text)
+
+    def stop(*_):
+        raise TinyMTError(f"{what}: reading its {len(text):,} characters took over "
+                          f"{seconds:.2f} s (sentences, language, markup); send plainer text")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @functools.cache
@@ -75,39 +107,50 @@ def _segmenter(lang: str) -> pysbd.Segmenter:
                            clean=False, char_span=True)
 
 
+def one_pass(text: str) -> bool:
+    r"""No sentence end followed by a word in ``text``: nothing for pysbd to cut, every step
+    of reading it linear (not one regex ``[.!?]\W*\w``: quadratic on ``"。" * n``)."""
+    end = SENTENCE_END.search(text)
+    return not end or not re.search(r"\w", text[end.end():])
+
+
 def sentences(line: str, lang: str) -> list[str]:
     """``line`` (no line break) cut into sentences, each with the spacing around it:
     they join to ``line``; never inside a URL, e-mail address or number (``a?b=1``)."""
-    if not SENTENCE_END.search(line.strip()):  # one sentence (pysbd costs ~0.3 ms)
+    if one_pass(line):  # one sentence (pysbd costs ~0.3 ms)
         return [line] if line else []
     inside = {i for m in SPAN.finditer(line) for i in range(m.start() + 1, m.end())}
     cuts = sorted({0, len(line)} | {s.end for s in _segmenter(lang).segment(line)} - inside)
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
 
 
-def plan(texts: Sequence[str], source: str, cut: bool = True
-         ) -> tuple[list[str], list[list[str | int]], int]:
+def plan(texts: Sequence[str], source: str, cut: bool = True, what: str = "line",
+         first: int = 1) -> tuple[list[str], list[list[str | int]], int]:
     """The sentences to translate (in ``source``), each text's parts (a string kept as it
     is; an int: a sentence's index) and how many segments hold no word of ``source``;
-    ``cut=False``: each text one sentence, as given."""
+    ``cut=False``: each text one sentence, as given. Each text is read :func:`within` its
+    time (``what`` and its number, from ``first``, name it)."""
     if not cut:
         return list(texts), [[i] for i in range(len(texts))], 0
     todo: list[str] = []
     plans, kept = [], 0
-    for text in texts:
+    _identifier(), _segmenter(source)  # loaded outside any text's time
+    for n, text in enumerate(texts, first):
         parts: list[str | int] = []
-        for line in text.splitlines(keepends=True):
-            body = line.rstrip("\r\n")
-            for sent in sentences(body, source):
-                core = sent.strip()
-                lead, trail = sent[:len(sent) - len(sent.lstrip())], sent[len(sent.rstrip()):]
-                if core and in_language(core, source):
-                    parts += [lead, len(todo), trail]
-                    todo.append(core)
-                else:
-                    parts.append(sent)
-                    kept += bool(core)
-            parts.append(line[len(body):])
+        with within(text, f"{what} {n}"):
+            for line in text.splitlines(keepends=True):
+                body = line.rstrip("\r\n")
+                for sent in sentences(body, source):
+                    core = sent.strip()
+                    lead = sent[:len(sent) - len(sent.lstrip())]
+                    trail = sent[len(sent.rstrip()):]
+                    if core and in_language(core, source):
+                        parts += [lead, len(todo), trail]
+                        todo.append(core)
+                    else:
+                        parts.append(sent)
+                        kept += bool(core)
+                parts.append(line[len(body):])
         plans.append(parts)
     return todo, plans, kept
 
@@ -196,3 +239,23 @@ def html_parts(markup: str) -> list[tuple[bool, str]]:
     except AssertionError as e:  # html.parser's refusal: a marked section it does not know
         raise TinyMTError(f"format=html: the markup cannot be read ({e})") from None
     return parser.parts
+
+
+def read_item(item: str, n: int, source: str, html: bool, cut: bool,
+              among: frozenset[str] | None) -> tuple:
+    """A client's item ``n`` read :func:`within` its time (the server's readers run this):
+    its parts (``html``: :func:`html_parts`, else the one text), the :func:`plan` of its
+    text, and its language among ``among`` (:func:`detect`; None: not asked)."""
+    _identifier(), _segmenter(source)  # loaded outside the item's time
+    with within(item, f"q item {n}"):
+        parts = html_parts(item) if html else [(True, item)]
+        sents, plans, kept = plan([s for is_text, s in parts if is_text], source, cut)
+        return parts, sents, plans, kept, detect(item, among) if among else None
+
+
+def start_reader(source: str) -> None:
+    """A reader process's start: Ctrl-C is the server's, the server's own work goes first,
+    the segmenter and py3langid loaded (0.6 s) before any text's time runs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(5)
+    plan(["warm-up. 热身。"], source)

@@ -70,7 +70,6 @@ class Tokenizer:
               model_type: str = "bpe", character_coverage: float = 1.0) -> Tokenizer:
         """Train a model on ``sentences`` and write it to ``model_path`` (``*.model``)."""
         model_path = Path(model_path)
-        model_path.parent.mkdir(parents=True, exist_ok=True)
         spm.set_random_generator_seed(SPM_SEED)  # sentence sampling: same corpus, same model
         written = io.BytesIO()  # in memory: sentencepiece's own writer ignores a full disk
         try:
@@ -207,9 +206,6 @@ def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
 def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
     """``(src, tgt)`` from ``folder``; the same object twice for a joint vocabulary."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise TinyMTError(f"tokenizer folder not found: {folder} (expected {JOINT_MODEL}, or "
-                          f"{SRC_MODEL} and {TGT_MODEL}, written by scripts/prepare_data.py)")
     if (folder / JOINT_MODEL).is_file():
         tok = Tokenizer.load(folder / JOINT_MODEL)
         return tok, tok

@@ -138,7 +138,7 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Seq
     text = run.tgt_tokenizer.decode(out)
     missing = [span for span in spans if span[2] not in text]
     if not missing or not out:
-        return text
+        return " ".join([text, *(s[2] for s in missing)]).strip()  # (no word to replace)
     attn = export_attention(run, src, out) if isinstance(run, LoadedExport) else \
         collect_attention(run.model, src, out, device)["cross"][-1].mean(0)[:len(out), :len(src)]
     at = [0, *itertools.accumulate(len(c.encode()) for c in sentence)]  # char -> byte offset
@@ -150,12 +150,13 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Seq
             words.append([])
         words[-1].append(i)
     texts = [run.tgt_tokenizer.decode([out[i] for i in w]).strip() for w in words]
+    placed: set[int] = set()  # the words already replaced: a second span goes beside
     for start, end, written in missing:
         cols = [k for k, p in enumerate(pieces) if p.begin < at[end] and p.end > at[start]]
         best = max(range(len(words)), key=lambda w: attn[words[w]][:, cols].sum())
         lead, core, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
-        texts[best] = lead + (f"{core} {written}" if core in {s[2] for s in missing}
-                              else written) + trail
+        texts[best] = lead + (f"{core} {written}" if best in placed else written) + trail
+        placed.add(best)
     return ("" if unspaced else " ").join(t for t in texts if t)
 
 
@@ -191,7 +192,7 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     """Each line's sentences translated as one batch (:mod:`tinymt.text`; an n-best list is
     of the whole line), printed a line each, the input's spacing kept."""
     d, data = cfg.decode, run.config.get("data", {})
-    sents, plans, kept = plan(lines, source_language(data), cut=d.nbest == 1)
+    sents, plans, kept = plan(lines, source_language(data), d.nbest == 1, first=first_line)
     if kept:
         warn(f"{kept} segment(s) with no word of the model's language "
              f"({source_language(data)}) left as they are")

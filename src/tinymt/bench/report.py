@@ -89,29 +89,30 @@ def render_serving(sv: dict) -> list[str]:
         by[r["engine"], r["method"], r["clients"]] = r["sentences_per_s"]
         rows.append([r["engine"], METHODS[r["method"]], str(r["clients"]),
                      num(r["sentences_per_s"], 1), num(r["p50_ms"], 1), num(r["p99_ms"], 1),
-                     str(r["errors"]), f"{r['equal_to_one_at_a_time']:,} of {r['requests']:,}",
+                     str(r["errors"]),
                      num(r.get("mean_batch"), 1), num(r.get("server_rss_mib"))])
     L += table(["engine", "method", "clients", "sentences/s", "p50 ms", "p99 ms", "errors",
-                "= alone", "mean batch", "server RSS MiB"], rows)
+                "mean batch", "server RSS MiB"], rows)
     for (engine, method, clients), sps in by.items():
         alone = by.get((engine, "one_at_a_time", clients))
         if method == "micro_batching" and alone:
             L.append(f"- {engine}, {clients} client{'s' * (clients != 1)}: micro-batching "
                      f"{sps / alone:.2f}× one at a time.")
-    if sv.get("ct2_equal_to_torch") is not None:
-        L.append(f"- CTranslate2's answers alone equal torch's for {sv['ct2_equal_to_torch']:,} "
-                 f"of {s['sentences']:,} sentences.")
     L += [f"- {engine}: not measured ({why})." for engine, why in sv.get("skipped", {}).items()]
     if h := sv.get("hostile"):
         ms = sorted(p for p in h["probes_ms"] if p is not None)
         L += ["", f"Hostile load ({h['seconds']:g} s: 16 clients cutting distinct 4,096-"
               "character fonts, 40 that POST the largest /attention and never read, 200 "
-              "slowloris; a /translate probe a second), then SIGTERM:", ""] + table(
-            ["probes answered", "median ms", "slowest ms", "over 1 s", "fonts cut / refused",
-             "server MiB before / peak", "exit after SIGTERM", "stderr lines"],
+              "slowloris, 8 sending costly or malformed text; a /translate probe a second), "
+              "then SIGTERM:", ""] + table(
+            ["probes answered", "median ms", "slowest ms", "over 1 s (/health)", "fonts cut / refused",
+             "texts answered (by status)", "server MiB before / peak", "exit after SIGTERM",
+             "stderr lines"],
             [[f"{len(ms)} of {len(h['probes_ms'])}", num(ms[len(ms) // 2] if ms else None),
-              num(ms[-1] if ms else None), str(sum(p > 1000 for p in ms)),
+              num(ms[-1] if ms else None),
+              f"{sum(p > 1000 for p in ms)} ({sum(not p or p > 1000 for p in h.get('health_ms', []))})",
               f"{h['fonts'].get('200', 0):,} / {h['fonts'].get('503', 0):,}",
+              ", ".join(f"{n:,} × {k}" for k, n in sorted(h.get("texts", {}).items())),
               f"{num(h['rss_start_mib'])} / {num(h['rss_peak_mib'])}",
               f"{h['exit']} in {h['stop_s']:.1f} s", f"{h['stderr_lines']}"
               + (" (a traceback)" if h["traceback"] else "")]])

@@ -129,8 +129,8 @@ async def _load(base: str, payloads: list[dict], clients: int) -> dict:
     return {"seconds": seconds, "answers": answers, "latencies": latencies, "errors": errors}
 
 
-def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
-           reference: list[str | None]) -> dict[str, dict]:
+def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int
+           ) -> dict[str, dict]:
     """``payload`` sent by ``clients`` clients to each server in :data:`PASSES` passes, the
     servers' order reversed each time (a drift weighs alike): a row a server (sentences/s:
     the median pass, one noisy pass is outvoted; latencies over all)."""
@@ -142,8 +142,7 @@ def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
             part = asyncio.run(_load(servers[method].base, payload[a:b], clients))
             after = servers[method].health()
             part.update({key: after.get(key, 0) - before.get(key, 0)
-                         for key in ("batches", "sentences")}, equal=sum(
-                x == reference[i % len(reference)] for i, x in enumerate(part["answers"], a)))
+                         for key in ("batches", "sentences")})
             parts[method].append(part)
     rows = {}
     for method, ps in parts.items():
@@ -157,39 +156,31 @@ def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int,
             "p50_ms": float(p50), "p99_ms": float(p99),
             "errors": len(errors), "first_error": errors[0] if errors else None,
             "clients": clients, "server_rss_mib": servers[method].rss_mib(),
-            "mean_batch": sum(p["sentences"] for p in ps) / batches if batches else None,
-            "equal_to_one_at_a_time": sum(p["equal"] for p in ps)}
+            "mean_batch": sum(p["sentences"] for p in ps) / batches if batches else None}
     return rows
 
 
 def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
-                  levels: dict[int, int]) -> tuple[list[dict], list[str | None]]:
-    """The servers of one engine, level by level in turn; and the reference answers."""
+                  levels: dict[int, int]) -> list[dict]:
+    """The servers of one engine, level by level in turn."""
     rows, servers = [], {}
     with contextlib.ExitStack() as stack:
         for method in METHODS:
             servers[method] = ServerProcess([*overrides, *METHODS[method]])
             stack.callback(servers[method].stop)
-        ref = asyncio.run(_load(servers["one_at_a_time"].base, payloads, 1))
-        if ref["errors"]:
-            raise TinyMTError(f"serve benchmark, {engine}: {len(ref['errors'])} reference "
-                              f"requests failed ({ref['errors'][0]})")
         for clients, n in levels.items():
-            level = _level(servers, [payloads[i % len(payloads)] for i in range(n)], clients,
-                           ref["answers"])
+            level = _level(servers, [payloads[i % len(payloads)] for i in range(n)], clients)
             for method, row in level.items():
                 rows.append({"engine": engine, "method": method, **row})
                 log(f"[serve {engine}] {method:<14} {clients:>3} clients: "
                     f"{row['sentences_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
                     f"p99 {row['p99_ms']:.0f} ms, {row['errors']} errors")
-    return rows, ref["answers"]
+    return rows
 
 
 def run_sentences(run, n: int) -> list[str]:
     """The first ``n`` source sentences of the run's own test split (prepared as the
     trainer prepared it: normally a cache hit)."""
-    if "data" not in run.config:
-        raise TinyMTError(f"{run.checkpoint} holds no data config (the sentences come from it)")
     test = prepare(OmegaConf.merge(OmegaConf.structured(DataConfig), run.config["data"]),
                    log=lambda msg: log(f"  {msg}")).splits["test"]
     if not len(test):
@@ -198,7 +189,7 @@ def run_sentences(run, n: int) -> list[str]:
 
 
 def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str]) -> dict:
-    """The serve section: ``{"machine", "settings", "rows", "skipped", "ct2_equal_to_torch"}``."""
+    """The serve section: ``{"machine", "settings", "rows", "skipped", "hostile"}``."""
     run = load_run(args.run, args.checkpoint, "cpu")
     levels = {c: max(args.serve_requests, c) if args.serve_requests else max(40, 4 * c)
               for c in args.serve_clients}
@@ -208,7 +199,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
     payloads = [{"q": t, **pair} for t in texts]
     common = [f"device={device.type}", f"threads={torch.get_num_threads()}"]
     engines = {"torch": [f"run={run.run_dir}", f"checkpoint={run.checkpoint}"]}
-    rows, refs, skipped = [], {}, {}
+    rows, skipped = [], {}
     with tempfile.TemporaryDirectory(prefix="tinymt-bench-serve-") as tmp:
         try:  # (export_run refuses first where the ct2 extra is missing)
             engines["ct2"] = ["engine=ct2", f"model_dir={export_run(run, Path(tmp) / 'ct2')}"]
@@ -216,9 +207,7 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
             skipped["ct2"] = str(e)
             log(f"serve: no CTranslate2 rows ({e})")
         for engine, overrides in engines.items():
-            engine_rows, refs[engine] = _bench_engine(engine, [*overrides, *common], payloads,
-                                                      levels)
-            rows += engine_rows
+            rows += _bench_engine(engine, [*overrides, *common], payloads, levels)
     hostile = args.hostile_seconds and hostile_row(
         [*engines["torch"], *common], args.hostile_seconds, texts[0], pair)
     defaults = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml")
@@ -228,25 +217,25 @@ def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str])
         "pair": pair, "sentences": len(texts), "requests": {str(c): n for c, n in levels.items()},
         "threads": torch.get_num_threads(), "beam": defaults.decode.beam,
         "batch_sentences": defaults.batch_sentences, "batch_wait_ms": defaults.batch_wait_ms},
-        "rows": rows, "skipped": skipped, "hostile": hostile or None,
-        "ct2_equal_to_torch": sum(a == b for a, b in zip(refs["ct2"], refs["torch"]))
-        if "ct2" in refs else None}
+        "rows": rows, "skipped": skipped, "hostile": hostile or None}
 
 
 # ----------------------------------------------------------------------------- hostile load
+# long: the load's kinds of client side by side, each a few lines, and the probes beside
 async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, fonts: int,
                        stalled: int, slowloris: int, font_path: str = "/font.otf",
-                       probe: tuple[str, str, bytes] = ("POST", "/translate", b"")) -> dict:
-    """On loopback for ``seconds``: ``fonts`` clients asking for distinct 4,096-character
-    font subsets one after another, ``stalled`` that POST the largest ``/attention`` and
-    never read, ``slowloris`` sending a header byte a second (again when dropped); beside
-    them ``probe`` (method, path, JSON body) on a new connection once a second. Returns each
-    probe's latency (ms; None: no 2xx within 10 s), the font answers by status, the slow
-    connections the server dropped and its memory (``rss()``, MiB) at the start and peak."""
+                       probe: tuple[str, str, bytes] = ("POST", "/translate", b""),
+                       texts: int = 0, text_requests: list[tuple[str, bytes]] = ()) -> dict:
+    """On loopback for ``seconds``, side by side: ``fonts`` clients cutting distinct
+    4,096-character fonts, ``stalled`` POSTing the largest ``/attention`` unread, ``slowloris``
+    (a header byte a second), ``texts`` sending ``text_requests`` (head, body) in turn; each
+    second ``probe`` (method, path, body) and ``/health`` on new connections. Returns their
+    ms (None: no 2xx in 10 s), answers by status, slow connections dropped, ``rss()`` MiB."""
     end = time.monotonic() + seconds
-    out = {"fonts": {}, "probes_ms": [], "rss_mib": [rss()], "dropped": 0}
+    out = {"fonts": {}, "texts": {}, "probes_ms": [], "rss_mib": [rss()], "dropped": 0}
     draw, cjk = random.Random(0), [chr(c) for c in range(0x4E00, 0x9FA5)]
-    texts = [urllib.parse.quote("".join(draw.sample(cjk, 4096))) for _ in range(64)]
+    cuts = [(f"GET {font_path}?text={urllib.parse.quote(''.join(draw.sample(cjk, 4096)))}",
+             b"") for _ in range(64)]  # more than the cache keeps
 
     async def ask(head: str, body: bytes = b"", read: bool = True) -> int | None:
         reader, writer = await asyncio.open_connection(HOST, port)
@@ -264,13 +253,13 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
         finally:
             writer.close()
 
-    async def font(k: int) -> None:
+    async def client(k: int, step: int, requests: list, counts: dict) -> None:
         while time.monotonic() < end:
-            k += fonts  # 64 texts in turn: more than the cache keeps
+            k += step  # (the clients' requests in turn)
             with contextlib.suppress(OSError, ValueError, IndexError, asyncio.TimeoutError):
                 status = await asyncio.wait_for(  # (a cut under way when the load ends: left)
-                    ask(f"GET {font_path}?text={texts[k % len(texts)]}"), end - time.monotonic())
-                out["fonts"][str(status)] = out["fonts"].get(str(status), 0) + 1
+                    ask(*requests[k % len(requests)]), end - time.monotonic())
+                counts[str(status)] = counts.get(str(status), 0) + 1
                 await asyncio.sleep(0.05 if status != 200 else 0)  # (spares the machine)
 
     async def loris() -> None:
@@ -286,10 +275,10 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
                 out["dropped"] += 1
                 await asyncio.sleep(1)
 
-    def probe_once() -> float | None:  # on a thread: the load's own loop does not delay it
-        t0 = time.perf_counter()
+    def probe_once(method: str, path: str, body: bytes) -> float | None:  # on a thread: the
+        t0 = time.perf_counter()  # load's own loop does not delay it
         with contextlib.suppress(httpx2.HTTPError):
-            r = httpx2.request(probe[0], f"http://{HOST}:{port}{probe[1]}", content=probe[2],
+            r = httpx2.request(method, f"http://{HOST}:{port}{path}", content=body,
                                headers={"Content-Type": "application/json"}, timeout=10,
                                trust_env=False)
             return (time.perf_counter() - t0) * 1000 if r.is_success else None
@@ -300,27 +289,37 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
         while time.monotonic() < end:
             await asyncio.sleep(1)
             out["rss_mib"].append(rss())
-            probes.append(asyncio.create_task(asyncio.to_thread(probe_once)))
-        out["probes_ms"] = list(await asyncio.gather(*probes))
+            probes += [asyncio.create_task(asyncio.to_thread(probe_once, *p))
+                       for p in (probe, ("GET", "/health", b""))]
+        done = await asyncio.gather(*probes)
+        out["probes_ms"], out["health_ms"] = done[::2], done[1::2]
 
     big = json.dumps({"q": ["我请李雷帮我订了去北京的机票。" * 333] * 8}).encode()
     stall = [ask("POST /attention", big, read=False) for _ in range(stalled)]
-    await asyncio.gather(*(font(k) for k in range(fonts)), *(loris() for _ in range(slowloris)),
-                         *stall, watch(), return_exceptions=True)
+    await asyncio.gather(*(client(k, fonts, cuts, out["fonts"]) for k in range(fonts)),
+                         *(client(k, texts, text_requests, out["texts"]) for k in range(texts)),
+                         *(loris() for _ in range(slowloris)), *stall, watch(),
+                         return_exceptions=True)
     known = None not in out["rss_mib"]  # (None: /proc cannot tell)
     return {**out, "rss_start_mib": out["rss_mib"][0],
             "rss_peak_mib": max(out["rss_mib"]) if known else None}
 
 
 def hostile_row(overrides: list[str], seconds: float, probe_text: str, pair: dict) -> dict:
-    """:func:`hostile_load` (16 font clients, 40 stalled, 200 slowloris) on a server of
-    the defaults, then SIGTERM: the probes, the memory, the seconds and lines of the stop."""
+    """:func:`hostile_load` (16 font clients, 40 stalled, 200 slowloris, 8 sending text:
+    too many sentences, markup read in quadratic time, 50,000 characters to identify, bad
+    fields) on a server of the defaults, then SIGTERM: the probes, the memory, the stop."""
     server = ServerProcess(overrides)
+    bad = [("POST /translate", {"q": ["猫\n" * 2500] * 2}),
+           ("POST /detect", {"q": [probe_text * (5000 // len(probe_text))] * 10}),
+           ("POST /translate", {"q": [("<a " * 1667)[:5000]] * 8, "format": "html"}),
+           ("POST /translate", {"q": "\ud800猫", "alternatives": "³"})]
     try:
         body = json.dumps({"q": probe_text, **pair}).encode()
-        load = asyncio.run(hostile_load(server.port, seconds, server.rss_mib, fonts=16,
-                                        stalled=40, slowloris=200,
-                                        probe=("POST", "/translate", body)))
+        load = asyncio.run(hostile_load(
+            server.port, seconds, server.rss_mib, fonts=16, stalled=40, slowloris=200,
+            probe=("POST", "/translate", body), texts=8,
+            text_requests=[(h, json.dumps({**b, **pair}).encode()) for h, b in bad]))
     finally:
         t0 = time.monotonic()
         status, err = server.stop(signal.SIGTERM)

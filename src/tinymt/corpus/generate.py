@@ -27,11 +27,8 @@ SHOWCASE: tuple[Pair, Pair] = tuple(render(s) for s in showcase_structures())  #
 def sample_pairs(seed: int, n: int) -> list[tuple[Sentence, Pair]]:
     """``n`` raw samples (structure, pair): no length filter, no deduplication."""
     r = random.Random(seed)
-    out = []
-    for _ in range(n):
-        s = sample_sentence(r)
-        out.append((s, render(s)))
-    return out
+    structures = [sample_sentence(r) for _ in range(n)]
+    return [(s, render(s)) for s in structures]
 
 
 def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int = 1000,

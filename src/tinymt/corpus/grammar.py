@@ -32,6 +32,7 @@ translation. ``sample_sentence(rng)`` returns a structure (``structures.py``);
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import random
 
@@ -57,13 +58,7 @@ from tinymt.corpus.structures import (
 
 def _matches(cats: frozenset, spec: frozenset) -> bool:
     """Does a noun with ``cats`` satisfy a verb's spec ({"thing", "animal:pet", ...})?"""
-    for tok in spec:
-        if ":" in tok:
-            if all(p in cats for p in tok.split(":")):
-                return True
-        elif tok in cats:
-            return True
-    return False
+    return any(all(p in cats for p in tok.split(":")) for tok in spec)
 
 
 _COUNT_NOUNS = [n for n in L.NOUNS if not n.kin]
@@ -75,7 +70,6 @@ _DESTINATIONS = [p for p in _GOAL_PLACES if "city" in p.tags]  # 去北京的机
 _CITIES = [p for p in L.PLACES if "city" in p.tags]
 _TIMES_BY_TENSE = {t: [x for x in L.TIMES if t in x.tenses] for t in ("present", "past", "future")}
 _TIMES_BY_TENSE["progressive"] = [L.time("现在")]
-_PAST_TIMES = _TIMES_BY_TENSE["past"]
 # times that fix the tense on their own (a copula has no aspect marker: 他昨天很累)
 _ONLY = {t: [x for x in L.TIMES if x.tenses == {t}] for t in ("present", "past", "future")}
 _PRED_ADJ = [a for a in L.ADJECTIVES if a.pred]
@@ -160,8 +154,6 @@ _SUBJ_REL_VERBS_ANIMAL = {
     ]
     for n in _ANIMALS
 }
-# 看 is "read" or "watch" depending on its object: 你看了什么？ would be ambiguous
-_AMBIGUOUS_ZH = {v.zh for v in L.VERBS if sum(w.zh == v.zh for w in L.VERBS) > 1}
 
 
 def _pick(r: random.Random, seq):
@@ -342,7 +334,7 @@ def _relative(r, n: L.Noun):
     if verbs and (not subj_gap_ok or r.random() < 0.6):
         v = _pick(r, verbs)
         subj = _simple_human(r)
-        t = _pick(r, _PAST_TIMES) if r.random() < 0.4 else None
+        t = _pick(r, _TIMES_BY_TENSE["past"]) if r.random() < 0.4 else None
         return RelClause("object", v, subj=subj, time=t)
     if not subj_gap_ok:
         return None
@@ -401,14 +393,13 @@ _TENSE_WEIGHTS = [(3, "present"), (3.5, "past"), (1.5, "progressive"), (2.5, "fu
 _TIME_PROB = {"present": 0.35, "past": 0.6, "progressive": 0.4, "future": 0.6}
 
 
-_TENSE_CHOICES: dict = {}
+@functools.cache
+def _tense_choice(allowed: tuple[str, ...]) -> _Choice:
+    return _Choice([(w, t) for w, t in _TENSE_WEIGHTS if t in allowed])
 
 
 def _tense(r, allowed=("present", "past", "progressive", "future")) -> str:
-    ch = _TENSE_CHOICES.get(allowed)
-    if ch is None:
-        ch = _TENSE_CHOICES[allowed] = _Choice([(w, t) for w, t in _TENSE_WEIGHTS if t in allowed])
-    return ch(r)
+    return _tense_choice(allowed)(r)
 
 
 def _time(r, tense: str):
@@ -419,7 +410,7 @@ def _time(r, tense: str):
 
 def sample_clause(r: random.Random, question: bool = True, embedded: bool = False) -> Clause:
     """One clause; ``question=False`` keeps it declarative."""
-    return _CLAUSE_MAKERS[_CLAUSE_KIND(r)](r, question, embedded)
+    return _CLAUSE_MAKER(r)(r, question, embedded)
 
 
 def _finish(r, c: Clause, question: bool, embedded: bool, place_verb=None, add_time=True):
@@ -465,7 +456,7 @@ def _trans_clause(r, question, embedded):
     # wh-questions: 你买了什么？ What did you buy?  谁喜欢猫？ Who likes cats?
     if question and not embedded and r.random() < 0.16:
         y = r.random()
-        if y < 0.45 and obj is not None and obj.kind != "place" and v.zh not in _AMBIGUOUS_ZH:
+        if y < 0.45 and obj is not None and obj.kind != "place" and v.zh not in L.AMBIGUOUS_VERBS:
             c.vp.obj = NP("wh", "谁" if obj.human else "什么")
             c.mood = "wh_object"
         elif y < 0.75 and info(v).human_subject:
@@ -571,28 +562,18 @@ def _godo_clause(r, question, embedded):
     return _finish(r, Clause(subj, vp, tense), question, embedded)
 
 
-_CLAUSE_KIND = _Choice(
+_CLAUSE_MAKER = _Choice(
     [
-        (44, "trans"),
-        (10, "intrans"),
-        (8, "goal"),
-        (5, "ditrans"),
-        (8, "copula"),
-        (5, "want"),
-        (7, "pivot"),
-        (5, "godo"),
+        (44, _trans_clause),
+        (10, _intrans_clause),
+        (8, _goal_clause),
+        (5, _ditrans_clause),
+        (8, _copula_clause),
+        (5, _want_clause),
+        (7, _pivot_clause),
+        (5, _godo_clause),
     ]
 )
-_CLAUSE_MAKERS = {
-    "trans": _trans_clause,
-    "intrans": _intrans_clause,
-    "goal": _goal_clause,
-    "ditrans": _ditrans_clause,
-    "copula": _copula_clause,
-    "want": _want_clause,
-    "pivot": _pivot_clause,
-    "godo": _godo_clause,
-}
 
 
 # --------------------------------------------------------------------------- sentences

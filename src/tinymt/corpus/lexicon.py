@@ -652,8 +652,7 @@ def _load():
         )
     times = tuple(Time(zh, _t(en), frozenset(t.split())) for zh, en, t in _rows(TIMES_TABLE))
     verbs = []
-    for row in _rows(VERBS_TABLE):
-        zh, base, s3, past, ing, frame, obj, subj, loc = row
+    for zh, base, s3, past, ing, frame, obj, subj, loc in _rows(VERBS_TABLE):
         verbs.append(
             Verb(
                 zh,
@@ -677,16 +676,14 @@ def _load():
 
 PRONOUNS, NAMES, NOUNS, PLACES, TIMES, VERBS, ADJECTIVES = _load()
 
+# Chinese verbs of several entries, told apart by the object: 看 is read, watch or visit
+# (so 你看了什么？ would be ambiguous)
+AMBIGUOUS_VERBS = frozenset(v.zh for v in VERBS if [u.zh for u in VERBS].count(v.zh) > 1)
+
 # a word of each kind by its Chinese: pronoun("我"), name("李雷"), noun("机票"), ...
-pronoun, name, noun, place, time, adjective = (
+# (verb: not the ambiguous ones)
+pronoun, name, noun, place, time, adjective, verb = (
     {w.zh: w for w in words}.__getitem__
-    for words in (PRONOUNS, NAMES, NOUNS, PLACES, TIMES, ADJECTIVES))
-
-
-def verb(zh: str, en: str | None = None) -> Verb:
-    """The verb ``zh`` (``en`` = its English base form picks between 看 read / 看 watch)."""
-    found = [v for v in VERBS if v.zh == zh and (en is None or " ".join(v.base) == en)]
-    if len(found) != 1:
-        raise KeyError(f"{zh}/{en}: {len(found)} verbs match")
-    return found[0]
+    for words in (PRONOUNS, NAMES, NOUNS, PLACES, TIMES, ADJECTIVES,
+                  [v for v in VERBS if v.zh not in AMBIGUOUS_VERBS]))
 

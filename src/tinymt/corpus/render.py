@@ -56,18 +56,15 @@ from tinymt.corpus.structures import (
     Want,
 )
 
-_NUM_ZH = tuple(z for z, _ in NUMERALS)
-_NUM_EN = tuple(e for _, e in NUMERALS)
+# NP.det -> (Chinese, English): 这只猫 this cat, 那只猫 the cat, 这些猫 these cats, 那些猫 the cats
+_DEMONSTRATIVES = {"this": ("这", "this"), "that": ("那", "the"), "these": ("这些", "these"),
+                   "those": ("那些", "the")}
 _VOWELS = frozenset("aeiouAEIOU")
 
 
 def article(next_word: str) -> str:
     """a / an before ``next_word`` (the lexicon has no 'university'/'hour' words)."""
     return "an" if next_word[0] in _VOWELS else "a"
-
-
-def _regular_plural(sg: str, pl: str) -> bool:
-    return pl in (sg + "s", sg + "es", sg[:-1] + "ies")
 
 
 def _be(agreement: str, past: bool) -> str:
@@ -118,27 +115,25 @@ def render_np(np: NP, case: str, ctx: _Ctx):
     ids); the head id is the noun's (pronoun's, name's ...) link id."""
     kind = np.kind
     tags = ctx.tags
+    g = (ctx.new(),)
     if kind == "pronoun":
-        g = (ctx.new(),)
         p = np.head
         tags.add("pronoun")
         en = p.subj if case == "subj" else p.obj if case == "obj" else p.poss
         return [(p.zh, g)], [(en, g)], g
-    if kind == "name":
-        g = (ctx.new(),)
-        tags.add("name")
-        words = np.head.en
-        en = [(w, g) for w in words]
-        if case == "poss":
-            en[-1] = (words[-1] + "'s", g)
-        return [(np.head.zh, g)], en, g
     if kind == "place":
-        g = (ctx.new(),)
         return [(np.head.zh, g)], [(w, g) for w in np.head.obj], g
     if kind == "wh":
-        g = (ctx.new(),)
         return [(np.head, g)], [("who" if np.head == "谁" else "what", g)], g
-    return _render_noun(np, case, ctx)
+    if kind == "name":
+        tags.add("name")
+        zh, en = [(np.head.zh, g)], [(w, g) for w in np.head.en]
+    else:
+        zh, en = _render_noun(np, g, ctx)
+    if case == "poss":  # Li Lei's, my mother's, the teacher's
+        w, ids = en[-1]
+        en[-1] = (w + "'s", ids)
+    return zh, en, g
 
 
 def _possessor(np: NP, owned: tuple, ctx: _Ctx):
@@ -151,10 +146,10 @@ def _possessor(np: NP, owned: tuple, ctx: _Ctx):
     return zh, en, d
 
 
-def _render_noun(np: NP, case: str, ctx: _Ctx):
+def _render_noun(np: NP, g: tuple, ctx: _Ctx):
+    """A common noun's phrase: -> (zh tokens, en tokens)."""
     n = np.head
     tags = ctx.tags
-    g = (ctx.new(),)
     zh: list = []
     en: list = []
     if n.kin:  # 我妈妈 my mother / 李雷的妈妈 Li Lei's mother
@@ -167,9 +162,7 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         zh.append((n.zh, g))
         en += pen
         en += [(w, g) for w in n.en]
-        if case == "poss":
-            en[-1] = (en[-1][0] + "'s", en[-1][1])
-        return zh, en, g
+        return zh, en
 
     plural = np.plural
     words = n.plural if plural else n.en
@@ -205,24 +198,16 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
         ctx.rel("determiner", d, g)
         if det == "num":
             tags.add("numeral")
-            zh.append((_NUM_ZH[np.count - 1], d))
+            num_zh, num_en = NUMERALS[np.count - 1]
+            zh.append((num_zh, d))
             # 我买的两本书 the two books that I bought: the relative clause's "the" stays
             en_det = (en_det if np.rel is not None else []) + [
-                (_NUM_EN[np.count - 1] if np.count > 1 else article(first), d)]
-        elif det == "this":
-            zh.append(("这", d))
-            en_det = [("this", d)]
-        elif det == "that":
-            zh.append(("那", d))
-            en_det = [("the", d)]
-        elif det == "these":
-            zh.append(("这些", d))
-            en_det = [("these", d)]
-        else:  # those
-            zh.append(("那些", d))
-            en_det = [("the", d)]
-        if det in ("this", "that", "these", "those"):
+                (num_en if np.count > 1 else article(first), d)]
+        else:
             tags.add("demonstrative")
+            dem_zh, dem_en = _DEMONSTRATIVES[det]
+            zh.append((dem_zh, d))
+            en_det = [(dem_en, d)]
         if det not in ("these", "those"):
             tags.add("measure_word")
             if n.mass:
@@ -259,13 +244,10 @@ def _render_noun(np: NP, case: str, ctx: _Ctx):
     zh.append((n.zh, g))
     if plural:
         tags.add("plural")
-        if not _regular_plural(n.en[-1], n.plural[-1]):
+        sg = n.en[-1]
+        if n.plural[-1] not in (sg + "s", sg + "es", sg[:-1] + "ies"):
             tags.add("irregular_plural")
-    noun_en = [(w, g) for w in words]
-    if case == "poss":
-        noun_en[-1] = (noun_en[-1][0] + "'s", g)
-    en = en_det + adj_en + noun_en + goal_en + rel_en
-    return zh, en, g
+    return zh, en_det + adj_en + [(w, g) for w in words] + goal_en + rel_en
 
 
 def _article_ids(g: tuple, ctx: _Ctx) -> tuple:
@@ -557,43 +539,29 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
     ak = ctx.key()  # English auxiliaries and the Chinese markers before the verb
     ctx.rel("aux", ak, h)
     aux: list = []
-    if tense == "present":
-        if neg or q is not None or mood in ("wh_object", "wh_place"):
-            tags.add("do_support")
-            do = "does" if agr == "3sg" else "do"
-            if neg:
-                n = (ctx.new(),)
-                ctx.rel("negation", n, h)
-                pre.append(("不", n))
-                aux = [(do, _fn(n) + (ak,))]
-                main = [("not", n)]
-            else:
-                aux = [(do, (q if q is not None else _fn(h)) + (ak,))]
-                main = []
-            main += [(w, h) for w in verb.base]
-        else:
-            forms = verb.s3 if agr == "3sg" else verb.base
-            if agr == "3sg":
-                tags.add("agreement_3sg")
-            main = [(w, h) for w in forms]
+    main: list = []
+    if neg:  # 不 / 没 -> "not" (a progressive clause is never negated)
+        n = (ctx.new(),)
+        ctx.rel("negation", n, h)
+        pre.append(("没" if tense == "past" else "不", n))
+        main = [("not", n)]
+    if tense in ("present", "past") and (neg or q is not None
+                                         or mood in ("wh_object", "wh_place")):
+        tags.add("do_support")
+        do = "did" if tense == "past" else "does" if agr == "3sg" else "do"
+        # aligned with 不 / 没, with 了 (past), with 吗, or with the verb (wh-questions)
+        aux = [(do, (_fn(n) if neg else tg or q or _fn(h)) + (ak,))]
+        main += [(w, h) for w in verb.base]
+    elif tense == "present":
+        forms = verb.s3 if agr == "3sg" else verb.base
+        if agr == "3sg":
+            tags.add("agreement_3sg")
+        main = [(w, h) for w in forms]
     elif tense == "past":
-        if neg or q is not None or mood in ("wh_object", "wh_place"):
-            tags.add("do_support")
-            if neg:
-                n = (ctx.new(),)
-                ctx.rel("negation", n, h)
-                pre.append(("没", n))
-                aux = [("did", _fn(n) + (ak,))]
-                main = [("not", n)]
-            else:
-                aux = [("did", tg + (ak,))]
-                main = []
-            main += [(w, h) for w in verb.base]
-        else:
-            past = verb.past
-            if not past[0].endswith("ed"):
-                tags.add("irregular_past")
-            main = [(past[0], h + tg)] + [(w, h) for w in past[1:]]
+        past = verb.past
+        if not past[0].endswith("ed"):
+            tags.add("irregular_past")
+        main = [(past[0], h + tg)] + [(w, h) for w in past[1:]]
     elif tense == "progressive":
         p = (q if q is not None else (ctx.new(),)) + (ak,)
         # 正在 + 在公园里 merge: 他正在公园里跑步 = 正 + 在公园里 + 跑步
@@ -603,12 +571,6 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
         main = [(w, h) for w in verb.ing]
     else:  # future
         f = (q if q is not None else (ctx.new(),)) + (ak,)
-        main = []
-        if neg:
-            n = (ctx.new(),)
-            ctx.rel("negation", n, h)
-            pre.append(("不", n))
-            main = [("not", n)]
         pre.append(("会", f))
         aux = [("will", f)]
         main += [(w, h) for w in verb.base]
@@ -625,7 +587,7 @@ def render(s: Sentence) -> Pair:
     p = (ctx.new(),)
     if isinstance(s, Clause):
         zh, en = render_clause(s, ctx)
-        if s.question:
+        if s.mood != "declarative":
             zh.append(("？", p))
             en.append(("?", p))
         else:
@@ -684,14 +646,8 @@ def _finish(zh, en, tags, rels) -> Pair:
     en_words[0] = first[0].upper() + first[1:]
     tags = frozenset(tags)
     tags = _TAGSETS.setdefault(tags, tags)  # a few thousand distinct sets, shared
-    p = _new_pair(Pair)  # Pair(...) without the frozen dataclass' setattr checks
-    _set(p, "zh_words", tuple([w for w, _ in zh]))
-    _set(p, "en_words", tuple(en_words))
-    _set(p, "alignment", tuple(links))
-    _set(p, "constructions", tags)
-    _set(p, "zh_relations", _relations(zh, rels))
-    _set(p, "en_relations", _relations(en, rels))
-    return p
+    return Pair(tuple([w for w, _ in zh]), tuple(en_words), tuple(links), tags,
+                _relations(zh, rels), _relations(en, rels))
 
 
 def _relations(tokens, rels) -> tuple[tuple[int, int, int], ...]:
@@ -724,8 +680,5 @@ def _relations(tokens, rels) -> tuple[tuple[int, int, int], ...]:
 
 _TRIPLES: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
-
-_new_pair = object.__new__
-_set = object.__setattr__
 _TAGSETS: dict[frozenset, frozenset] = {}
 

@@ -136,7 +136,6 @@ class GoDo:
 VP = VerbPhrase | Copula | Pivot | Want | GoDo
 
 
-
 @dataclass(slots=True)
 class Clause:
     subj: NP
@@ -149,10 +148,6 @@ class Clause:
     time_first: bool = False  # 昨天我… instead of 我昨天…
     adverb: Adverb | None = None  # 也 also, 经常 often (declarative and yes-no clauses)
     partner: NP | None = None  # 在公园里和李雷… … with Li Lei in the park (with a place)
-
-    @property
-    def question(self) -> bool:
-        return self.mood != "declarative"
 
 
 @dataclass(slots=True)

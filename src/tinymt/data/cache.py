@@ -81,28 +81,18 @@ def cache_path(cfg) -> Path:
     """``<cache_dir>/<cache_key(cfg)>``: where ``prepare(cfg)`` keeps its results."""
     return Path(cfg.cache_dir) / cache_key(cfg)
 
-class DamagedCache(TinyMTError):
-    """A cache entry whose files are not the ones its ``COMPLETE`` marker records (or
-    whose marker is unreadable): rebuild it."""
-
-
 def load_complete(final: Path, log: Log) -> PreparedData | None:
-    """The entry at ``final`` if it is marked complete and its files are those the marker
-    records; else None: a damaged or unmarked entry is left where it is, for
-    :func:`publish` to replace once a new one is complete
-    (:func:`tinymt.files.write_folder`). Any other error reading it is raised as it is,
-    and the entry is kept."""
-    if (final / COMPLETE).is_file():
-        try:
-            _verify_digests(final)
-        except DamagedCache as e:
-            log(f"data: cache {final} is damaged ({e}); rebuilding")
-            return None
-        log(f"data: cache hit {final}")
-        return load_prepared(final, cache_hit=True)
-    if final.exists():
-        log(f"data: ignoring incomplete cache {final} (no {COMPLETE} marker); rebuilding")
-    return None
+    """The entry at ``final`` if its files are those its ``COMPLETE`` marker records;
+    else None: a damaged entry (a missing marker too) is left where it is, for
+    :func:`tinymt.files.write_folder` to replace once a new one is complete. Any other
+    error reading it is raised as it is, and the entry is kept."""
+    if not final.exists():
+        return None
+    if damage := entry_damage(final):
+        log(f"data: cache {final} is damaged ({damage}); rebuilding")
+        return None
+    log(f"data: cache hit {final}")
+    return load_prepared(final, cache_hit=True)
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -111,20 +101,21 @@ def _digests(folder: Path) -> dict[str, str]:
             if f.is_file() and f.name != COMPLETE}
 
 
-def _verify_digests(folder: Path) -> None:
-    """Every file of the entry is the one that was written (a flipped bit in a token id
-    would otherwise be read as another token); :class:`DamagedCache` if not."""
+def entry_damage(folder: Path) -> str | None:
+    """Why a file of the entry is not the one that was written (a flipped bit in a token
+    id would otherwise be read as another token), or why its marker is unreadable; None:
+    every file is."""
     try:
         recorded = load_json(folder / COMPLETE, f"its {COMPLETE} marker").get("files")
     except TinyMTError as e:
-        raise DamagedCache(str(e)) from None
+        return str(e)
     if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
-        raise DamagedCache(f"{folder / COMPLETE} holds no {{file: sha256}} record")
+        return f"{folder / COMPLETE} holds no {{file: sha256}} record"
     found = _digests(folder)
     if found.keys() != recorded.keys():
-        raise DamagedCache("files are missing or were added")
-    if changed := next((name for name, h in found.items() if recorded[name] != h), None):
-        raise DamagedCache(f"{changed} was changed after it was written")
+        return "files are missing or were added"
+    changed = next((name for name, h in found.items() if recorded[name] != h), None)
+    return changed and f"{changed} was changed after it was written"
 
 
 def mark_complete(tmp: Path) -> None:

@@ -21,7 +21,6 @@ from tinymt.data.prepared import (
     TOKENIZER_DIR,
     PreparedData,
     SplitWriter,
-    count_unknown,
     load_prepared,
     save_splits,
     save_stats,
@@ -38,7 +37,7 @@ from tinymt.data.sources import (
 )
 from tinymt.errors import TinyMTError
 from tinymt.files import write_folder
-from tinymt.tokenizer import Tokenizer
+from tinymt.tokenizer import UNK_ID, Tokenizer
 
 
 def _direction(cfg) -> tuple[str, str]:
@@ -159,7 +158,7 @@ def _tokenize_split(text: Path, toks: tuple[Tokenizer, Tokenizer], out: SplitWri
         for side in lens:
             ids = cols[f"{side}_ids"]
             lens[side].append(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)))
-            unk[side] += count_unknown(ids)
+            unk[side] += sum(x.count(UNK_ID) for x in ids)
     return {side: side_stats(np.concatenate(lens[side] or [np.zeros(0, np.int64)]), unk[side])
             for side in lens}
 

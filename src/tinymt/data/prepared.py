@@ -23,7 +23,7 @@ import pyarrow as pa
 from tinymt.checkpoint import file_sha256
 from tinymt.data.sources import SPLITS, ChunkWriter
 from tinymt.files import load_json, write_text
-from tinymt.tokenizer import UNK_ID, Tokenizer, load_tokenizers
+from tinymt.tokenizer import Tokenizer, load_tokenizers
 
 if TYPE_CHECKING:  # datasets: imported where used (tinymt.data.sources says why)
     import datasets
@@ -188,10 +188,6 @@ def side_stats(lens: np.ndarray, unk: int) -> dict:
         "max": int(lens.max()) if len(lens) else 0,
         "unk_pct": 100.0 * unk / total if total else 0.0,
     }
-
-
-def count_unknown(ids: list[list[int]]) -> int:
-    return sum(x.count(UNK_ID) for x in ids)
 
 
 def summary_table(stats: dict) -> str:

@@ -26,7 +26,7 @@ Conventions:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from tqdm import tqdm
 
@@ -50,10 +50,8 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
     (``beam=1``) scores ``nan``: it does not rank hypotheses."""
     results: list = [None] * len(src_ids)
     batches = length_batches([len(s) for s in src_ids], batch_tokens)
-    it: Iterable = batches
-    if progress:
-        it = tqdm(batches, desc="translate", unit="batch", file=sys.stderr, mininterval=1.0)
-    for idx in it:
+    for idx in tqdm(batches, desc="translate", unit="batch", file=sys.stderr, mininterval=1.0,
+                    disable=not progress):
         batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
         if beam == 1:
             outs = greedy_search(model, batch.src, max_len_a=max_len_a, max_len_b=max_len_b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from tinymt.attention import MultiHeadAttention
-from tinymt.model import Attn, Transformer
+from tinymt.model import Transformer
 
 
 class KVCache:
@@ -93,13 +93,9 @@ class CachedCrossAttention:
         N = self.k.size(0)  # sentences
         grid = query.new_zeros(N * self.beam, T * d)  # empty slots stay zero (outputs unused)
         grid[self.slots] = query.reshape(R, T * d)
-        out, w = self.forward(grid.view(N, self.beam * T, d), None, mask, need_weights)
-        out = out.reshape(N * self.beam, T, d)[self.slots]  # (R, T, d)
-        if w is not None:  # (N, h, beam * T, S) -> (R, h, T, S)
-            h, S = w.size(1), w.size(3)
-            w = w.view(N, h, self.beam, T, S).transpose(1, 2).reshape(N * self.beam, h, T, S)
-            w = w[self.slots]
-        return out, w
+        # (no attention weights: decode_step asks for none)
+        out, _ = self.forward(grid.view(N, self.beam * T, d), None, mask)
+        return out.reshape(N * self.beam, T, d)[self.slots], None  # (R, T, d)
 
     def keep_sentences(self, index: Tensor) -> None:
         self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
@@ -139,19 +135,12 @@ class DecoderCache:
             self.src_mask = self.src_mask.index_select(0, sentences)
 
 
-def decode_step(model: Transformer, tokens: Tensor, cache: DecoderCache,
-                need_weights: bool = False) -> tuple[Tensor, Attn]:
+def decode_step(model: Transformer, tokens: Tensor, cache: DecoderCache) -> Tensor:
     """Feed the next target token of every row ``(R, 1)`` and extend ``cache``: the
-    logits of the next token ``(R, V_tgt)`` (and, with ``need_weights``,
-    ``{"decoder_self": [(R, h, 1, step + 1)], "cross": [(R, h, 1, S)]}``)."""
+    logits of the next token ``(R, V_tgt)``."""
     x = model.embed(tokens, model.tgt_embed, model.tgt_pos, "a target prefix",
                     offset=cache.step)  # (R, 1, d)
-    self_ws, cross_ws = [], []
     for layer, layer_cache in zip(model.decoder_layers, cache.layers):
-        x, self_w, cross_w = layer(x, None, cache.src_mask, None, need_weights,
-                                   cache=layer_cache)
-        self_ws.append(self_w)
-        cross_ws.append(cross_w)
+        x, _, _ = layer(x, None, cache.src_mask, None, cache=layer_cache)
     cache.step += tokens.size(1)
-    logits = model.logits(model.decoder_norm(x[:, -1]))  # (R, V_tgt)
-    return logits, ({"decoder_self": self_ws, "cross": cross_ws} if need_weights else None)
+    return model.logits(model.decoder_norm(x[:, -1]))  # (R, V_tgt)

@@ -65,7 +65,7 @@ def start(model: Transformer, src: Tensor, rows: list[int]) -> DecoderCache:
 def next_logits(model: Transformer, cache: DecoderCache, prefix: Tensor) -> Tensor:
     """Float logits ``(R, V)`` of the next token of each row of ``prefix`` ``(R, t)`` (BOS
     first), whose first ``t - 1`` tokens ``cache`` holds: only the last one is fed."""
-    logits, _ = decode_step(model, prefix[:, -1:], cache)  # (R, V)
+    logits = decode_step(model, prefix[:, -1:], cache)  # (R, V)
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 

@@ -82,8 +82,6 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
         log(f"note: {run.checkpoint} already has masked heads; they stay masked "
             "(importance 0, masked first)")
     data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences, log)
-    if not data.src_ids:
-        raise TinyMTError(f"split={cfg.split} of {run.run_dir} has no sentences")
     log(f"heads: {run.run_dir} ({run.checkpoint.name}), {len(data.src_ids)} {cfg.split} "
         f"sentences, device {device}")
     model = run.model

@@ -82,11 +82,10 @@ def prune_counts(n_heads: int, step: float) -> list[int]:
     return sorted(set(counts) | {0, n_heads})
 
 
-def prunable(points: Sequence[tuple[int, float]], base: float,
-             drop: float = BLEU_DROP) -> int:
+def prunable(points: Sequence[tuple[int, float]], base: float) -> int:
     """Most heads masked (of ``(n_masked, bleu)`` points, in order) before BLEU first falls
-    more than ``drop`` below ``base``."""
-    kept = list(takewhile(lambda p: not p[1] < base - drop, sorted(points)))
+    more than :data:`BLEU_DROP` below ``base``."""
+    kept = list(takewhile(lambda p: not p[1] < base - BLEU_DROP, sorted(points)))
     return kept[-1][0] if kept else 0
 
 

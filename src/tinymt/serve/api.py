@@ -21,15 +21,13 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from tinymt.text import SENTENCE_END, detect
-
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
 # LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
 # languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
 LIBRETRANSLATE = frozenset(
     "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
     "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
-MAX_SENTENCES = 1024  # a request's, all its items together
+MAX_SENTENCES = 1024  # a request's, all its items together, as the text is cut
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
 MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
 LANGUAGE_NAMES = {
@@ -179,8 +177,6 @@ def text_items(fields: Mapping, limits, max_items: int | None = None
         if "\x00" in text or re.search("[\ud800-\udfff]", text):  # JSON may say "\\ud800"
             raise ApiError(400, "Invalid request: q holds a NUL character or half of a "
                                 "surrogate pair: not text")
-    if sum(len(SENTENCE_END.findall(t)) for t in items) >= MAX_SENTENCES:  # (pysbd: 0.3 ms each)
-        raise ApiError(400, f"Invalid request: q holds more than {MAX_SENTENCES:,} sentences")
     return items, single
 
 
@@ -227,8 +223,7 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]],
     return out
 
 
-def detections(items: list[str]) -> list[dict]:
-    """Each item's language as LibreTranslate reports it: py3langid's, among
-    LibreTranslate's languages, confidence in %."""
-    return [{"confidence": round(100 * p, 1), "language": lang}
-            for lang, p in (detect(t, LIBRETRANSLATE) for t in items)]
+def detection(lang: str, p: float) -> dict:
+    """A language as LibreTranslate reports it (py3langid's among LIBRETRANSLATE's,
+    :func:`tinymt.text.detect`): confidence in %."""
+    return {"confidence": round(100 * p, 1), "language": lang}

@@ -54,16 +54,16 @@ from tinymt.fonts import (
     start_cutting,
 )
 from tinymt.serve.api import (
+    LIBRETRANSLATE,
     ApiError,
     check_key,
-    detections,
+    detection,
     read_fields,
     text_items,
     translate_answer,
     translate_request,
 )
 from tinymt.serve.service import Service, settle
-from tinymt.text import CONFIDENT
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
 
@@ -80,7 +80,7 @@ PAGE_HEADERS = {
 FONT_HEADERS = {"Cache-Control": "public, max-age=86400"}
 ATTENTION_SLOTS = 2  # /attention answers computed or being sent at once (~10 MB each at most)
 CHUNK = 1 << 16  # an answer is sent in pieces: a client that stops reading holds one
-SHUTDOWN_S = 3  # after SIGTERM: what is still running then is answered 503 and dropped
+SHUTDOWN_S = 2  # after SIGTERM: what is still running then is answered 503 and dropped
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -154,19 +154,17 @@ def create_app(service: Service) -> Starlette:
         with service.batcher.arrival() as arrival:  # a batch being gathered waits for it
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair)
-            detected = detections(req.items) if req.auto else None
-            for d in detected or []:  # confidently another language: that pair's 400, before
-                if d["confidence"] >= 100 * CONFIDENT:  # any work (never a translation made up)
-                    service.pair.check(d["language"], service.pair.target)
-            nbest = min(req.alternatives, service.decode.beam - 1) + 1  # what the beam has
-            nbests, kept = await service.translate(req.items, nbest, arrival, req.html)
+            async with service.deadline():
+                nbests, kept, detected = await service.translate(req, arrival)
         return JSONResponse(translate_answer(req, nbests, detected, kept))
 
     @_json_errors
     async def detect_language(request: Request) -> Response:  # LibreTranslate's /detect
         fields = await read_fields(request, service.limits, service.keys)
         items, single = text_items(fields, service.limits)
-        found = [[d] for d in detections(items)]
+        async with service.deadline():  # each item's language among LibreTranslate's
+            read = await service.read(items, among=LIBRETRANSLATE, cut=False)
+            found = [[detection(*lang)] for lang in read[4]]
         return JSONResponse(found[0] if single else found)
 
     slots = asyncio.Semaphore(ATTENTION_SLOTS)  # what /attention holds in memory, in total
@@ -178,7 +176,10 @@ def create_app(service: Service) -> Starlette:
                                 "engine=torch and attention_items > 0)")
         fields = await read_fields(request, service.limits, service.keys)
         items, _ = text_items(fields, service.limits, service.attention_items)
-        return await _held_answer(slots, service.timeout, lambda: service.attention(items))
+        async def work():
+            async with service.deadline():
+                return await service.attention(items)
+        return await _held_answer(slots, service.timeout, work)
 
     @_json_errors
     async def font(request: Request) -> Response:
@@ -218,7 +219,7 @@ def create_app(service: Service) -> Starlette:
 
 def serve(cfg) -> dict:
     """Serve ``cfg`` (checked: :func:`tinymt.config.check_serve`) until stopped; the worker
-    then finishes what it holds. Returns its counts (batches, sentences, ...)."""
+    then ends the batch it holds. Returns its counts (batches, sentences, ...)."""
     if cfg.threads and cfg.engine == "torch":
         torch.set_num_threads(cfg.threads)
     sock = _listen(cfg.host, cfg.port)  # a taken port fails before the model loads
@@ -235,7 +236,8 @@ def serve(cfg) -> dict:
         server = uvicorn.Server(uvicorn.Config(
             create_app(service), http=connection, log_level="warning",
             access_log=cfg.access_log, limit_concurrency=cfg.max_connections,
-            server_header=False, timeout_graceful_shutdown=SHUTDOWN_S))
+            server_header=False, timeout_graceful_shutdown=SHUTDOWN_S,
+            h11_max_incomplete_event_size=1 << 16))  # a font.otf?text= line: up to 36 KB
         host, port = sock.getsockname()[:2]
         search = "greedy" if cfg.decode.beam == 1 else f"beam {cfg.decode.beam}"
         print(f"serving {service.name} ({cfg.engine}, {service.pair.source}→"
@@ -251,7 +253,7 @@ def serve(cfg) -> dict:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
         if service is not None:
-            service.batcher.close()
+            service.close(timeout=1.0)  # (SIGTERM: the process ends within 5 s)
         sock.close()
     stats = service.batcher.stats
     print(f"stopped: {stats['sentences']:,} sentences in {stats['batches']:,} batches",

@@ -2,7 +2,7 @@
 (docs/serve.md, "Micro-batching"): one worker thread owns the model; requests put *jobs* on
 a queue bounded in sentences (full: :class:`Busy`, a 429); a *task* (other work on the
 model, e.g. the page's attention maps) runs alone, when no sentences wait;
-:meth:`MicroBatcher.close` refuses new jobs (:class:`Closed`, a 503) and finishes the
+:meth:`MicroBatcher.close` refuses new jobs (:class:`Closed`, a 503) and drops the
 queued ones.
 
     >>> b = MicroBatcher(lambda ids, nbest: [[(s[::-1], 0.0)] for s in ids], 8, 0.0, 100)
@@ -86,16 +86,16 @@ class MicroBatcher:
                 self._arriving.discard(arrival)
                 self._cond.notify_all()
 
-    def submit(self, job: Job, arrival: object = None) -> None:
-        """Queue ``job`` (``arrival``: the request it came with has arrived); :class:`Busy`
-        when it does not fit, :class:`Closed` when closing."""
-        size = job.size
+    def submit(self, jobs: list[Job], arrival: object = None) -> None:
+        """Queue ``jobs``, all or none (``arrival``: the request they came with has
+        arrived); :class:`Busy` when they do not fit, :class:`Closed` when closing."""
+        size = sum(job.size for job in jobs)
         with self._cond:
             if self._closing:
                 raise Closed
-            if self.queued and self.queued + size > self.max_queue:
-                raise Busy  # a job alone is always taken: the limits on a request bound it
-            self._queue.append(job)
+            if self.queued + size > self.max_queue:
+                raise Busy
+            self._queue.extend(jobs)
             self.queued += size
             self._arriving.discard(arrival)
             self._cond.notify_all()
@@ -106,7 +106,7 @@ class MicroBatcher:
         done = threading.Event()
         box: list[object] = []
         job.on_done = lambda result: (box.append(result), done.set())
-        self.submit(job)
+        self.submit([job])
         if not done.wait(timeout):
             job.cancelled = True
             raise TimeoutError(f"no result within {timeout} s")
@@ -115,9 +115,12 @@ class MicroBatcher:
         return box[0]
 
     def close(self, timeout: float | None = None) -> None:
-        """Take no new jobs, finish the queued ones, stop the worker."""
+        """Take no new jobs, drop the queued ones (their requests were answered or dropped:
+        the server is stopping), stop the worker after its batch."""
         with self._cond:
             self._closing = True
+            for job in self._queue:
+                job.cancelled = True
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)

@@ -2,7 +2,8 @@
 
 :class:`Service` turns text into source ids and searches as ``translate.py`` does
 (:func:`tinymt.translate.source_ids`, :func:`tinymt.translate.search` with the server's
-``decode`` settings), on the worker thread, the answer awaited up to the request timeout.
+``decode`` settings), on the worker thread; the text read on the reader processes
+(:mod:`tinymt.serve.readers`); all of it within the request's time (:meth:`Service.deadline`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ from tinymt.ct2 import LoadedExport
 from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
-from tinymt.serve.api import ApiError, Pair, distinct
+from tinymt.serve.api import (
+    LIBRETRANSLATE,
+    MAX_SENTENCES,
+    ApiError,
+    Pair,
+    TranslateRequest,
+    detection,
+    distinct,
+)
 from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
-from tinymt.text import assemble, html_parts, plan
+from tinymt.serve.readers import SHORT, Readers
+from tinymt.text import CONFIDENT, assemble, one_pass, read_item
 from tinymt.translate import (
     attention_documents,
     copy_spans,
@@ -59,6 +69,7 @@ class Service:
         self.name = view_name(run) if isinstance(run, LoadedRun) else run.path.name
         self.batcher = MicroBatcher(self._decode, cfg.batch_sentences,
                                     cfg.batch_wait_ms / 1000, cfg.max_queue)
+        self.readers = Readers(self.pair.source)  # client text is read there
 
     # ------------------------------------------------------------------ the worker's side
     def _decode(self, ids: list[list[int]], nbest: int):
@@ -93,7 +104,14 @@ class Service:
             self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
             self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", ("", []), sample)))
-        plan(["warm-up. 热身。"], self.pair.source)  # loads the segmenter and py3langid (0.6 s)
+        self.readers.ready()
+        read_item("warm-up. 热身。", 1, self.pair.source, False, True, None)  # (short ones: here)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the readers (what they read ends in its time) and the worker (after its
+        batch, within ``timeout``)."""
+        self.readers.close()
+        self.batcher.close(timeout)
 
     def frontend_settings(self) -> dict:
         """``GET /frontend/settings``: LibreTranslate's defaults (no file translation, no
@@ -106,28 +124,64 @@ class Service:
                              (("source", self.pair.source), ("target", self.pair.target))}}
 
     # ------------------------------------------------------------------ the routes' side
-    async def translate(self, items: list[str], nbest: int, arrival: object = None,
-                        html: bool = False) -> tuple[list[list[str]], int]:
-        """Each item's ``nbest`` translations, best first, its sentences translated as one
-        batch (:mod:`tinymt.text`: the k-th of an item is each sentence's k-th; ``html``:
-        the text between its markup, the markup kept), and how many segments were kept as
-        they were (no word of the source language). A sentence longer than the model takes
-        is cut to fit, as ``translate.py`` does; ``arrival``: the request's."""
-        def prepare():  # (~1 ms a paragraph: a long text off the event loop)
-            units = [html_parts(t) if html else [(True, t)] for t in items]
-            return units, plan([s for parts in units for is_text, s in parts if is_text],
-                               self.pair.source, self.text)
-        small = sum(map(len, items)) < 2000  # ~0.1 ms: a thread's hop would cost more
-        units, (sents, plans, kept) = prepare() if small else await asyncio.to_thread(prepare)
+    @contextlib.asynccontextmanager
+    async def deadline(self):
+        """A request's work, all of it (reading, queue, search), within ``timeout_s``:
+        then a 503, and what is left of it is dropped (the worker skips it)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                yield
+        except TimeoutError:
+            raise ApiError(503, f"no answer within {self.timeout:g} s: the server is busy; "
+                                "try again later") from None
+
+    async def read(self, items: list[str], html: bool = False, among=None, cut=None):
+        """``(units, sentences, plans, kept, detected)`` of the items read one after the
+        other on the reader processes (:func:`tinymt.text.read_item`; ``units``: each
+        item's parts, ``plans``: each text part's, indexing ``sentences``), here if they are
+        short and :func:`~tinymt.text.one_pass`; more sentences than a request may have is a
+        400 as soon as they are found."""
+        limit = min(MAX_SENTENCES, self.batcher.max_queue)
+        units, sents, plans, kept, detected = [], [], [], 0, []
+        here = not html and sum(map(len, items)) <= SHORT  # read here: no round trip (~0.5
+        # ms: a fifth of the throughput at 64 clients) where every step is linear (one_pass)
+        for n, item in enumerate(items, 1):
+            args = item, n, self.pair.source, html, self.text if cut is None else cut, among
+            read = read_item(*args) if here and one_pass(item) else await self.readers.read(*args)
+            parts, found, item_plans, item_kept, lang = read
+            units.append(parts)
+            plans += [[i + len(sents) if isinstance(i, int) else i for i in p]
+                      for p in item_plans]
+            sents, kept = sents + found, kept + item_kept
+            detected.append(lang)
+            if len(sents) > limit:
+                raise ApiError(400, f"Invalid request: q holds more than {limit:,} sentences")
+        return units, sents, plans, kept, detected
+
+    async def translate(self, req: TranslateRequest, arrival: object = None
+                        ) -> tuple[list[list[str]], int, list | None]:
+        """Each item's n-best translations, best first (``alternatives`` + 1 as far as the
+        beam has them), its sentences one batch (:mod:`tinymt.text`: the k-th of an item is
+        each sentence's k-th; ``html``: the text between its markup, the markup kept); the
+        segments kept as they were (no word of the source language); with ``source=auto``
+        each item's language (confidently another one: a 400 before any search). A sentence
+        longer than the model takes is cut to fit, as ``translate.py`` does."""
+        nbest = min(req.alternatives, self.decode.beam - 1) + 1
+        units, sents, plans, kept, langs = await self.read(
+            req.items, req.html, LIBRETRANSLATE if req.auto else None)
+        detected = [detection(*lang) for lang in langs] if req.auto else None
+        for d in detected or []:  # confidently another language: that pair's 400 (never a
+            if d["confidence"] >= 100 * CONFIDENT:  # translation made up)
+                self.pair.check(d["language"], self.pair.target)
         masked, ids = source_ids(self.run, sents, copy=self.text)
-        hyps = await self._wait(Job(ids, nbest), arrival)
+        hyps = await self._search(ids, nbest, arrival)
         texts = [distinct(t) or [""] for t in await self._texts(masked, ids, hyps)]
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
         # (a sentence with fewer: its last, so no alternative loses a sentence)
 
         def text(node: list, k: int) -> str:  # a text node's k-th translation
             joined = assemble(node, kth[k], self.pair.target)
-            return escape(joined, quote=False) if html else joined
+            return escape(joined, quote=False) if req.html else joined
         plans, out = iter(plans), []
         for parts in units:
             nodes = [next(plans) if is_text else s for is_text, s in parts]  # a plan, or markup
@@ -135,50 +189,64 @@ class Service:
                      if isinstance(i, int)), default=1)  # (the n-best may be shorter)
             out.append(["".join(p if isinstance(p, str) else text(p, k) for p in nodes)
                         for k in range(n)])
-        return out, kept
+        return out, kept, detected
 
     async def attention(self, items: list[str]) -> bytes:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the
         items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
         one task a sentence (sentences to translate go in between), the rest translated."""
-        sents, plans, _ = await asyncio.to_thread(plan, items, self.pair.source, self.text)
+        _, sents, plans, _, _ = await self.read(items)
         masked, ids = source_ids(self.run, sents, copy=self.text)
         drawn = min(len(ids), self.attention_items)
-        done = [await self._wait(Job(fn=functools.partial(self._attention, *args)))
-                for args in zip(sents, masked, ids[:drawn])]
-        rest = await self._wait(Job(ids[drawn:], 1)) if len(ids) > drawn else []
-        rest = await self._texts(masked[drawn:], ids[drawn:], rest)
+        done = await self._wait([Job(fn=functools.partial(self._attention, *args))
+                                 for args in zip(sents, masked, ids[:drawn])])
+        rest = await self._texts(masked[drawn:], ids[drawn:],
+                                 await self._search(ids[drawn:], 1))
         texts = [t for t, _ in done] + [t[0] if t else "" for t in rest]
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
 
-    async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
-        """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs (spans)."""
-        fn = functools.partial(hypothesis_texts, self.run, masked, ids, hyps, self.device)
-        return await self._wait(Job(fn=fn)) if any(spans for _, spans in masked) else fn()
+    async def _search(self, ids: list[list[int]], nbest: int, arrival: object = None):
+        """The n-bests of ``ids``, in jobs of a batch at most (a request given up leaves the
+        worker at most one batch of its sentences: the rest is skipped)."""
+        size = self.batcher.max_sentences
+        return [h for part in await self._wait([Job(ids[i:i + size], nbest) for i in
+                                                range(0, len(ids), size)], arrival)
+                for h in part]
 
-    async def _wait(self, job: Job, arrival: object = None):
-        future = asyncio.get_running_loop().create_future()
-        job.on_done = functools.partial(settle, future.get_loop(), future)
+    async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
+        """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs
+        (spans), a task a batch of sentences."""
+        if not any(spans for _, spans in masked):
+            return hypothesis_texts(self.run, masked, ids, hyps, self.device)
+        size = self.batcher.max_sentences
+        return [t for part in await self._wait([Job(fn=functools.partial(
+            hypothesis_texts, self.run, masked[i:i + size], ids[i:i + size], hyps[i:i + size],
+            self.device)) for i in range(0, len(ids), size)]) for t in part]
+
+    async def _wait(self, jobs: list[Job], arrival: object = None) -> list:
+        """Each job's result, the jobs queued together (429 when they do not fit)."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in jobs]
+        for job, future in zip(jobs, futures):
+            job.on_done = functools.partial(settle, loop, future)
         try:
-            self.batcher.submit(job, arrival)
+            self.batcher.submit(jobs, arrival)
         except Busy:
             raise ApiError(429, f"Too many requests: {self.batcher.queued:,} sentences are "
                                 "waiting; try again later") from None
         except Closed:
             raise ApiError(503, "the server is shutting down") from None
         try:
-            result = await asyncio.wait_for(future, self.timeout)
-        except asyncio.CancelledError:  # dropped at shutdown: the worker skips it
-            job.cancelled = True
+            results = await asyncio.gather(*futures)
+        except asyncio.CancelledError:  # out of time, or dropped at shutdown: skipped
+            for job in jobs:
+                job.cancelled = True
             raise
-        except asyncio.TimeoutError:
-            job.cancelled = True
-            raise ApiError(503, f"no answer within {self.timeout:g} s: the server is busy; "
-                                "try again later") from None
-        if isinstance(result, Exception):
-            raise result  # the route's answer: a TinyMTError a 400, any other a 500
-        return result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result  # the route's answer: a TinyMTError a 400, any other a 500
+        return results
 
     def health(self) -> dict:
         return {"status": "ok", "model": self.name, "engine": self.engine,

@@ -53,7 +53,6 @@ from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
     check_against_checkpoint,
     check_resumable,
-    check_same_config,
     checkpoint_state,
     finish_publishing,
     publish_checkpoints,
@@ -267,8 +266,7 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
 def save_checkpoints(t: Training, best: bool) -> None:
     """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints
     (:func:`~tinymt.trainer.state.publish_checkpoints`)."""
-    ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state, t.cfg, t.data)
-    publish_checkpoints(ckpt, t.run_dir, best, t.cfg.trainer.keep_last)
+    publish_checkpoints(checkpoint_state(t), t.run_dir, best, t.cfg.trainer.keep_last)
     t.saved_step = t.state["step"]
 
 
@@ -286,7 +284,7 @@ def finish(t: Training, stop_reason: str) -> dict:
     final_ckpt = _average(t) or checkpoint_path(t.run_dir, "best")
     tested = load_checkpoint(final_ckpt, map_location=rt.device)
     t.model.load_state_dict(tested["model"])
-    test = validate(t.model, t.cfg, t.data, "test", rt, beam=tc.test_beam, with_loss=True)
+    test = validate(t.model, t.cfg, t.data, "test", rt, beam=tc.test_beam)
     wall = time.monotonic() - t.t_start
     metrics = {
         "best_valid_bleu": state["best_bleu"], "test_bleu": test["bleu"],
@@ -349,8 +347,6 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     Rank 0 appends the folder a new run claims to ``claimed``."""
     tc, oc = cfg.trainer, cfg.optim
     run_dir = _run_dir(cfg, rt, unique_run_dir, claimed)
-    if rt.distributed:
-        check_same_config(cfg, rt)
     resume = load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device) \
         if tc.resume else None
     if resume is not None:  # before the data is built: an edited config.yaml changes nothing

@@ -4,8 +4,6 @@ plain containers only), publishing it, and the config of a run being resumed."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import shutil
 from pathlib import Path
@@ -14,7 +12,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tinymt import runtime
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import as_train_config, load_config_file
 from tinymt.data import PreparedData
@@ -28,22 +25,23 @@ MOVABLE_ON_RESUME = ("data.cache_dir",)  # ...but where the cache is (a rebuild:
 GROUPS = ("data", "model", "optim", "trainer", "experiment")  # not re-chosen for a run
 
 
-def checkpoint_state(model, optimizer, scheduler, sampler, state: dict, cfg: DictConfig,
-                     data: PreparedData) -> dict:
+def checkpoint_state(t) -> dict:
+    """The checkpoint of the loop's ``Training`` ``t`` (what :func:`restore` reads back)."""
+    data = t.data
     return {
-        "model": model.state_dict(),
-        "model_config": OmegaConf.to_container(cfg.model),
+        "model": t.model.state_dict(),
+        "model_config": OmegaConf.to_container(t.cfg.model),
         "vocab": {"src_size": data.src_tokenizer.vocab_size,
                   "tgt_size": data.tgt_tokenizer.vocab_size,
                   "shared": data.src_tokenizer is data.tgt_tokenizer},
         "tokenizer_sha256": tokenizer_digest(data.src_tokenizer, data.tgt_tokenizer),
-        "config": OmegaConf.to_container(cfg),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "sampler": sampler.state_dict(),
-        "trainer_state": dict(state),
+        "config": OmegaConf.to_container(t.cfg),
+        "optimizer": t.optimizer.state_dict(),
+        "scheduler": t.scheduler.state_dict(),
+        "sampler": t.sampler.state_dict(),
+        "trainer_state": dict(t.state),
         "rng": rng_state(),
-        "step": state["step"],
+        "step": t.state["step"],
     }
 
 
@@ -70,8 +68,8 @@ def set_rng_state(rng: dict) -> None:
 
 def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     """The config of the run being resumed plus this command's overrides, checked before
-    anything is written: plain ``key=value`` of existing keys, none changing the data or
-    the model (``FROZEN_ON_RESUME``: such changes are refused, listed)."""
+    anything is written: plain ``key=value`` of existing keys (none may change the data or
+    the model: :func:`check_against_checkpoint` refuses it)."""
     run_dir = Path(cfg.trainer.resume)
     saved = run_dir / CONFIG
     try:
@@ -87,11 +85,6 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
                               "only key=value overrides of existing keys "
                               "(e.g. trainer.max_steps=4000)")
     merged = as_train_config(OmegaConf.merge(base, OmegaConf.from_dotlist(mine)))
-    changed = [key for key, _, _ in frozen_changes(OmegaConf.to_container(base),
-                                                   OmegaConf.to_container(merged))]
-    if changed:
-        raise TinyMTError(f"trainer.resume: {', '.join(changed)} would change the run's data or "
-                          "model; start a new run instead")
     probes = [k for k in ("probe_sentences", "n_probes") if base.trainer[k] != merged.trainer[k]]
     if probes:  # the Attention tab's probe_<k> would name another sentence from here on
         raise TinyMTError(f"trainer.resume: trainer.{probes[0]} would change which sentence the "
@@ -102,38 +95,22 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
 
 
 # ----------------------------------------------------------------------------- run files
-def frozen_changes(before: dict, after: dict) -> list[tuple[str, object, object]]:
-    """``(group.key, before, after)`` of each data or model setting (a key both configs
-    know; ``data.cache_dir`` may move) that differs between two plain configs."""
-    return [(f"{group}.{k}", then[k], now[k]) for group in FROZEN_ON_RESUME
-            for then, now in [(before.get(group) or {}, after.get(group) or {})]
-            for k in sorted(set(then) & set(now))
-            if then[k] != now[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
-
-
 def check_against_checkpoint(cfg: DictConfig, ckpt: dict, path: Path) -> None:
-    """The run's ``config.yaml`` can be edited; the checkpoint's config is what its weights
-    and data were made with, so a resume whose model or data settings differ from it is
-    refused before anything is written."""
-    changed = frozen_changes(ckpt.get("config") or {}, OmegaConf.to_container(cfg))
+    """The checkpoint's config is what its weights and data were made with: a resume whose
+    model or data settings (a key both configs know; ``data.cache_dir`` may move) differ
+    from it, by an override or an edited ``config.yaml``, is refused, every such key
+    listed, before anything is written."""
+    before, after = ckpt.get("config") or {}, OmegaConf.to_container(cfg)
+    changed = [(f"{group}.{k}", then[k], now[k]) for group in FROZEN_ON_RESUME
+               for then, now in [(before.get(group) or {}, after.get(group) or {})]
+               for k in sorted(set(then) & set(now))
+               if then[k] != now[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
     if changed:
-        (key, then, now), more = changed[0], len(changed) - 1
+        key, then, now = changed[0]
         raise TinyMTError(
-            f"trainer.resume: {path.parents[1] / CONFIG} disagrees with {path}, whose weights "
-            f"were trained with other settings: {key} ({then!r} there, {now!r} here)"
-            + (f" and {more} more" if more else "") + "; put config.yaml back as the "
-            "checkpoint has it, or start a new run")
-
-
-def check_same_config(cfg: DictConfig, rt: runtime.Runtime) -> None:
-    """torchrun ranks must agree on everything but where they were told to write."""
-    mine = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "run_dir"}
-    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()
-    digests = runtime.all_gather_objects(rt, digest)
-    bad = [r for r, d in enumerate(digests) if d != digests[0]]
-    if bad:
-        raise TinyMTError(f"ranks {bad} were started with a different config than rank 0: "
-                          "give every process the same overrides")
+            f"trainer.resume: {', '.join(k for k, _, _ in changed)} would change the run's "
+            f"data or model: {key} ({then!r} in {path}, {now!r} here); start a new run, or "
+            f"put {path.parents[1] / CONFIG} back as the checkpoint has it")
 
 
 def check_resumable(run_dir: Path) -> None:

@@ -64,8 +64,7 @@ def stop_here(t, signum: int) -> None:
     step, message = t.state["step"], ""
     if t.rt.is_main:
         if t.saved_step != step:
-            ckpt = checkpoint_state(t.model, t.optimizer, t.scheduler, t.sampler, t.state,
-                                    t.cfg, t.data)
+            ckpt = checkpoint_state(t)
             ckpt["stopped"] = True
             save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
         t.writer.flush()

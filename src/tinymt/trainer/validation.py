@@ -41,7 +41,7 @@ LABEL_SENTENCES = 64  # the validation pairs every frame's head labels are measu
 
 @torch.inference_mode()
 def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime.Runtime,
-             limit: int = 0, beam: int = 1, with_loss: bool = True) -> dict:
+             limit: int = 0, beam: int = 1) -> dict:
     """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``
     sentences spread evenly over it (0 = all)."""
     model.eval()
@@ -50,17 +50,16 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     src_ids, tgt_ids = ([x[:limit_len] for x in side] for side in data.ids(split))
     n = len(src_ids)
     loss_sum = tok = 0.0
-    if with_loss:
-        batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
-        for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
-            batch = batch.to(rt.device)
-            with rt.autocast():
-                hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
-                batch_loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
-                                           model.pad_id)
-            loss_sum += batch_loss.item()
-            tok += batch.n_tgt_tokens
-        loss_sum, tok = runtime.all_reduce(rt, [loss_sum, tok])
+    batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
+    for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
+        batch = batch.to(rt.device)
+        with rt.autocast():
+            hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
+            batch_loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
+                                       model.pad_id)
+        loss_sum += batch_loss.item()
+        tok += batch.n_tgt_tokens
+    loss_sum, tok = runtime.all_reduce(rt, [loss_sum, tok])
     k = n if not limit else min(limit, n)
     keep = [i * n // k for i in range(k)]  # k indices evenly spaced over the split, increasing
     mine = keep[rt.rank::rt.world_size]
@@ -75,7 +74,7 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     tgt_text, src_text = ds["tgt"][:], ds["src"][:]
     refs = [tgt_text[i] for i in keep]
     bleu, chrf, sig = score(hyps, refs, target_language(cfg.data))
-    loss = loss_sum / max(tok, 1) if with_loss else float("nan")
+    loss = loss_sum / max(tok, 1)
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
             "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
 

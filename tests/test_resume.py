@@ -4,6 +4,7 @@ was in what a user runs; the kill matrix in-process (the same ``train``), one
 real SIGKILL beside it."""
 
 import json
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -14,8 +15,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import REPO_ROOT, compose_train, copy_run, run_script_with_fault
 from conftest import TINY_TRAIN_OVERRIDES as TINY
-from conftest import compose_train, copy_run, run_script_with_fault
 from tinymt.checkpoint import load_checkpoint
 from tinymt.errors import Stopped, TinyMTError
 from tinymt.rundir import step_checkpoints
@@ -230,17 +231,27 @@ def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- edited config
+def _may_change_on_resume() -> set[str]:
+    """The keys docs/usage.md lists as what may change on resume (``optim.*``: that group)."""
+    text = (REPO_ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    listed = text.split("What may change on resume", 1)[1].split("Any other setting", 1)[0]
+    return set(re.findall(r"`((?:data|optim|trainer)\.[\w*]+)`", listed))
+
+
 @given(data=st.data())
-def test_any_model_or_data_setting_unlike_the_checkpoint_s_is_refused(data):
-    """Property, at the one check a resume makes before writing anything: whichever model
-    or data setting differs from the checkpoint's own config, to whatever value, is refused
-    in one line naming it; ``data.cache_dir`` and every trainer and optim setting may
-    change. (The end-to-end rows below: the run and the cache untouched.)"""
+def test_any_setting_a_resume_may_not_change_is_refused(data):
+    """Property, at the one check a resume makes before writing anything: whichever setting
+    differs from the checkpoint's own config, to whatever value, is refused in one line
+    naming it unless docs/usage.md lists it as one a resume may change (``data.cache_dir``,
+    ``optim.*``, the trainer's budgets, intervals and outputs). (The end-to-end rows below:
+    the run and the cache untouched.)"""
     from omegaconf import OmegaConf
 
     from tinymt.config import TrainConfig
     from tinymt.trainer.state import check_against_checkpoint
 
+    may = _may_change_on_resume()
+    assert {"data.cache_dir", "optim.*", "trainer.max_steps"} <= may and "trainer.seed" not in may
     base = OmegaConf.to_container(OmegaConf.structured(TrainConfig))
     group = data.draw(st.sampled_from(["model", "data", "trainer", "optim"]))
     key = data.draw(st.sampled_from(sorted(base[group])))
@@ -248,7 +259,7 @@ def test_any_model_or_data_setting_unlike_the_checkpoint_s_is_refused(data):
                                 st.floats(allow_nan=False)).filter(lambda v: v != base[group][key]))
     edited = {**base, group: {**base[group], key: value}}
     path = Path("/runs/r/checkpoints/last.pt")
-    if group in ("trainer", "optim") or f"{group}.{key}" == "data.cache_dir":
+    if f"{group}.{key}" in may or f"{group}.*" in may:
         check_against_checkpoint(OmegaConf.create(edited), {"config": base}, path)
         return
     with pytest.raises(TinyMTError) as e:
@@ -258,11 +269,13 @@ def test_any_model_or_data_setting_unlike_the_checkpoint_s_is_refused(data):
 
 @pytest.mark.parametrize("group, key, value", [("model", "activation", "gelu"),
                                                ("model", "dropout", 0.5),
-                                               ("data", "max_len", 20)])
+                                               ("data", "max_len", 20),
+                                               ("trainer", "probe_sentences", ["我喜欢猫。"])])
 def test_resume_trusts_the_checkpoint_not_an_edited_config_yaml(tiny_run, tmp_path, group,
                                                                 key, value):
-    """config.yaml edited after the run (a model or data setting): the resume is refused in
-    one line naming the key, before any file of the run changes or a data cache is built."""
+    """config.yaml edited after the run (a model, data or probe setting): the resume is
+    refused in one line naming the key, before any file of the run changes or a data cache
+    is built."""
     run = copy_run(tiny_run, tmp_path / "run")
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg[group][key] != value

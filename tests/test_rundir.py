@@ -117,8 +117,8 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["model=small"], "cannot be applied to an existing run"),
     (["+trainer.foo=1"], "trainer.foo: Key 'foo' not in 'TrainerConfig'"),
     # the Attention tab's probe_<k> would show another sentence after the resume
-    (["trainer.probe_sentences=['我喜欢猫。']"], "trainer.probe_sentences would change which"),
-    (["trainer.n_probes=3"], "trainer.n_probes would change which"),
+    (["trainer.probe_sentences=['我喜欢猫。']"], "trainer.probe_sentences would make another"),
+    (["trainer.n_probes=3", "trainer.seed=7"], "trainer.n_probes, trainer.seed would make"),
 ])
 def test_failed_resume_leaves_the_run_byte_identical(tiny_run, tmp_path, capsys, overrides,
                                                      expected):

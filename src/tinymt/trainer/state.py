@@ -20,8 +20,13 @@ from tinymt.files import CONFIG, TOKENIZER, error_reason, write_text
 from tinymt.rundir import checkpoint_path, step_checkpoints
 from tinymt.tokenizer import Tokenizer, save_tokenizers, tokenizer_digest
 
-FROZEN_ON_RESUME = ("data", "model")  # keys deciding the data, vocabulary, weights' shapes
-MOVABLE_ON_RESUME = ("data.cache_dir",)  # ...but where the cache is (a rebuild: same data)
+# What a resume may change (docs/usage.md): where the cache is, the optimizer, and the
+# trainer's budgets, intervals, checks and outputs. Anything else (the data, the model, the
+# seed and batching the sampler's position counts in, the probes) would make another run.
+MAY_CHANGE_ON_RESUME = ("data.cache_dir", "optim.", *(f"trainer.{k}" for k in (
+    "name device precision compile num_threads max_steps max_epochs max_minutes log_every "
+    "valid_every valid_sentences valid_max_len_b patience nan_policy keep_last average_last "
+    "test_beam probe_every attention_images n_text_samples resume").split()))
 GROUPS = ("data", "model", "optim", "trainer", "experiment")  # not re-chosen for a run
 
 
@@ -85,10 +90,6 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
                               "only key=value overrides of existing keys "
                               "(e.g. trainer.max_steps=4000)")
     merged = as_train_config(OmegaConf.merge(base, OmegaConf.from_dotlist(mine)))
-    probes = [k for k in ("probe_sentences", "n_probes") if base.trainer[k] != merged.trainer[k]]
-    if probes:  # the Attention tab's probe_<k> would name another sentence from here on
-        raise TinyMTError(f"trainer.resume: trainer.{probes[0]} would change which sentence the "
-                          "run's probe_<k> records show; start a new run to watch others")
     merged.trainer.resume = str(run_dir)
     merged.run_dir = str(run_dir)
     return merged
@@ -96,21 +97,21 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
 
 # ----------------------------------------------------------------------------- run files
 def check_against_checkpoint(cfg: DictConfig, ckpt: dict, path: Path) -> None:
-    """The checkpoint's config is what its weights and data were made with: a resume whose
-    model or data settings (a key both configs know; ``data.cache_dir`` may move) differ
-    from it, by an override or an edited ``config.yaml``, is refused, every such key
-    listed, before anything is written."""
+    """The checkpoint's config is what the run was made with: a resume whose settings (a
+    key both configs know) differ from it, by an override or an edited ``config.yaml``,
+    is refused unless :data:`MAY_CHANGE_ON_RESUME` names the key, every such key listed,
+    before anything is written."""
     before, after = ckpt.get("config") or {}, OmegaConf.to_container(cfg)
-    changed = [(f"{group}.{k}", then[k], now[k]) for group in FROZEN_ON_RESUME
+    changed = [(f"{group}.{k}", then[k], now[k]) for group in GROUPS[:4]
                for then, now in [(before.get(group) or {}, after.get(group) or {})]
                for k in sorted(set(then) & set(now))
-               if then[k] != now[k] and f"{group}.{k}" not in MOVABLE_ON_RESUME]
+               if then[k] != now[k] and not f"{group}.{k}".startswith(MAY_CHANGE_ON_RESUME)]
     if changed:
         key, then, now = changed[0]
         raise TinyMTError(
-            f"trainer.resume: {', '.join(k for k, _, _ in changed)} would change the run's "
-            f"data or model: {key} ({then!r} in {path}, {now!r} here); start a new run, or "
-            f"put {path.parents[1] / CONFIG} back as the checkpoint has it")
+            f"trainer.resume: {', '.join(k for k, _, _ in changed)} would make another run: "
+            f"{key} ({then!r} in {path}, {now!r} here); start a new run, or put "
+            f"{path.parents[1] / CONFIG} back as the checkpoint has it")
 
 
 def check_resumable(run_dir: Path) -> None:

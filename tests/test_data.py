@@ -699,3 +699,38 @@ def test_a_split_is_written_as_save_to_disk_writes_it(tmp_path):
                      if k != "_fingerprint"}
     a, b = datasets.load_from_disk(str(ours)), datasets.load_from_disk(str(theirs))
     assert a.features == b.features and a.with_format("arrow")[:].equals(b.with_format("arrow")[:])
+
+
+def test_a_data_folder_changing_while_it_is_read_is_one_line(tmp_path, monkeypatch):
+    """The cache key of a local hub-layout folder lists its files: one removed between the
+    listing and its stat is one line naming it, not an internal error; a hub name (no such
+    folder) and a folder at rest are keyed as before."""
+    import os
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from tinymt.config import DataConfig
+
+    folder = tmp_path / "corpus"
+    (folder / "data").mkdir(parents=True)
+    for name in ("train.jsonl", "test.jsonl"):
+        (folder / "data" / name).write_text("{}\n")
+    cfg = OmegaConf.structured(DataConfig(name="x", source="hub", path=str(folder),
+                                          cache_dir=str(tmp_path / "cache")))
+    assert cache_path(cfg) == cache_path(cfg)  # at rest: the same key twice
+    hub = OmegaConf.merge(cfg, {"path": "someone/dataset"})
+    assert cache_path(hub) != cache_path(cfg)
+    real_stat, seen = os.stat, []
+
+    def stat(path, *args, **kwargs):  # test.jsonl removed after it was found to be a file
+        if Path(path).name == "test.jsonl":
+            seen.append(path)
+            if len(seen) > 1:
+                raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    with pytest.raises(TinyMTError, match=f"data.path={folder} changed while it was read "
+                                          r"\(.*test.jsonl is gone\)"):
+        cache_path(cfg)

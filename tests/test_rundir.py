@@ -363,3 +363,29 @@ def test_checkpoint_pruned_is_named(tiny_run, capsys):
                                                       "device=cpu", "他喜欢猫吗？"], capsys)
     assert status == 2
     assert "checkpoints/pruned.pt" in err and "analyze_heads.py prune=" in err, err
+
+
+def test_run_latest_skips_a_folder_removed_while_it_looks(tmp_path, monkeypatch):
+    """``run=latest`` walks outputs/ while other runs come and go (a sweep, a user's
+    ``rm -r``): a folder gone under the walk, or a ``last.pt`` gone before its time is read,
+    is skipped, not an internal error (FileNotFoundError)."""
+    from tinymt.rundir import find_run
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name / "checkpoints").mkdir(parents=True)
+        (tmp_path / name / "checkpoints" / "last.pt").write_bytes(b"x")
+    real_scandir, real_stat = os.scandir, os.stat
+
+    def scandir(path="."):  # "a" is removed as the walk reaches it
+        if Path(path).name == "a":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    def stat(path, *args, **kwargs):  # c's last.pt is removed after it was listed
+        if Path(path).parent.parent.name == "c":
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "stat", stat)
+    assert find_run("latest", str(tmp_path)) == tmp_path / "b"

@@ -19,6 +19,7 @@ A run is a folder holding ``checkpoints/``: the run makes it when it claims the 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,12 +101,15 @@ def unclaim_run_dir(run_dir: Path) -> None:
 def find_run(run: str, outputs_root: str = "outputs") -> Path:
     """``latest`` -> the newest run dir (one holding checkpoints/last.pt) under outputs/."""
     if run == "latest":
-        root = Path(outputs_root)
-        runs = [p.parent.parent for p in root.glob(f"**/{CHECKPOINTS}/last.pt")]
+        root, runs = Path(outputs_root), {}
+        for folder, _, files in os.walk(root):  # (not glob: runs come and go while it looks;
+            if Path(folder).name == CHECKPOINTS and "last.pt" in files:  # what is gone: skipped)
+                with contextlib.suppress(FileNotFoundError):
+                    runs[Path(folder).parent] = os.stat(Path(folder, "last.pt")).st_mtime
         if not runs:
             raise TinyMTError(f"run=latest: no trained run (…/{CHECKPOINTS}/last.pt) under "
                               f"{root}/; train one with scripts/train.py or pass run=<run dir>")
-        return max(runs, key=lambda p: checkpoint_path(p, "last").stat().st_mtime)
+        return max(runs, key=runs.get)
     path = Path(run)
     if not path.is_dir():
         raise TinyMTError(f"run dir {path} does not exist")

@@ -56,10 +56,14 @@ def _source_fingerprint(cfg) -> Any:
     local = Path(cfg.path).expanduser()
     if local.is_file():
         return {"local": [_stat(local)]}
-    if local.exists():  # hub layout in a local folder: its files, hidden ones aside
+    if not local.exists():
+        return {"hub": cfg.path}
+    try:  # hub layout in a local folder: its files, hidden ones aside
         return {"local": [_stat(f) for f in sorted(local.rglob("*")) if f.is_file() and
                           not any(p.startswith(".") for p in f.relative_to(local).parts)]}
-    return {"hub": cfg.path}
+    except FileNotFoundError as e:  # (a file removed while it is listed)
+        raise TinyMTError(f"data.path={cfg.path} changed while it was read ({e.filename} "
+                          "is gone); run again once it is complete") from None
 
 
 # data keys the prepared folder does not depend on: labels, where it lives, and the

@@ -27,6 +27,9 @@ def main(cfg: DictConfig) -> None:
     run_dir = find_run(cfg.run, cfg.outputs_root)
     out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt",
                        "output")  # never the run's last.pt, best.pt, ...
+    if (out.parent / "last.pt").is_file() and not out.parent.samefile(run_dir / "checkpoints"):
+        raise TinyMTError(f"output={cfg.output} is in another run's checkpoints/: a run's "
+                          f"average goes in its own ({run_dir / 'checkpoints'}) or outside any run")
     steps = step_checkpoints(run_dir)[-cfg.last:]
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "

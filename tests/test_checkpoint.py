@@ -236,3 +236,19 @@ def test_average_refuses_another_vocabulary_size(tiny_run, tmp_path, capsys):
     forged = _forge_step(run, grow)
     line = _average_refused(run, capsys)
     assert str(forged) in line and "embed.weight is (" in line and f"vs ({size + 8}, " in line
+
+
+def test_average_never_writes_into_another_run(tiny_run, tmp_path, capsys):
+    """``run=A output=<B>/checkpoints/avg.pt``: B's translate.py would refuse that avg.pt
+    (another run's tokenizer) after it replaced B's own; refused in one line, B unchanged."""
+    a, b = copy_run(tiny_run, tmp_path / "a"), copy_run(tiny_run, tmp_path / "b")
+    before = {p: p.read_bytes() for p in sorted(b.rglob("*")) if p.is_file()}
+    out = b / "checkpoints" / "avg.pt"
+    status, err = run_script_in_process("average_checkpoints",
+                                        [f"run={a}", "last=2", f"output={out}"], capsys)
+    assert status == 2 and err.strip() == (
+        f"error: output={out} is in another run's checkpoints/: a run's average goes in its "
+        f"own ({a / 'checkpoints'}) or outside any run"), err
+    assert {p: p.read_bytes() for p in sorted(b.rglob("*")) if p.is_file()} == before
+    status, _ = run_script_in_process("average_checkpoints", [f"run={a}", "last=2"], capsys)
+    assert status == 0 and (a / "checkpoints" / "avg.pt").is_file()  # its own: as before

@@ -58,6 +58,8 @@ def main(cfg: DictConfig) -> float:
     except (TinyMTError, KeyboardInterrupt):
         _remove_if_empty(hc.runtime.output_dir)
         raise
+    if cfg.trainer.resume:  # the run went on in its own folder: a sweep's job folder is empty
+        _remove_if_empty(hc.runtime.output_dir)
     return metrics["best_valid_bleu"]  # what a Hydra sweeper would maximise
 
 

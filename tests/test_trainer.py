@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
-from conftest import compose_train
+from conftest import compose_train, copy_run
 from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
 from tinymt.trainer import train
@@ -163,3 +163,19 @@ def test_a_sweep_whose_every_job_is_bad_leaves_no_folder(tmp_path):
         assert job in line and f"model.n_heads={heads}" in line and "not divisible" in line
     assert lines[2] == "error: all 2 job(s) of the sweep failed: none was run"
     assert not (tmp_path / "sweeps").exists()
+
+
+@pytest.mark.slow  # a resume in the script's own process: ~12 s
+def test_a_resume_sweep_leaves_no_empty_job_folder(tiny_run, tmp_path):
+    """`-m trainer.resume=<run> trainer.max_steps=44` (a sweep of one job): the job goes on in
+    the run's own folder; the job folder Hydra made for it is not left behind empty (the
+    sweep's folder keeps its multirun.yaml, as every sweep's)."""
+    from tinymt.checkpoint import load_checkpoint
+
+    run, sweep = copy_run(tiny_run, tmp_path / "run"), tmp_path / "sweeps" / "s"
+    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "-m", f"trainer.resume={run}",
+           "trainer.max_steps=44", f"hydra.sweep.dir={sweep}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [p.name for p in sweep.iterdir()] == ["multirun.yaml"]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 44

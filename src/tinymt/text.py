@@ -124,12 +124,12 @@ def sentences(line: str, lang: str) -> list[str]:
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
 
 
-def plan(texts: Sequence[str], source: str, cut: bool = True, what: str = "line",
-         first: int = 1) -> tuple[list[str], list[list[str | int]], int]:
+def plan(texts: Sequence[str], source: str, cut: bool = True, first: int = 1
+         ) -> tuple[list[str], list[list[str | int]], int]:
     """The sentences to translate (in ``source``), each text's parts (a string kept as it
     is; an int: a sentence's index) and how many segments hold no word of ``source``;
     ``cut=False``: each text one sentence, as given. Each text is read :func:`within` its
-    time (``what`` and its number, from ``first``, name it)."""
+    time (named as a line, numbered from ``first``)."""
     if not cut:
         return list(texts), [[i] for i in range(len(texts))], 0
     todo: list[str] = []
@@ -137,7 +137,7 @@ def plan(texts: Sequence[str], source: str, cut: bool = True, what: str = "line"
     _identifier(), _segmenter(source)  # loaded outside any text's time
     for n, text in enumerate(texts, first):
         parts: list[str | int] = []
-        with within(text, f"{what} {n}"):
+        with within(text, f"line {n}"):
             for line in text.splitlines(keepends=True):
                 body = line.rstrip("\r\n")
                 for sent in sentences(body, source):

@@ -152,7 +152,8 @@ class Service:
             units.append(parts)
             plans += [[i + len(sents) if isinstance(i, int) else i for i in p]
                       for p in item_plans]
-            sents, kept = sents + found, kept + item_kept
+            sents += found
+            kept += item_kept
             detected.append(lang)
             if len(sents) > limit:
                 raise ApiError(400, f"Invalid request: q holds more than {limit:,} sentences")

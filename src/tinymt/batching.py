@@ -47,12 +47,6 @@ class TokenBatchSampler:
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int32)
         self.max_tokens, self.seed, self.shuffle = int(max_tokens), int(seed), bool(shuffle)
         self.lengths_of, self.epoch, self.position = lengths_of, 0, 0
-        # Batch boundaries depend only on the sorted length sequence, which is the same in
-        # every epoch (only ties are ordered differently): compute them once.
-        base_order = by_length(self.src_lens, self.tgt_lens)  # stable: index ties
-        self._bounds = _cut(self.src_lens[base_order], self.tgt_lens[base_order],
-                            self.max_tokens)
-        self._cached: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         """All batches of ``epoch`` (default: the current one), in yield order."""
@@ -64,25 +58,20 @@ class TokenBatchSampler:
         ``[start, end)`` in it, in yield order, ``(n_batches, 2)``. Arrays, not lists of
         Python ints: a few bytes a pair however big the corpus (a batch's list is made
         when it is yielded)."""
-        if self._cached is not None and self._cached[0] == epoch:
-            return self._cached[1]
-        src_lens, tgt_lens, bounds = self.src_lens, self.tgt_lens, self._bounds
+        src_lens, tgt_lens = self.src_lens, self.tgt_lens
         if self.lengths_of is not None:  # this epoch's own lengths
             src_lens, tgt_lens = (np.asarray(x, dtype=np.int32) for x in self.lengths_of(epoch))
-            bounds = None
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
             perm = rng.permutation(len(src_lens))
             order = perm[by_length(src_lens[perm], tgt_lens[perm])]
         else:
             order = by_length(src_lens, tgt_lens)
-        if bounds is None:
-            bounds = _cut(src_lens[order], tgt_lens[order], self.max_tokens)
+        bounds = _cut(src_lens[order], tgt_lens[order], self.max_tokens)
         edges = np.asarray(bounds, dtype=np.int64)
         ranges = np.stack([edges[:-1], edges[1:]], axis=1)
         if self.shuffle:
             ranges = ranges[rng.permutation(len(ranges))]
-        self._cached = (epoch, (order, ranges))
         return order, ranges
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -132,25 +121,24 @@ class Batch:
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
-    pad_id: int = PAD_ID
 
     @property
     def src_pad_mask(self) -> torch.Tensor:
         """(B, S) bool, True where ``src`` is padding."""
-        return self.src == self.pad_id
+        return self.src == PAD_ID
 
     @property
     def tgt_pad_mask(self) -> torch.Tensor:
         """(B, T) bool, True where ``tgt_in`` is padding."""
-        return self.tgt_in == self.pad_id
+        return self.tgt_in == PAD_ID
 
     @property
     def n_tgt_tokens(self) -> int:
         """Target tokens to predict (eos included, padding excluded)."""
-        return int((self.tgt_out != self.pad_id).sum())
+        return int((self.tgt_out != PAD_ID).sum())
 
     def to(self, device) -> Batch:
-        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id)
+        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)))
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:

@@ -446,7 +446,7 @@ def check_analyze(cfg) -> None: check_values(cfg, AnalyzeConfig)  # noqa: E704
 def check_average(cfg) -> None: check_values(cfg, AverageConfig)  # noqa: E704
 
 
-def _typed(schema, cfg, what: str = "bad config") -> DictConfig:
+def as_typed(schema, cfg, what: str = "bad config") -> DictConfig:
     """``cfg`` (dict / DictConfig) merged onto ``schema``: an unknown key (Hydra's
     ``+trainer.foo=1`` too: merged as plain values) or a wrong type is one line naming the key."""
     try:
@@ -461,7 +461,7 @@ def _typed(schema, cfg, what: str = "bad config") -> DictConfig:
 def as_train_config(cfg) -> DictConfig:
     """``cfg`` (dict / DictConfig / a run's saved config) merged onto :class:`TrainConfig`
     and checked. Unknown keys and wrong types are one-line errors naming the key."""
-    merged = _typed(TrainConfig, cfg)
+    merged = as_typed(TrainConfig, cfg)
     check_train(merged)
     return merged
 
@@ -470,7 +470,7 @@ def as_model_config(values, vocab_size: int) -> DictConfig:
     """A checkpoint's ``model_config`` (a dict) typed as :class:`ModelConfig` and checked
     as a training config's model with that vocabulary (:func:`check_model`): before any
     tensor of that size is made. A bad one is one line naming the key."""
-    model = _typed(ModelConfig, values, "bad model_config")
+    model = as_typed(ModelConfig, values, "bad model_config")
     check_model(OmegaConf.create({"model": model, "data": {"vocab_size": vocab_size}}))
     return model
 
@@ -503,18 +503,13 @@ def load_config_file(path: str | os.PathLike, what: str) -> dict[str, Any]:
         mapping = isinstance(yaml.compose(text, Loader=_NoAliases), yaml.MappingNode)
         values = OmegaConf.to_container(OmegaConf.create(text), resolve=True) if mapping else None
     except Exception as e:  # noqa: BLE001
-        raise TinyMTError(f"{name} is not valid YAML ({yaml_why(e)})") from None
+        problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)  # YAML's
+        why = (f"{first_line(problem)} at line {mark.line + 1}, column {mark.column + 1}"
+               if problem and mark is not None else first_line(e))
+        raise TinyMTError(f"{name} is not valid YAML ({why})") from None
     if values is None:
         raise TinyMTError(f"{name} does not hold a mapping of settings")
     return values
-
-
-def yaml_why(e: Exception) -> str:
-    """A YAML error in one line: its problem and where (the first line of others)."""
-    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
-    if problem and mark is not None:
-        return f"{first_line(problem)} at line {mark.line + 1}, column {mark.column + 1}"
-    return first_line(e)
 
 
 # ----------------------------------------------------------------------------- Hydra

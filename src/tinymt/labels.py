@@ -194,13 +194,12 @@ def label_sample(src_ids, tgt_ids, words: dict | None, batch_tokens: int = 600) 
     return LabelSample(batches, words, aligned)
 
 
-@torch.inference_mode()
 def frame_labels(model, sample: LabelSample, device) -> dict[str, list[list[str]]]:
     """Every head's label ``{kind: [layer][head]}`` (module docstring) on ``sample``,
     teacher-forced, batch by batch."""
     stats, counts = AttentionStats(), None
     on_gold, n_rows = 0.0, 0  # cross-attention: the weight on aligned cells, of n_rows rows
-    with eval_mode(model):
+    with eval_mode(model, inference=True):
         for k, (idx, batch) in enumerate(sample.batches):
             batch = batch.to(device)
             _, attn = model(batch.src, batch.tgt_in, need_weights=True)

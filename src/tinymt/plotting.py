@@ -8,7 +8,6 @@ Sans CJK SC (:func:`tinymt.fonts.sc_font_file`) so that Chinese shows its SC for
 from __future__ import annotations
 
 import io
-import logging
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -26,21 +25,15 @@ from matplotlib.transforms import offset_copy  # noqa: E402
 from tinymt.files import write_bytes  # noqa: E402
 from tinymt.fonts import font_path, sc_font_file  # noqa: E402
 
-logger = logging.getLogger(__name__)
-
 
 @lru_cache(maxsize=1)
 def cjk_font_name() -> str:
     """Register the CJK font with matplotlib and return its family name: Noto Sans CJK SC,
-    else (a warning logged) the bundled font (Japanese forms): a font never stops a run."""
-    sc = sc_font_file()
-    for path in ([str(sc)] if sc else []) + [str(font_path())]:
-        try:
-            font_manager.fontManager.addfont(path)
-            return font_manager.FontProperties(fname=path).get_name()
-        except Exception as e:  # noqa: BLE001  (a damaged cached file)
-            logger.warning("cannot use the font %s: %s", path, e)
-    return "DejaVu Sans"
+    else the bundled font (Japanese forms; :func:`tinymt.fonts.sc_font_file` has logged
+    why): a font never stops a run."""
+    path = str(sc_font_file() or font_path())
+    font_manager.fontManager.addfont(path)
+    return font_manager.FontProperties(fname=path).get_name()
 
 
 def _display(piece: str) -> str:

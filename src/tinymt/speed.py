@@ -112,9 +112,6 @@ class BitDropout(nn.Module):
         super().__init__()
         self.p = p
 
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x

@@ -63,8 +63,9 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         lines = _arguments(sentences) if sentences else \
             read_lines(cfg.input) if cfg.input else list(stdin_lines)
-        _check_ref_count(cfg.ref, refs, len(lines))  # before output= is touched
+        _check_ref_count(cfg.ref, refs, len(lines))  # before any work
         translations = _translate_lines(run, lines, cfg, warn, out_f, device)
+    _check_ref_count(cfg.ref, refs, len(translations))  # (stdin: counted as read)
     if cfg.output:
         write_text(out_f.getvalue(), cfg.output)
     result = {"translations": translations, "engine": cfg.engine}
@@ -73,7 +74,6 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         result.update(run_dir=str(run.run_dir), checkpoint=str(run.checkpoint))
     if refs is not None:
-        _check_ref_count(cfg.ref, refs, len(translations))
         bleu, chrf, sig = score(translations, refs,
                                 target_language(run.config.get("data", {})))
         print(f"BLEU {bleu:.2f}  chrF {chrf:.2f}  ({sig})", file=sys.stderr)
@@ -82,7 +82,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
 
 
 def _check_ref_count(ref: str | None, refs: list[str] | None, n_inputs: int) -> None:
-    if refs is not None and len(refs) != n_inputs:
+    if refs is not None and len(refs) != n_inputs:  # before output= is touched
         raise TinyMTError(f"ref={ref} has {len(refs)} lines but the input has {n_inputs}")
 
 
@@ -201,12 +201,11 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
     texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
-    whole = zip(nbests, outs) if d.nbest > 1 else [(None, None)] * len(texts)  # n-best: lines
-    for text, (hyps, out) in zip(texts, whole):
-        if hyps is None:
+    for n, text in enumerate(texts):  # (n-best: each line one sentence, its lines, a blank)
+        if d.nbest == 1:
             print(text, file=out_f)  # one output line per input line
             continue
-        for (_, s), t in zip(hyps, out) if hyps else [(([], float("nan")), "")]:
+        for (_, s), t in zip(nbests[n], outs[n]) if nbests[n] else [(([], float("nan")), "")]:
             print(f"{s:.4f}\t{t}", file=out_f)
         print("", file=out_f)
     if cfg.attention:  # a figure per sentence: line<n>.png, or line<n>.<k>.png for several

@@ -35,13 +35,10 @@ def piece_word_weights(pieces: Sequence[str], words: Sequence[str]) -> np.ndarra
     texts = ["" if p in _SPECIAL else _chars(p) for p in pieces]
     joined = "".join(texts)
     # character i of `joined` -> character of target_text, or -1
-    if joined == target_text:
-        to_target = list(range(len(joined)))
-    else:
-        to_target = [-1] * len(joined)
-        matcher = difflib.SequenceMatcher(None, joined, target_text, autojunk=False)
-        for a, b, size in matcher.get_matching_blocks():
-            to_target[a:a + size] = range(b, b + size)
+    to_target = [-1] * len(joined)
+    matcher = difflib.SequenceMatcher(None, joined, target_text, autojunk=False)
+    for a, b, size in matcher.get_matching_blocks():
+        to_target[a:a + size] = range(b, b + size)
     weights = np.zeros((len(pieces), len(words)))
     pos = 0
     for p, text in enumerate(texts):

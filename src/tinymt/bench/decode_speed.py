@@ -17,10 +17,11 @@ from tinymt.batching import collate, length_batches
 from tinymt.bench import measure
 from tinymt.bench.peer import PeerTransformer
 from tinymt.bench.workload import build_pair, model_config
-from tinymt.data import PreparedData, normalize, target_language
+from tinymt.data import PreparedData, target_language
 from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.metrics import score
 from tinymt.rundir import LoadedRun, load_run
+from tinymt.translate import source_ids
 
 SEARCHES = {"greedy": 1, "beam5": 5}  # name -> beam
 WARM_SENTENCES = 32  # each method's untimed first pass, before the timed ones
@@ -34,9 +35,7 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
     kw = {"max_len_a": 1.5, "max_len_b": 10, "batch_tokens": 4096}  # translate.py's defaults
     if args.run:
         run = load_run(args.run, args.checkpoint, device)
-        cut = run.model.max_positions - 1  # as validation does: room for EOS
-        src_ids = [run.src_tokenizer.encode(normalize(t))[:cut]
-                   for t in data.splits["test"]["src"][:n]]
+        src_ids = source_ids(run, data.splits["test"]["src"][:n], copy=False)[1]  # as translate.py
         return src_ids, kw, {f"trained ({run.model.config.name})": (
             run.model, PeerTransformer(run.model).to(device))}, run, (
             "a trained model: stops at EOS, at most 1.5 × source length + 10 tokens "

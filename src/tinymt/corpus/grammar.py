@@ -67,7 +67,6 @@ _KIN = [n for n in L.NOUNS if n.kin]
 _ANIMALS = [n for n in L.NOUNS if "animal" in n.cats]
 _GOAL_PLACES = [p for p in L.PLACES if p.goal is not None]
 _DESTINATIONS = [p for p in _GOAL_PLACES if "city" in p.tags]  # 去北京的机票: cities, countries
-_CITIES = [p for p in L.PLACES if "city" in p.tags]
 _TIMES_BY_TENSE = {t: [x for x in L.TIMES if t in x.tenses] for t in ("present", "past", "future")}
 _TIMES_BY_TENSE["progressive"] = [L.time("现在")]
 # times that fix the tense on their own (a copula has no aspect marker: 他昨天很累)
@@ -89,34 +88,23 @@ _ATTR_ADJ = {
 class _VerbInfo:
     """What a verb can combine with, computed once from the lexicon."""
 
-    __slots__ = ("loc_places", "obj_nouns", "obj_person", "obj_places", "subj_animals", "verb")
+    __slots__ = ("loc_places", "obj_nouns", "obj_places", "subj_animals")
 
     def __init__(self, v: L.Verb):
-        self.verb = v
         spec = v.obj
-        self.obj_nouns = [
-            n for n in L.NOUNS if not n.kin and "person" not in n.cats and _matches(n.cats, spec)
-        ]
-        self.obj_person = "person" in spec
+        # (kin nouns are persons too: never objects here)
+        self.obj_nouns = [n for n in L.NOUNS if "person" not in n.cats and _matches(n.cats, spec)]
         if v.frame == "goal":
             self.obj_places = list(_GOAL_PLACES)
         elif v.frame == "placeobj":
             self.obj_places = [p for p in L.PLACES if p.tags & spec]
         else:
-            self.obj_places = [p for p in _CITIES if "city" in spec]
+            self.obj_places = [p for p in L.PLACES if "city" in p.tags and "city" in spec]
         self.loc_places = [p for p in L.PLACES if p.tags & v.loc]
         self.subj_animals = [n for n in _ANIMALS if _matches(n.cats, v.subj)]
 
-    @property
-    def human_subject(self) -> bool:
-        return "human" in self.verb.subj
 
-
-_INFO = {id(v): _VerbInfo(v) for v in L.VERBS}
-
-
-def info(v: L.Verb) -> _VerbInfo:
-    return _INFO[id(v)]
+info = functools.cache(_VerbInfo)  # a verb -> what it can combine with, built once
 
 
 def _frame(*frames):
@@ -136,22 +124,16 @@ _INNER = [v for v in _frame("trans", "intrans", "goal", "placeobj") if v.zh != "
 _GODO = [
     (v, [p for p in info(v).loc_places if p.goal is not None])
     for v in _frame("trans", "intrans")
-    if any(p.goal is not None for p in info(v).loc_places) and info(v).human_subject
+    if any(p.goal is not None for p in info(v).loc_places) and "human" in v.subj
 ]
 # relative clauses: which verbs can have each noun as object (object gap)
 _REL_VERBS = {
-    n.zh: [v for v in _EVENT_TRANS if n in info(v).obj_nouns and info(v).human_subject]
+    n.zh: [v for v in _EVENT_TRANS if n in info(v).obj_nouns and "human" in v.subj]
     for n in _COUNT_NOUNS
 }
-_SUBJ_REL_VERBS_HUMAN = [
-    v for v in L.VERBS if v.frame in ("trans", "stative", "intrans") and "human" in v.subj
-]
+_SUBJ_REL_VERBS_HUMAN = [v for v in _frame("trans", "stative", "intrans") if "human" in v.subj]
 _SUBJ_REL_VERBS_ANIMAL = {
-    n.zh: [
-        v
-        for v in L.VERBS
-        if v.frame in ("trans", "stative", "intrans") and _matches(n.cats, v.subj)
-    ]
+    n.zh: [v for v in _frame("trans", "stative", "intrans") if _matches(n.cats, v.subj)]
     for n in _ANIMALS
 }
 
@@ -253,13 +235,13 @@ def _adjectives(r, np: NP) -> None:
 
 
 ADJ_PROB = 0.65  # a common noun's attributive adjective (黑猫, 可爱的猫)
-_DET_CHOICES: dict = {}
 _POSSESSABLE = frozenset(
     {"thing", "clothes", "vehicle", "book", "letter", "ticket", "furniture", "pet", "social"}
     | {"food", "foodm", "drink", "game", "song", "story", "plant"}
 )
 
 
+@functools.cache
 def _det_choice(n: L.Noun, present: bool, allow_clause: bool) -> _Choice:
     choices = [(3.0, "num"), (1.2, "this"), (1.5, "that"), (0.5, "these"), (0.6, "those")]
     if present:
@@ -291,11 +273,7 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
         if x < 0.85:
             return NP("noun", n, det="num", count=_count(r, role))
         return NP("noun", n, det=_pick(r, ("this", "that")))
-    key = (n.zh, tense == "present", allow_clause)
-    choice = _DET_CHOICES.get(key)
-    if choice is None:
-        choice = _DET_CHOICES[key] = _det_choice(n, tense == "present", allow_clause)
-    kind = choice(r)
+    kind = _det_choice(n, tense == "present", allow_clause)(r)
     if kind == "poss":
         np = NP("noun", n, possessor=_possessor(r))
     elif kind == "rel":  # 我买的书 the book that I bought; 我买的这两本书: this, the two
@@ -357,7 +335,7 @@ def _object(r, v: L.Verb, tense: str, allow_clause=True, avoid=(), avoid_person=
     opts = []
     if inf.obj_nouns:
         opts.append((3.0, "noun"))
-    if inf.obj_person and not avoid_person:
+    if "person" in v.obj and not avoid_person:
         opts.append((2.0, "person"))
     if inf.obj_places:
         opts.append((1.0, "place"))
@@ -376,7 +354,7 @@ def _object(r, v: L.Verb, tense: str, allow_clause=True, avoid=(), avoid_person=
 def _subject(r, v: L.Verb | None, tense: str, human: bool | None = None) -> NP:
     """A subject for verb ``v`` (``None``: any human subject)."""
     animals = info(v).subj_animals if v is not None else []
-    can_human = v is None or info(v).human_subject
+    can_human = v is None or "human" in v.subj
     if human is None:
         human = can_human and (not animals or r.random() < 0.75)
     if not human:
@@ -459,7 +437,7 @@ def _trans_clause(r, question, embedded):
         if y < 0.45 and obj is not None and obj.kind != "place" and v.zh not in L.AMBIGUOUS_VERBS:
             c.vp.obj = NP("wh", "谁" if obj.human else "什么")
             c.mood = "wh_object"
-        elif y < 0.75 and info(v).human_subject:
+        elif y < 0.75 and "human" in v.subj:
             c.subj = NP("wh", "谁")
             c.mood = "wh_subject"
         elif info(v).loc_places:

@@ -43,7 +43,7 @@ def _corpus_fingerprint() -> dict:
     for f in sorted(folder.rglob("*.py")):
         digest.update(f.relative_to(folder).as_posix().encode())
         digest.update(f.read_bytes())
-    return {"corpus_version": corpus.CORPUS_VERSION, "corpus_source": digest.hexdigest()}
+    return {"corpus_source": digest.hexdigest()}
 
 
 def _source_fingerprint(cfg) -> Any:
@@ -54,8 +54,6 @@ def _source_fingerprint(cfg) -> Any:
     if cfg.source == "tsv":
         return _stat(_tsv_file(cfg))
     local = Path(cfg.path).expanduser()
-    if local.is_file():
-        return {"local": [_stat(local)]}
     if not local.exists():
         return {"hub": cfg.path}
     try:  # hub layout in a local folder: its files, hidden ones aside

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import json
 import mmap
 from collections.abc import Sequence
@@ -75,12 +74,7 @@ def advise_random(array: np.ndarray) -> None:
     start = array.ctypes.data & ~(_PAGE - 1)
     length = array.ctypes.data + array.nbytes - start
     with contextlib.suppress(OSError, AttributeError):
-        _libc().madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_RANDOM)
-
-
-@functools.cache
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+        ctypes.CDLL(None).madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_RANDOM)
 
 
 class Ragged(Sequence):

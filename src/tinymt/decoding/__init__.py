@@ -48,7 +48,7 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
     """Id lists (no eos) -> per sentence, in input order, ``nbest`` (ids, score) best
     first; length-sorted batches of at most ``batch_tokens`` padded source tokens. Greedy
     (``beam=1``) scores ``nan``: it does not rank hypotheses."""
-    results: list = [None] * len(src_ids)
+    results: dict[int, list[tuple[list[int], float]]] = {}  # input index -> its hypotheses
     batches = length_batches([len(s) for s in src_ids], batch_tokens)
     for idx in tqdm(batches, desc="translate", unit="batch", file=sys.stderr, mininterval=1.0,
                     disable=not progress):
@@ -60,6 +60,5 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
             hyps = beam_search(model, batch.src, beam=beam, len_penalty=len_penalty,
                                max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest,
                                rule=beam_rule)
-        for i, h in zip(idx, hyps):
-            results[i] = [(list(t), float(s)) for t, s in h]
-    return results
+        results.update(zip(idx, hyps))
+    return [results[i] for i in range(len(src_ids))]

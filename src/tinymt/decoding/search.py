@@ -106,11 +106,8 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5,
             tokens = prefix[done_rows, 1:].tolist()
             for r, toks, ended in zip(done_rows, tokens, hit_eos[done_rows].tolist()):
                 results[alive[r]] = toks[:-1] if ended else toks
-            keep = (~done).nonzero().flatten()  # (N',)
-            alive = [alive[r] for r in keep.tolist()]
+            keep, alive, (prefix, row_max) = drop_done(done, alive, prefix, row_max)
             if alive:
-                prefix = prefix.index_select(0, keep)
-                row_max = row_max.index_select(0, keep)
                 cache.reorder(keep)
         return results
 

@@ -50,10 +50,9 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
                 hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
                 loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
                                      model.pad_id)
-                grads = torch.autograd.grad(loss, [gates[k] for k in KINDS], allow_unused=True)
+                grads = torch.autograd.grad(loss, [gates[k] for k in KINDS])
             for k, g in zip(KINDS, grads):
-                if g is not None:
-                    total[k] += g.abs().sum(dim=1).cpu().double()  # sum over sentences
+                total[k] += g.abs().sum(dim=1).cpu().double()  # sum over sentences
             n_tokens += batch.n_tgt_tokens
     return {k: (v / max(n_tokens, 1)).numpy() for k, v in total.items()}
 

@@ -104,12 +104,13 @@ def _relation_heatmap(summary: dict, kind: str):
     (rows), with the best fixed offset's accuracy as the last column."""
     rows = summary[kind]["rows"]
     n_layers, n_heads = summary[kind]["shape"]
+    heads = [f"{layer}.{h}" for layer in range(n_layers) for h in range(n_heads)]
     values = np.array([[*row["accuracy"].ravel(), row["baseline"]] for row in rows]) \
-        if rows else np.zeros((1, n_layers * n_heads + 1))
+        if rows else np.zeros((1, len(heads) + 1))
     fig = heatmap(values, f"relation accuracy per head: {kind} (last column: best fixed "
                   "offset)", row_label="relation (→ dependent finds head, ← head finds "
                   "dependent)", col_label="layer.head", row_ticks=[row_label(r) for r in rows]
-                  or ["(no relations)"], col_ticks=[*_head_names(n_layers, n_heads), "offset"])
+                  or ["(no relations)"], col_ticks=[*heads, "offset"])
     fig.axes[0].images[0].set_clim(0.0, 1.0)
     return fig
 
@@ -201,18 +202,10 @@ def _table(header: list[str], rows) -> list[str]:
             *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
 
 
-def _head_names(n_layers: int, n_heads: int) -> list[str]:
-    return [f"{layer}.{h}" for layer in range(n_layers) for h in range(n_heads)]
-
-
 def _grid_table(values: np.ndarray) -> list[str]:
     """A markdown table of a ``(layers, heads)`` array, three decimals."""
     return _table(["layer", *(f"head {h}" for h in range(values.shape[1]))],
                   ([layer, *(f"{v:.3f}" for v in row)] for layer, row in enumerate(values)))
-
-
-def _fmt_aer(x: float) -> str:
-    return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
 
 def tracked(v: dict, bold: str = "") -> str:
@@ -276,9 +269,9 @@ def markdown_report(r: dict, run_dir: Path) -> str:
                "the source word whose pieces get the most of its attention (EOS = no link). "
                f"{a['gold_links']} gold links."), "", *_grid_table(a["aer"]), "",
               *_table(["heads averaged", "AER"],
-                      [*([f"layer {layer}", _fmt_aer(v)]
+                      [*([f"layer {layer}", _num(v, ".3f")]
                          for layer, v in enumerate(a["layer_average_aer"])),
-                       ["all cross heads", _fmt_aer(a["average_aer"])]]), "",
+                       ["all cross heads", _num(a["average_aer"], ".3f")]]), "",
               (f"Best head: **layer {a['best_head'][0]}, head {a['best_head'][1]}**, AER "
                f"**{a['best_aer']:.3f}**. Floor for one link per target word (oracle): "
                f"{a['oracle_aer']:.3f}."), "", img("aer", "AER per cross head"), ""]
@@ -393,4 +386,6 @@ def _sweep_cell(row: dict | None) -> str:
 
 
 def _num(x, fmt: str = ".2f") -> str:
-    return format(x, fmt) if type(x) in (int, float) else "?"
+    """``x`` formatted, or n/a when it is no finite number (an AER without gold links, a
+    metric the run did not record)."""
+    return format(x, fmt) if isinstance(x, (int, float)) and np.isfinite(x) else "n/a"

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from tinymt.attention_maps import collect_attention
-from tinymt.config import DataConfig
+from tinymt.config import DataConfig, as_typed
 from tinymt.corpus import SHOWCASE
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize, prepare, source_language, target_language
@@ -43,11 +42,7 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
     if not data_cfg:
         raise TinyMTError(f"{run.checkpoint} holds no data config: cannot rebuild its "
                           "data split (was it written by tinymt's trainer?)")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(DataConfig), data_cfg)
-    except Exception as e:  # noqa: BLE001  (omegaconf validation errors)
-        raise TinyMTError(f"{run.checkpoint}: bad data config ({e})".splitlines()[0]) from None
-    data = prepare(cfg, log=log)
+    data = prepare(as_typed(DataConfig, data_cfg, f"{run.checkpoint}: bad data config"), log=log)
     ds = data.splits[split]
     ds = ds.select(range(min(max_sentences or len(ds), len(ds))))
     src_text, refs = ds["src"][:], ds["tgt"][:]

@@ -10,8 +10,7 @@ from omegaconf import DictConfig
 
 def lr_factor(step: int, warmup: int, schedule: str, max_steps: int, min_ratio: float) -> float:
     """Multiplier of the peak lr at optimizer step ``step`` (1-based)."""
-    step = max(step, 1)
-    if warmup > 0 and step <= warmup:
+    if step <= warmup:
         return step / warmup
     if schedule == "inverse_sqrt":
         return math.sqrt(max(warmup, 1) / step)
@@ -27,7 +26,7 @@ def build_optimizer(model: torch.nn.Module, oc: DictConfig, max_steps: int,
     fused = oc.fused and device.type == "cuda"
     optimizer = torch.optim.AdamW(model.parameters(), lr=oc.lr, betas=tuple(oc.betas),
                                   eps=oc.eps, weight_decay=oc.weight_decay, fused=fused or None)
-    min_ratio = oc.min_lr / oc.lr if oc.lr > 0 else 0.0
+    min_ratio = oc.min_lr / oc.lr  # (the config keeps lr > 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda s: lr_factor(s + 1, oc.warmup_steps, oc.schedule, max_steps, min_ratio))

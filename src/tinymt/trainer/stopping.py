@@ -22,7 +22,6 @@ from tinymt.errors import Stopped, TinyMTError
 from tinymt.rundir import checkpoint_path
 from tinymt.trainer.state import checkpoint_state
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
 MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row
 
 
@@ -42,14 +41,13 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            for s in SIGNALS:
+            for s in (signal.SIGINT, signal.SIGTERM):
                 self._previous[s] = signal.signal(s, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
-        self._previous.clear()
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum:

@@ -13,10 +13,10 @@ tags heads/... in the run dir; for a sweep folder also <sweep>/heads_sweep.md. O
 configs/analyze_heads.yaml.
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_analyze
 
 

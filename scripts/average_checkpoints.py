@@ -8,10 +8,10 @@ this itself at the end of training (trainer.average_last=N). Options:
 configs/average_checkpoints.yaml (schema: tinymt.config.AverageConfig).
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_average
 from tinymt.errors import TinyMTError
 
@@ -34,7 +34,8 @@ def main(cfg: DictConfig) -> None:
     if len(steps) < 2:
         raise TinyMTError(f"{run_dir}/checkpoints has {len(steps)} step checkpoint(s) "
                           "(ckpt_<step>.pt); train with trainer.keep_last=N to keep several")
-    save_checkpoint(average_checkpoints(steps), out)
+    last = run_dir / "checkpoints" / "last.pt"  # the run they must all be of
+    save_checkpoint(average_checkpoints(steps, last if last.is_file() else None), out)
     print(f"averaged {', '.join(p.name for p in steps)} -> {out}")
 
 

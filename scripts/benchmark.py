@@ -9,6 +9,7 @@ benchmark itself is ``tinymt.bench``; docs/benchmarks.md holds the figures, what
 mean, the targets and the commands that wrote them.
 """
 
+import tinymt.cli  # noqa: F401  # isort: skip  (first: every way a script ends is one line)
 import os
 import sys
 

@@ -8,10 +8,10 @@ Needs the optional extra: ``pip install -e '.[ct2]'``. Options: configs/export.y
 tinymt.config.ExportConfig); the conversion: tinymt.ct2.
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_export
 
 

@@ -10,9 +10,9 @@ A second run with the same config is a cache hit (see tinymt.data). User errors 
 
 from __future__ import annotations
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import hydra
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_data
 
 

@@ -7,10 +7,10 @@
 ``configs/serve.yaml`` lists every setting (limits, micro-batching); docs/serve.md the API.
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_serve
 
 

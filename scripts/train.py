@@ -12,13 +12,13 @@ Options: `python scripts/train.py --cfg job` prints the composed config; `--help
 A bad value is one line on stderr (exit 2), before anything is written.
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import as_train_config
 from tinymt.errors import TinyMTError
 

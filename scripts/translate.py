@@ -14,13 +14,13 @@ With no sentences and no input=, stdin is read. ``engine=ct2 model_dir=<folder>`
 CTranslate2 a model written by scripts/export.py (same inputs, outputs and scoring).
 """
 
+from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)
 import re
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from tinymt.cli import one_line_errors, run_hydra
 from tinymt.config import check_translate
 
 # a Hydra override or flag: key=value, +key=value, ++key=value, ~key, --flag, -m

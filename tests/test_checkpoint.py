@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import copy_run, run_script_in_process
@@ -71,6 +74,35 @@ def test_a_tensor_must_own_the_bytes_its_shape_needs(tmp_path):
         tied["model"]["output_proj.weight"].data_ptr()  # tied: one view, counted once
     save_checkpoint(tied, tmp_path / "tied.pt")
     assert load_checkpoint(tmp_path / "tied.pt")["step"] == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 63), st.integers(2, 64),
+                          st.integers(0, 3)), min_size=1, max_size=6))
+def test_weights_may_describe_no_more_bytes_than_their_storages_hold(tmp_path_factory, sizes,
+                                                                      views):
+    """Property: extra weights drawn as views of one to three storages (any offset, length,
+    stride, or one value expanded: stride 0) load exactly when the distinct views describe
+    no more bytes than the storages they view hold, counted here from how they were made;
+    else one line naming the file."""
+    storages = [torch.arange(n, dtype=torch.float32) for n in sizes]
+    state, described, used = _state(1.0, 1), {}, set()
+    for i, (k, offset, length, stride) in enumerate(views):
+        k = k % len(storages)
+        base = storages[k][offset % sizes[k]:]
+        w = base[:1].expand(length) if stride == 0 else base[::stride][:length]
+        state["model"][f"extra{i}"] = w
+        described[(k, offset % sizes[k], w.numel(), stride)] = 4 * w.numel()
+        used.add(k)
+    path = tmp_path_factory.mktemp("views") / "x.pt"
+    save_checkpoint(state, path)
+    if sum(described.values()) > sum(4 * sizes[k] for k in used):
+        with pytest.raises(TinyMTError, match=rf"^checkpoint {path} is not one tinymt wrote: "
+                                              "model: its tensors describe"):
+            load_checkpoint(path)
+    else:
+        assert torch.equal(load_checkpoint(path)["model"][f"extra{len(views) - 1}"], w)
 
 
 def test_missing_checkpoint_is_one_line_error(tmp_path):
@@ -188,6 +220,25 @@ def test_average_refuses_other_tensors(tmp_path):
     save_checkpoint(other, tmp_path / "b.pt")
     with pytest.raises(TinyMTError, match=r"different model.*other tensors \(-extra\)"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_average_takes_only_one_run_s_checkpoints(tiny_run, tmp_path):
+    """Each checkpoint carries its run's id (the trainer's: one for every checkpoint of a
+    run); averaging refuses a checkpoint of another run than the last (or than ``run``,
+    the run's last.pt), naming it; one without an id is taken."""
+    ckpts = tiny_run / "checkpoints"
+    ids = {load_checkpoint(p)["trainer_state"]["run"] for p in sorted(ckpts.glob("*.pt"))}
+    assert len(ids) == 1 and re.fullmatch(r"[0-9a-f]{32}", ids.pop())
+    for name, run in (("a", "A"), ("b", "B"), ("c", "A"), ("d", None), ("e", "B")):
+        save_checkpoint({**_state(1.0, 1), "trainer_state": {"run": run}}, tmp_path / f"{name}.pt")
+    path = {n: tmp_path / f"{n}.pt" for n in "abcde"}
+    with pytest.raises(TinyMTError, match=rf"^{path['b']} is a checkpoint of another run than "
+                                          rf"{path['c']} \(its run id\): cannot average"):
+        average_checkpoints([path[n] for n in "abc"])
+    with pytest.raises(TinyMTError, match=rf"^{path['a']} is a checkpoint of another run than "
+                                          rf"{path['e']}"):
+        average_checkpoints([path["a"], path["c"]], path["e"])
+    assert average_checkpoints([path[n] for n in "acd"], path["a"])["trainer_state"] == {"run": None}
 
 
 def test_step_checkpoints_ignore_other_files(tmp_path):

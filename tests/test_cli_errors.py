@@ -30,7 +30,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_script_in_process, script_module
@@ -179,27 +179,91 @@ BUILTIN_ERRORS = sorted((t for t in vars(builtins).values() if isinstance(t, typ
                         key=lambda t: t.__name__)
 
 
-@given(kind=st.sampled_from(BUILTIN_ERRORS), message=st.text(max_size=200))
-def test_any_other_exception_is_one_line_and_exit_1(kind, message):
+@given(kind=st.sampled_from(BUILTIN_ERRORS), message=st.text(max_size=200),
+       on_ctrl_c=st.booleans())
+def test_any_other_exception_is_one_line(kind, message, on_ctrl_c):
     """Property: not only our own error type: whatever built-in exception a script raises,
-    with whatever message (newlines, markup, nothing), ends as one ``error:`` line, exit
-    status 1 (a fault, not the user's input); ``TINYMT_TRACEBACK=1`` re-raises it."""
+    with whatever message (newlines, markup, nothing), ends as one line: an ``OSError`` (the
+    machine's: a full disk) ``error: <its first line>``, a closed pipe nothing, any other
+    ``error: internal error (...)``, exit status 1 (not the user's input); raised while a
+    Ctrl-C was on its way out (a library's cleanup failing), ``interrupted`` and 130.
+    ``TINYMT_TRACEBACK=1`` re-raises it."""
     from tinymt.cli import TRACEBACK, one_line_errors
+    from tinymt.errors import first_line
 
     exc = kind(message)
 
     def fails():
-        raise exc
+        if not on_ctrl_c:
+            raise exc
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise exc
 
     err = io.StringIO()
     with mock.patch.dict(os.environ, {TRACEBACK: "0"}), contextlib.redirect_stderr(err), \
             pytest.raises(SystemExit) as e:
         one_line_errors(fails)()
     err = err.getvalue()
-    assert e.value.code == 1 and err.count("\n") == 1, err
-    assert err.startswith(f"error: internal error ({kind.__name__}") and TRACEBACK in err
+    if on_ctrl_c:
+        assert e.value.code == 130 and err == "interrupted\n"
+    elif issubclass(kind, BrokenPipeError):
+        assert e.value.code == 1 and err == ""
+    elif issubclass(kind, OSError):
+        assert e.value.code == 1 and err == f"error: {first_line(exc)}\n", err
+    else:
+        assert e.value.code == 1 and err.count("\n") == 1, err
+        assert err.startswith(f"error: internal error ({kind.__name__}") and TRACEBACK in err
     with mock.patch.dict(os.environ, {TRACEBACK: "1"}), pytest.raises(kind):
         one_line_errors(fails)()
+
+
+@pytest.mark.slow  # a script in its own process, a few times: ~15 s
+@settings(max_examples=8, deadline=None)
+@given(after=st.floats(0.0, 2.0))
+def test_a_ctrl_c_at_any_moment_is_one_line(tiny_run, after):
+    """Property: Ctrl-C at any moment of ``translate.py``'s life, its imports included, ends
+    it with ``interrupted`` (exit 130, or Python's own death by SIGINT), or it had ended
+    already with its translation: never a traceback. Seen failing (a ``KeyboardInterrupt``
+    traceback, or OmegaConf's ``UnboundLocalError`` raised on the Ctrl-C's way out) before
+    the hook of :mod:`tinymt.cli`."""
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "translate.py"),
+                          f"run={tiny_run}", SENTENCE], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_no_traceback())
+    time.sleep(after)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        assert out.count("\n") == 1 and err == ""
+    else:
+        # (a signal before Python has started ends it as it ends any program: silently)
+        assert p.returncode in (130, -signal.SIGINT) and err in ("interrupted\n", ""), err[-2000:]
+
+
+@pytest.mark.slow  # scripts in their own processes: ~6 s
+def test_a_full_or_closed_stdout_is_one_line_or_quiet(tiny_run):
+    """Output to a full disk (``/dev/full``): one ``error:`` line naming it, exit 1, from
+    the translation and from Hydra's ``--help``; to a pipe closed before the answer (``|
+    head`` done): nothing on stderr, exit 1."""
+    translate = [sys.executable, str(ROOT / "scripts" / "translate.py")]
+    for args in ([f"run={tiny_run}", SENTENCE], ["--help"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(translate + args, stdout=full, stderr=subprocess.PIPE,
+                               text=True, env=_no_traceback())
+        assert r.returncode == 1 and r.stderr == "error: [Errno 28] No space left on device\n", \
+            r.stderr[-2000:]
+    p = subprocess.Popen(translate + [f"run={tiny_run}", SENTENCE],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_no_traceback())
+    p.stdout.close()  # the reader is gone before the first line
+    assert p.wait(timeout=120) == 1 and p.stderr.read() == b""
+
+
+def _no_traceback() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "TINYMT_TRACEBACK"}
 
 
 @pytest.mark.slow  # the script in its own process: ~3 s

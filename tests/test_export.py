@@ -8,10 +8,12 @@ refusals and failures are one line and leave nothing behind; loading runs no cod
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -436,6 +438,13 @@ META_DAMAGE = {  # how tinymt_export.json is damaged -> words of the one line
                                                     "../x.bin": "0" * 64}}, "files"),
     "a digest that is not one": (lambda b, m: {**m, "files": {**m["files"], "model.bin": 5}},
                                  "model.bin was changed after export"),
+    "another quantization": (lambda b, m: {**m, "quantization": "int4"}, "quantization"),
+    "max_positions not the model's": (lambda b, m: {**m, "max_positions": 63},
+                                      "max_positions: 63, expected 64"),
+    "a model option unknown": (lambda b, m: {**m, "model": {**m["model"], "rotary": True}},
+                               "tinymt_export.json is damaged (bad model_config: rotary"),
+    "another model": (lambda b, m: {**m, "model": {**m["model"], "n_heads": 4}},
+                      "model.bin is not what scripts/export.py writes"),
 }
 
 
@@ -476,31 +485,150 @@ def test_every_bit_flip_of_the_description_is_caught(exports, tmp_path):
             f.write(bytes([byte]))
 
 
-VOCAB_FORGERIES = {  # shared_vocabulary.json / config.json rewritten, digests recomputed
-    "an empty vocabulary": ("shared_vocabulary.json", lambda v: []),
-    "all <unk>": ("shared_vocabulary.json", lambda v: ["<unk>"] * len(v)),
-    "cut to 5 tokens": ("shared_vocabulary.json", lambda v: v[:5]),
-    "two pieces swapped": ("shared_vocabulary.json", lambda v: [v[0], v[1], v[2], v[3], v[5],
-                                                                v[4], *v[6:]]),
-    "another decoder start": ("config.json", lambda c: {**c, "decoder_start_token": "</s>"}),
-    "another unk": ("config.json", lambda c: {**c, "unk_token": "<pad>"}),
+def resign(export: Path, name: str, data: bytes) -> Path:
+    """``export/name`` rewritten as ``data``, its digest and the description's recomputed, as
+    a forger would: every digest matches."""
+    import hashlib
+
+    (export / name).write_bytes(data)
+    meta = _meta(export)
+    meta["files"][name] = hashlib.sha256(data).hexdigest()
+    (export / "tinymt_export.json").write_text(json.dumps(sign(meta)))
+    return export / name
+
+
+def parse_model_bin(data: bytes) -> tuple[list, list, list]:
+    """A model.bin as CTranslate2's ``ModelSpec._serialize`` writes it, all of it: ``[version,
+    spec name, revision]``, ``[[name, shape, type id, bytes]]``, ``[[alias, target]]``."""
+    pos = 0
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        pos += n
+        return data[pos - n:pos]
+
+    def num(fmt: str) -> int:
+        return struct.unpack(fmt, take(struct.calcsize(fmt)))[0]
+
+    def string() -> str:
+        return take(num("<H"))[:-1].decode()
+
+    head = [num("<I"), string(), num("<I")]
+    variables = [[string(), [num("<I") for _ in range(num("<B"))], num("<B"), take(num("<I"))]
+                 for _ in range(num("<I"))]
+    return head, variables, [[string(), string()] for _ in range(num("<I"))]
+
+
+def write_model_bin(head: list, variables: list, aliases: list) -> bytes:
+    """:func:`parse_model_bin`'s inverse."""
+    def string(s: str) -> bytes:
+        return struct.pack("<H", len(s.encode()) + 1) + s.encode() + b"\0"
+
+    out = struct.pack("<I", head[0]) + string(head[1]) + struct.pack("<II", head[2],
+                                                                      len(variables))
+    for name, shape, dtype, raw in variables:
+        out += string(name) + struct.pack(f"<B{len(shape)}IBI", len(shape), *shape, dtype,
+                                          len(raw)) + raw
+    return out + struct.pack("<I", len(aliases)) + b"".join(string(a) + string(t)
+                                                            for a, t in aliases)
+
+
+def _edit_bin(edit):
+    """A model.bin forgery: ``edit(head, {name: variable}, aliases)`` changes them in place."""
+    def forge(data: bytes) -> bytes:
+        head, variables, aliases = parse_model_bin(data)
+        assert write_model_bin(head, variables, aliases) == data  # the forger's tools are exact
+        edit(head, {v[0]: v for v in variables}, aliases)
+        return write_model_bin(head, variables, aliases)
+    return forge
+
+
+def _var(name: str, field: int, value):
+    """A model.bin forgery: the variable ``name``'s field (0 name, 1 shape, 2 type id,
+    3 bytes) set to ``value``."""
+    return _edit_bin(lambda head, variables, aliases: variables[name].__setitem__(field, value))
+
+
+def _json(edit):
+    """A config.json forgery: ``edit(config)`` returns the new one."""
+    return lambda data: json.dumps(edit(json.loads(data)), indent=2).encode()
+
+
+def _set(key: str, value):
+    return _json(lambda c: {**c, key: value})
+
+
+FFN = "encoder/layer_0/ffn/linear_0/weight"  # (d_ff, d_model)
+VOCAB = "shared_vocabulary.json"
+STRUCTURE_FORGERIES = {  # re-signed: file, how it is rewritten, the words naming the change
+    "an empty vocabulary": (VOCAB, _json(lambda v: []), "0: none, expected '<pad>'"),
+    "all <unk>": (VOCAB, _json(lambda v: ["<unk>"] * len(v)), "0: '<unk>', expected '<pad>'"),
+    "cut to 5 tokens": (VOCAB, _json(lambda v: v[:5]), "5: none"),
+    "two pieces swapped": (VOCAB, _json(lambda v: [*v[:4], v[5], v[4], *v[6:]]), "4: "),
+    "source bos added": ("config.json", _set("add_source_bos", True), "add_source_bos"),
+    "source bos 1 for true": ("config.json", _set("add_source_eos", 1), "add_source_eos"),
+    "another epsilon": ("config.json", _set("layer_norm_epsilon", 0.1), "layer_norm_epsilon"),
+    "another decoder start": ("config.json", _set("decoder_start_token", "</s>"),
+                              "decoder_start_token"),
+    "another unk": ("config.json", _set("unk_token", "<pad>"), "unk_token"),
+    "a field added": ("config.json", _set("zz_extra", 1), "zz_extra"),
+    "a field removed": ("config.json", _json(lambda c: {k: v for k, v in c.items()
+                                                        if k != "eos_token"}), "eos_token"),
+    "more heads": ("model.bin", _var("encoder/num_heads", 3, struct.pack("<h", 4)),
+                   "encoder/num_heads: ((), 'int16', 2, b'\\x04\\x00'), expected"),
+    "post-LN": ("model.bin", _var("decoder/pre_norm", 3, b"\0"), "decoder/pre_norm"),
+    "gelu": ("model.bin", _var("encoder/activation", 3, b"\1"), "encoder/activation"),
+    "a variable renamed": ("model.bin", _var(FFN, 0, FFN.replace("layer_0", "layer_9")),
+                           f"{FFN}: none, expected ((64, 32), 'float32', 8192, None)"),
+    "a shape transposed": ("model.bin", _var(FFN, 1, [32, 64]), f"{FFN}: ((32, 64),"),
+    "another dtype": ("model.bin", _var(FFN, 2, 3), f"{FFN}: ((64, 32), 'int32'"),
+    "an alias dropped": ("model.bin", _edit_bin(lambda h, v, a: a.pop()),
+                         "encoder/position_encodings"),
+    "an alias to nothing": ("model.bin", _edit_bin(lambda h, v, a: a[0].__setitem__(1, "x")),
+                            "decoder/projection/weight"),
+    "another revision": ("model.bin", _edit_bin(lambda h, v, a: h.__setitem__(2, 6)),
+                         "format: (6, 'TransformerSpec', 6)"),
+    "a header cut short": ("model.bin", lambda data: data[:40], "truncated or malformed at "
+                           "byte 40"),
+    "bytes after the end": ("model.bin", lambda data: data + b"\0", "truncated or malformed"),
 }
 
 
-@pytest.mark.parametrize("forgery", VOCAB_FORGERIES)
-def test_a_forged_vocabulary_is_refused_before_ctranslate2_reads_it(exports, tmp_path, capsys,
-                                                                     forgery):
-    """The export's files re-signed by a forger (the digests match): CTranslate2 would
-    translate through whatever vocabulary and special tokens it finds; checked against the
-    export's own sentencepiece model first, one line naming the file, exit 2."""
-    import hashlib
+@pytest.mark.parametrize("forgery", STRUCTURE_FORGERIES)
+def test_a_forged_model_is_refused_before_ctranslate2_reads_it(exports, tmp_path, capsys,
+                                                                monkeypatch, forgery):
+    """A vocabulary, config.json or model.bin rewritten and every digest recomputed, as a
+    forger would: CTranslate2 would load most of these and translate otherwise, silently.
+    Each is checked against what scripts/export.py writes for the model the description
+    names, before CTranslate2 reads the folder: one line naming the file and the first
+    difference, exit 2."""
+    import ctranslate2
 
+    name, forge, words = STRUCTURE_FORGERIES[forgery]
     export = private_export(exports, tmp_path)
-    name, change = VOCAB_FORGERIES[forgery]
-    file = export / name
-    file.write_text(json.dumps(change(json.loads(file.read_text(encoding="utf-8")))))
-    meta = _meta(export)
-    meta["files"][name] = hashlib.sha256(file.read_bytes()).hexdigest()
-    (export / "tinymt_export.json").write_text(json.dumps(sign(meta)))
+    file = resign(export, name, forge((export / name).read_bytes()))
+    monkeypatch.setattr(ctranslate2, "Translator", lambda *a, **k: pytest.fail("loaded"))
     line = translate_ct2_refused(export, capsys)
-    assert str(file) in line and "export the model again" in line, line
+    assert f"{file} is not what scripts/export.py writes for this model with CTranslate2 " \
+        f"{ctranslate2.__version__} (" in line, line
+    assert words in line and line.endswith("re-export the model"), line
+    if forgery == "more heads":  # the script in its own process too: exit 2, the same line
+        assert one_error_line(cli("translate", "engine=ct2", f"model_dir={export}",
+                                  "device=cpu", SENTENCE)) == line
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_weights_stored_once_load_all_the_same(run, tmp_path, quantization):
+    """CTranslate2 stores an array equal to an earlier one as an alias of it (int8: with the
+    earlier one's scale alone): two equal weight matrices, which an untrained model of the
+    config has not, export to another model.bin layout; it loads all the same."""
+    model = copy.deepcopy(run.model)
+    with torch.no_grad():
+        model.encoder_layers[1].ff.linear1.weight.copy_(model.encoder_layers[0].ff.linear1.weight)
+    export = export_run(dataclasses.replace(run, model=model), tmp_path / "x", quantization)
+    aliases = parse_model_bin((export / "model.bin").read_bytes())[2]
+    assert ["encoder/layer_1/ffn/linear_0/weight", FFN] in aliases
+    ex = load_export(export, "cpu", threads=1)
+    src = [run.src_tokenizer.encode(normalize(SENTENCE))]
+    if quantization == "none":  # (exact)
+        assert translate_export_ids(ex, src)[0][0][0] == translate_ids(model, src)[0][0][0]

@@ -578,9 +578,7 @@ def _export(folder: Path, **changes) -> Path:
     return folder
 
 
-EXPORT_SWAPS = [("max_positions a string", {"max_positions": "64"}),
-                ("max_positions 2**40", {"max_positions": 2**40}),
-                ("data a list", {"data": ["zh"]}), ("data.reverse 'yes'", {"data": {"reverse": "yes"}}),
+EXPORT_SWAPS = [("data a list", {"data": ["zh"]}), ("data.reverse 'yes'", {"data": {"reverse": "yes"}}),
                 ("files a list", {"files": ["model.bin"]}),
                 ("files: a path out of the folder", {"files": {"../model.bin": "ab" * 32}}),
                 ("format other", {"format": "onnx"})]

@@ -4,7 +4,7 @@ what holds no word of the model's language is kept as it is."""
 import time
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tinymt.corpus import generate_splits
@@ -135,6 +135,33 @@ def test_html_parts_lose_nothing(pieces, junk):
         html_parts(junk)
     except TinyMTError as e:
         assert str(e).startswith("format=html: the markup cannot be read") and "\n" not in str(e)
+
+
+@pytest.mark.slow  # up to ~0.4 s an example
+@settings(max_examples=25, deadline=None)
+@given(st.text(alphabet='<a !-[]?/="。.x猫\n1', min_size=1, max_size=6), st.integers(1, 10_000),
+       st.booleans(), st.booleans())
+@example("<a ", 3334, True, False)  # html.parser's quadratic markup: ~1.1 s
+@example("。", 10_000, False, True)  # a punctuation run
+def test_reading_any_text_ends_within_its_time(unit, times, html, auto):
+    """Property: whatever the text (runs of markup, punctuation, lines, words, up to 10,000
+    characters), reading it (cut, parsed as HTML, its language found) ends within its time:
+    read, or refused in one line. The allowance cut to ``READ_S`` (0.25 s) alone, so that
+    the slowest texts (html.parser's quadratic markup) overrun it."""
+    from unittest.mock import patch
+
+    from tinymt import text
+
+    item = (unit * times)[:10_000]
+    text.read_item("猫。", 1, "zh", False, True, frozenset({"zh", "en"}))  # loaded: not timed
+    start = time.process_time()  # the deadline's clock: CPU time
+    try:
+        with patch.object(text, "READ_S_PER_CHAR", 0.0):
+            text.read_item(item, 1, "zh", html, True, frozenset({"zh", "en"}) if auto else None)
+    except TinyMTError as e:
+        assert str(e).startswith(("q item 1: reading its", "format=html: the markup cannot"))
+        assert "\n" not in str(e)
+    assert time.process_time() - start < text.READ_S + 0.1
 
 
 MALFORMED = ('<a ' * 1667)[:5000]  # html.parser reads it in quadratic time: ~0.4 s, 4x: 7 s

@@ -24,6 +24,8 @@ from unittest.mock import ANY
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import (
@@ -788,37 +790,58 @@ def test_a_value_json_cannot_hold_is_a_422(tmp_path):
         b"not JSON compliant")
 
 
-def test_the_trend_decodes_each_record_once(trend_logdir, monkeypatch):
-    """``/trend`` in process on TensorBoard's own data provider: a second request decodes
-    nothing and answers the same; a cache bounded at 2 records keeps 2 and still answers
-    right; a record the reader refused is not read again either."""
+@pytest.fixture(scope="module")
+def long_trend(tmp_path_factory):
+    """The Attention tab over one probe of 40 steps (1..40), 18 numbers each; the
+    encoder's entropy of layer 0, head 0 at step 7 the largest float (finite: it reads)."""
+    from conftest import write_records
+    from tinymt.viewer.summary import probe_summary
+
+    rng = np.random.default_rng(3)
+    docs = {s: trend_document(rng, s) for s in range(1, 41)}
+    docs[7]["kinds"]["encoder_self"]["entropy"][0][0] = 1.7976931348623157e308
+    meta = json.dumps({"version": 1, "sentence": "猫。", "reference": None}).encode()
+    logdir = tmp_path_factory.mktemp("long_trend")
+    (logdir / "long").mkdir()
+    write_records(logdir / "long", {"probe_0": (meta, [
+        (s, probe_summary("probe_0", d, "猫。", None).value[0].tensor) for s, d in docs.items()])})
+    return in_process_tab(logdir)
+
+
+@settings(max_examples=60)
+@given(most_steps=st.integers(1, 60), most_numbers=st.integers(1, 1000))
+def test_a_trend_answer_is_bounded_and_spread_evenly(long_trend, most_steps, most_numbers):
+    """Whatever the bounds, ``/trend`` answers at most ``TREND_STEPS`` steps, spread evenly
+    over the 40 logged (gaps differing by at most one, the first and last kept), and at most
+    ``TREND_NUMBERS`` numbers (the first step always): the later steps past it left out. A
+    number that is not finite (an entropy near the float range rounds to infinity) is
+    null at its point alone."""
+    from unittest.mock import patch
+
     from werkzeug.test import Client
 
     from tinymt.viewer import plugin
 
-    tab = in_process_tab(trend_logdir[0])
-    calls = []
-
-    def counted(blob):
-        calls.append(len(blob))
-        return decode(blob)
-
-    monkeypatch.setattr(plugin, "decode", counted)
-    client = Client(tab.get_plugin_apps()["/trend"])
-
-    def trend(tag):
-        answer = client.get(f"/?run=trend&tag={tag}")
-        assert answer.status_code == 200
-        return json.loads(answer.data)
-
-    first = {tag: trend(tag) for tag in ("probe_0", "probe_1")}
-    assert len(calls) == 3 + 4  # every string record once (probe_1: 1 2 3 4; 5 is floats)
-    assert {tag: trend(tag) for tag in first} == first and len(calls) == 7
-    tab._trends = plugin._TrendCache(2, plugin.TREND_VALUES)
-    assert trend("probe_0") == first["probe_0"] and len(calls) == 10
-    assert len(tab._trends._held) == 2
-    tab._trends = plugin._TrendCache(100, 10)  # 10 numbers: one record at a time
-    assert trend("probe_0") == first["probe_0"] and len(tab._trends._held) == 1
+    with patch.object(plugin, "TREND_STEPS", most_steps), \
+            patch.object(plugin, "TREND_NUMBERS", most_numbers):
+        answer = Client(long_trend.get_plugin_apps()["/trend"]).get("/?run=long&tag=probe_0")
+    assert answer.status_code == 200
+    trend = json.loads(answer.data)
+    steps, kinds = trend["steps"], trend["kinds"]
+    numbers = sum(len(row) for kind in kinds.values() for series in kind.values()
+                  for heads in series if heads is not None for row in heads)
+    assert trend["logged"] == 40 and trend["errors"] == []
+    assert steps and steps[0] == 1 and steps == sorted(set(steps))
+    assert len(steps) <= most_steps and (numbers <= most_numbers or len(steps) == 1)
+    if len(steps) == min(most_steps, 40):  # all that was picked: evenly spread
+        assert steps[-1] == (40 if most_steps > 1 else 1)
+        gaps = np.diff(steps)
+        assert len(gaps) == 0 or gaps.max() - gaps.min() <= 1
+    else:  # cut where the next step's 18 numbers would not fit
+        assert numbers + 18 > most_numbers
+    if 7 in steps:
+        entropy = kinds["encoder_self"]["entropy"][steps.index(7)]
+        assert entropy[0][0] is None and all(v is not None for v in entropy[0][1:])
 
 
 # ----------------------------------------------------------------------------- HTML file

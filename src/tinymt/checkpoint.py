@@ -175,14 +175,20 @@ def _name(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
 
-def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict:
+def average_checkpoints(paths: Sequence[str | os.PathLike], run: Path | None = None) -> dict:
     """The last checkpoint's dict with its ``model`` the mean of all (integer buffers:
     the last one's), without the optimizer's state (for translating, not resuming). Every
-    checkpoint must have the same tensors (:func:`_differs`): else one line naming the file
-    and the tensor. (The step checkpoints of one run: its tokenizer and model config were
-    frozen when it started, resume checks them.)"""
+    checkpoint must be of one run (the id its ``trainer_state`` holds; ``run``: a checkpoint
+    of the run they must be of) and have the same tensors (:func:`_differs`): else one line
+    naming the file. (A run's tokenizer and model config were frozen when it started,
+    resume checks them.)"""
     states = [load_checkpoint(p) for p in paths]  # each model a dict of tensors
-    for p, s in zip(paths[:-1], states):
+    ids = [s["trainer_state"].get("run") if isinstance(s.get("trainer_state"), dict) else None
+           for s in [*states, *([load_checkpoint(run)] if run else [])]]
+    for p, s, run_id in zip(paths, states, ids):
+        if None not in (run_id, ids[-1]) and run_id != ids[-1]:  # (None: a checkpoint without)
+            raise TinyMTError(f"{p} is a checkpoint of another run than {run or paths[-1]} "
+                              "(its run id): cannot average (only checkpoints of one run)")
         why = _differs(s, states[-1])
         if why:
             raise TinyMTError(f"{p} is from a different model than {paths[-1]}: "

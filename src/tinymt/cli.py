@@ -1,7 +1,12 @@
 """What every script does with a failure: one line on stderr -- a user error exit status 2
 (ours, :func:`one_line_errors`, and Hydra's composition errors, :func:`run_hydra`), any
-other exception exit status 1 (``TINYMT_TRACEBACK=1`` shows its traceback instead)."""
+other exception exit status 1 (``TINYMT_TRACEBACK=1`` shows its traceback instead).
 
+Every script imports this module first: from then on, what escapes those two (a Ctrl-C
+while the script still imports, a failing write of Hydra's ``--help``) is one line too
+(:func:`_last_words`), so Hydra and the rest are imported below the hook."""
+
+# ruff: noqa: E402  (the hook is set before the third-party imports)
 from __future__ import annotations
 
 import functools
@@ -10,6 +15,44 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tinymt.errors import Stopped, TinyMTError, first_line
+
+TRACEBACK = "TINYMT_TRACEBACK"  # set to 1: an internal fault shows its traceback
+
+
+def _say(e: BaseException) -> int:
+    """One line on stderr for an exception nothing else handled; the exit status it means.
+    An ``OSError`` is the machine's (a full disk, a closed pipe: ``| head``), not a fault
+    of ours; a broken stdout is quiet, and replaced so that Python's last flush is too."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    cause = e  # (a library's cleanup may fail on a Ctrl-C's way out: a Ctrl-C all the same)
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__context__
+    if cause is not None:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if not isinstance(e, BrokenPipeError):
+        what = first_line(e)
+        what = "" if what == type(e).__name__ else f": {what}"
+        print(f"error: {what[2:] or type(e).__name__}" if isinstance(e, OSError) else
+              f"error: internal error ({type(e).__name__}{what}); {TRACEBACK}=1 shows where",
+              file=sys.stderr)
+    return 1
+
+
+def _last_words(kind, e, tb) -> None:
+    """``sys.excepthook``: an exception that ends the script anywhere is one line."""
+    if os.environ.get(TRACEBACK) == "1":
+        sys.__excepthook__(kind, e, tb)
+    else:
+        _say(e)
+
+
+sys.excepthook = _last_words
+
 from hydra import compose
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
@@ -17,10 +60,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 
-from tinymt.errors import Stopped, TinyMTError
-
 _FAILED_JOBS: list[str] = []  # jobs of this ``-m`` sweep that ended in a TinyMTError
-TRACEBACK = "TINYMT_TRACEBACK"  # set to 1: an internal fault shows its traceback
 
 
 def _sweep_job() -> str | None:
@@ -35,15 +75,18 @@ def _sweep_job() -> str | None:
 
 
 def one_line_errors(fn):
-    """Run ``fn``; a :class:`TinyMTError` becomes ``error: <message>`` and exit code 2 (in
-    a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2 at its end), Ctrl-C
-    ``interrupted`` and 130, a :class:`~tinymt.errors.Stopped` run its message and 128 +
-    the signal's number, any other exception ``error: internal error (...)`` and 1."""
+    """Run ``fn`` (its output flushed); a :class:`TinyMTError` becomes ``error: <message>``
+    and exit code 2 (in a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2
+    at its end), a :class:`~tinymt.errors.Stopped` run its message and 128 + the signal's
+    number, Ctrl-C ``interrupted`` and 130, any other exception one line (:func:`_say`)
+    and 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            sys.stdout.flush()  # a full disk or a closed pipe: here, not at Python's exit
+            return result
         except TinyMTError as e:
             job = _sweep_job()
             if job is not None:
@@ -56,16 +99,12 @@ def one_line_errors(fn):
             if e.message:
                 print(e.message, file=sys.stderr)
             sys.exit(128 + e.signum)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            sys.exit(130)
-        except Exception as e:  # not the user's doing: a fault of ours or of a library
+        except Exception as e:  # not the user's doing: a fault of ours, a library's, the machine's
             if os.environ.get(TRACEBACK) == "1":
                 raise
-            what = (str(e).strip().splitlines() or [""])[0][:300]
-            print(f"error: internal error ({type(e).__name__}{': ' + what if what else ''}); "
-                  f"{TRACEBACK}=1 shows where", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(_say(e))
+        except KeyboardInterrupt as e:
+            sys.exit(_say(e))
 
     return wrapper
 

@@ -44,12 +44,12 @@ READ_S, READ_S_PER_CHAR = 0.25, 200e-6
 
 @contextlib.contextmanager
 def within(text: str, what: str = "a text"):
-    """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time,
-    :data:`READ_S` + :data:`READ_S_PER_CHAR` a character (SIGALRM: ``re`` and the parsers
-    in Python both check signals). Main thread only, the outermost deadline alone counts:
-    the server reads client text on its reader processes (:mod:`tinymt.serve.readers`)."""
+    """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time of CPU (a
+    busy machine refuses no text): :data:`READ_S` + :data:`READ_S_PER_CHAR` a character
+    (SIGPROF: ``re`` and the parsers in Python check signals). Main thread only, the outermost
+    deadline alone counts: the server reads client text on :mod:`tinymt.serve.readers`."""
     if threading.current_thread() is not threading.main_thread() or \
-            signal.getitimer(signal.ITIMER_REAL)[0]:
+            signal.getitimer(signal.ITIMER_PROF)[0]:
         yield
         return
     seconds = READ_S + READ_S_PER_CHAR * len(text)
@@ -57,13 +57,13 @@ def within(text: str, what: str = "a text"):
     def stop(*_):
         raise TinyMTError(f"{what}: reading its {len(text):,} characters took over "
                           f"{seconds:.2f} s (sentences, language, markup); send plainer text")
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from tinymt.model import Transformer
 from tinymt.tokenizer import Tokenizer
 
 INSTALL = "CTranslate2 is not installed: pip install -e '.[ct2]'"
+QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
 
 
 def require_ct2():
@@ -67,9 +68,10 @@ def _inputs(spec, embedding: nn.Embedding, positions: nn.Module, max_positions: 
     spec.position_encodings.encodings = _np(positions(max_positions))  # (P, d), ours
 
 
-def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
-    """The ``TransformerSpec`` of ``model``, vocabularies registered, not yet validated
-    (after :func:`require_ct2`)."""
+def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer,
+               quantization: str = "none"):
+    """The ``TransformerSpec`` of ``model``, vocabularies registered, validated and optimized
+    as exported (after :func:`require_ct2`)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model.config
@@ -98,4 +100,6 @@ def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer):
     spec.register_target_vocabulary(tgt_tok.pieces(range(tgt_tok.vocab_size)))
     spec.config.add_source_eos = True  # our encoder reads x + [eos]
     spec.config.layer_norm_epsilon = float(model.encoder_layers[0].norm1.eps)
+    spec.validate()
+    spec.optimize(quantization=QUANTIZATIONS[quantization])  # (equal arrays stored once)
     return spec

@@ -7,10 +7,17 @@ outputs allowed, ``pad`` and ``bos`` never generated, EOS counted in the length 
 Greedy search is ours token for token, beam search ours by ``decode.beam_rule=full``
 (CTranslate2 has no ``shrink`` rule, so it is refused); tests/test_export.py holds both to
 ours.
+
+:func:`load_export` refuses a folder, in one line naming the file, unless every file is what
+``scripts/export.py`` writes for the model its description names: each file's digest, then
+:func:`check_files` (the vocabularies, config.json, every name, shape, type and scalar of
+model.bin). Digests carry no secret: the weights' values are the one thing a re-signed
+export can change (it is then another model, which no check without a secret key can tell).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -19,15 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from tinymt.checkpoint import file_sha256
-from tinymt.config import MAX_WIDTH
-from tinymt.ct2.convert import require_ct2
+from tinymt.config import as_model_config
+from tinymt.ct2.convert import QUANTIZATIONS, build_spec, require_ct2
 from tinymt.ct2.export import FORMAT, META, README, meta_digest
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json
+from tinymt.model import Transformer
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers
 
 Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
@@ -76,9 +85,8 @@ def read_meta(path: Path) -> dict:
 
 def _shape_problem(meta: dict) -> str | None:
     """What is wrong with the keys and types of a description (None: nothing)."""
-    positions = meta.get("max_positions")
-    if type(positions) is not int or not 2 <= positions <= MAX_WIDTH:
-        return f"max_positions: expected an integer in [2, {MAX_WIDTH}]"
+    if meta.get("quantization") not in tuple(QUANTIZATIONS):
+        return f"quantization: expected one of {', '.join(QUANTIZATIONS)}"
     data = meta.get("data")
     if not isinstance(data, dict) or data.get("reverse") not in (None, True, False) or any(
             not isinstance(data.get(k), str | None) for k in ("name", "src_lang", "tgt_lang")):
@@ -116,8 +124,8 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     meta = read_meta(path)
     verify_files(path, meta)
     src_tok, tgt_tok = load_tokenizers(path)  # the ones exported: their digests are in meta
-    check_vocabularies(path, src_tok, tgt_tok)
     ct2 = require_ct2()
+    check_files(path, meta, src_tok, tgt_tok)
     m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)  # our device= as CTranslate2's
     if not m:
         raise TinyMTError(f"device={device!r}: CTranslate2 runs on auto, cpu, cuda or cuda:N")
@@ -130,32 +138,89 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     return LoadedExport(translator, src_tok, tgt_tok, meta, path)
 
 
-# CTranslate2's special tokens as our tokenizers number them (pad, unk, bos, eos = 0-3)
-SPECIALS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>",
-            "decoder_start_token": "<s>"}
+def check_files(path: Path, meta: dict, src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
+    """All of the export that CTranslate2 and tinymt read but the weights' values (module
+    docstring) is what ``export_run`` writes for an untrained model of ``meta["model"]`` and
+    these tokenizers; else one line naming the file and the first difference."""
+    try:
+        cfg = as_model_config(meta.get("model"), max(src_tok.vocab_size, tgt_tok.vocab_size))
+    except TinyMTError as e:
+        raise TinyMTError(f"{path / META} is damaged ({e}); re-export the model") from None
+    with torch.random.fork_rng(devices=[]):  # (the caller's random draws stay the same)
+        model = Transformer(cfg, src_tok.vocab_size, tgt_tok.vocab_size, src_tok is tgt_tok)
+    spec = build_spec(model, src_tok, tgt_tok, meta["quantization"])
+    ct2 = require_ct2()
+    src, tgt = (t.pieces(range(t.vocab_size)) for t in (src_tok, tgt_tok))
+    want = {  # file -> what export_run writes there (a list as {index: item})
+        META: {"max_positions": cfg.max_positions},
+        "config.json": json.loads(json.dumps(spec.config.to_dict())),
+        **{f"{k}_vocabulary.json": dict(enumerate(v)) for k, v in  # (as CTranslate2 saves)
+           ({"shared": src} if src == tgt else {"source": src, "target": tgt}).items()},
+        "model.bin": _layout([
+            ("format", (ct2.specs.model_spec.CURRENT_BINARY_VERSION, spec.name, spec.revision)),
+            *((n, v if isinstance(v, str) else (tuple(v.shape), v.dtype, v.num_bytes(),
+                                                None if v.shape else v.to_bytes()))
+              for n, v in spec.variables(ordered=True))])}
+    for name, expected in want.items():
+        got = ({k: meta[k] for k in expected if k in meta} if name == META else
+               read_model_bin(path / name, len(expected)) if name == "model.bin" else
+               load_json(path / name, "the export's file", max_bytes=64 << 20, top=object))
+        got = dict(enumerate(got)) if isinstance(got, list) else got
+        for key in [*expected, *(k for k in got if k not in expected)]:
+            a, b = (repr(d[key]) if key in d else "none" for d in (got, expected))
+            if a != b:  # (by repr: 0 is not false)
+                raise TinyMTError(f"{path / name} is not what scripts/export.py writes for this "
+                                  f"model with CTranslate2 {ct2.__version__} ({key}: {a}, "
+                                  f"expected {b}): re-export the model")
 
 
-def check_vocabularies(path: Path, src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
-    """CTranslate2 maps its output through the export's own vocabulary files and
-    ``config.json``: they must be our tokenizers' pieces in id order, and the special
-    tokens ours, or it would translate into other words (even with the digests
-    recomputed); checked before it loads them, one line naming the file."""
-    shared = path / "shared_vocabulary.json"
-    pairs = [(shared, tgt_tok)] if shared.exists() else [
-        (path / "source_vocabulary.json", src_tok), (path / "target_vocabulary.json", tgt_tok)]
-    for file, tok in pairs:
-        vocab = (load_json(file, "the export's vocabulary", max_bytes=64 << 20, top=list)
-                 if file.exists() else None)
-        if vocab != tok.pieces(range(tok.vocab_size)):
-            n = "missing" if vocab is None else f"{len(vocab):,} entries"
-            raise TinyMTError(f"{file} is not the vocabulary of the sentencepiece model the "
-                              f"export holds ({n}, expected its {tok.vocab_size:,} pieces in id "
-                              "order): export the model again")
-    config = load_json(path / "config.json", "the export's CTranslate2 config", top=dict)
-    for key, token in SPECIALS.items():
-        if config.get(key) != token:
-            raise TinyMTError(f"{path / 'config.json'}: {key} is {config.get(key)!r}, not "
-                              f"{token!r}: export the model again")
+def _layout(named: list) -> dict:
+    """``{name: (shape, type, bytes, a scalar's value)}`` of a model.bin's ``[(name, those or
+    an alias's target)]``, an alias as its target and its target's scale (CTranslate2 stores
+    equal arrays once, which ones does not matter)."""
+    layout = {n: v for n, v in named if not isinstance(v, str)}
+    for alias, target in ((n, v) for n, v in named if isinstance(v, str)):
+        layout[alias] = layout.get(target, f"an alias of {target!r}")
+        if f"{target}_scale" in layout:
+            layout[f"{alias}_scale"] = layout[f"{target}_scale"]
+    return layout
+
+
+def read_model_bin(file: Path, most: int) -> dict:
+    """:func:`_layout` of a model.bin, ``format`` first, read as ``ModelSpec._serialize``
+    writes it (CTranslate2 has no Python reader of it): weights skipped, never read; counts
+    at most ``most``, every other number within the file's size. Truncated or malformed:
+    ``format`` says where."""
+    types = ("float32", "int8", "int16", "int32", "float16", "bfloat16")  # CTranslate2's ids
+    with open(file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+
+        def num(n_bytes: int, most: int = size) -> int:  # little-endian, unsigned
+            data = f.read(n_bytes)
+            if len(data) < n_bytes or int.from_bytes(data, "little") > most:
+                raise ValueError
+            return int.from_bytes(data, "little")
+
+        def string() -> str:  # (UTF-8, its NUL at the end)
+            if (raw := f.read(num(2)))[-1:] != b"\0":
+                raise ValueError
+            return raw[:-1].decode()
+
+        try:
+            named = [("format", (num(4), string(), num(4)))]
+            for _ in range(num(4, most)):
+                name, shape = string(), tuple(num(4) for _ in range(num(1)))
+                dtype, nbytes = types[num(1)], num(4)
+                scalar = None if shape or nbytes > 8 else f.read(nbytes)
+                if scalar is None and f.seek(nbytes, 1) > size:
+                    raise ValueError
+                named.append((name, (shape, dtype, nbytes, scalar)))
+            named += [(string(), string()) for _ in range(num(4, most))]
+            if f.tell() != size:
+                raise ValueError
+        except (ValueError, IndexError):  # (UnicodeDecodeError is a ValueError)
+            return {"format": f"truncated or malformed at byte {f.tell():,}"}
+    return _layout(named)
 
 
 def export_attention(export: LoadedExport, src: Sequence[int], out: Sequence[int]):

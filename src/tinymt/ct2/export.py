@@ -30,17 +30,14 @@ from tinymt.tokenizer import save_tokenizers, tokenizer_digest
 META = "tinymt_export.json"
 README = "README.md"
 FORMAT = "tinymt-ct2"
-QUANTIZATIONS = {"none": None, "int8": "int8"}  # quantization= -> CTranslate2's name
 
 
 def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> Path:
     """Write the CTranslate2 model of ``run``'s loaded checkpoint to the new folder ``out``."""
     check_output(out, "out", folder=True)
     ct2 = require_ct2()
-    spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer)
     try:
-        spec.validate()
-        spec.optimize(quantization=QUANTIZATIONS[quantization])
+        spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer, quantization)
     except (ValueError, TypeError) as e:
         raise TinyMTError(f"cannot export: CTranslate2 refused the model ({first_line(e)})"
                           ) from None

@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +82,7 @@ class Training:
     probes: list[str]
     sample: LabelSample | None  # the head labels' sentences (rank 0, with probes)
     state: dict = field(default_factory=lambda: {
+        "run": uuid.uuid4().hex,  # the run's id: in each of its checkpoints (averaging checks it)
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
         "train_seconds": 0.0, "skipped_steps": 0})
     t_start: float = field(default_factory=time.monotonic)

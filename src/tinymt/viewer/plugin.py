@@ -12,18 +12,17 @@ Routes (under ``/data/plugin/tinymt_attention/``): ``index.js``, ``view.js``,
 (every run and its probes; a probe whose tag metadata is not ours carries an ``error``),
 ``steps?run=&tag=`` (the steps logged; no record decoded), ``step?run=&tag=&step=`` (one
 view document, checked by :func:`tinymt.viewer.summary.decode`, weights 0..255),
-``trend?run=&tag=`` (every head's entropy and gold share at every step, each record's
-result cached). A bad request is an HTTP 400 or 404, an unreadable record a 422
-(``/step``), with a one-line text; one run's data never breaks another's, and nothing
-crashes the server.
+``trend?run=&tag=`` (every head's entropy and gold share across the steps, at most
+:data:`TREND_STEPS` of them and :data:`TREND_NUMBERS` numbers). A bad request is an HTTP 400
+or 404, an unreadable record a 422 (``/step``), with a one-line text; one run's data never
+breaks another's, and nothing crashes the server.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
-from collections import OrderedDict
+import math
 
 import numpy as np
 from tensorboard import plugin_util
@@ -41,8 +40,8 @@ from tinymt.viewer.summary import PLUGIN_NAME, decode, parse_meta
 
 logger = logging.getLogger(__name__)
 _ALL = 1_000_000  # read every logged step (the loader keeps them all: samples_per_plugin)
-TREND_RECORDS = 8192  # /trend's cache: at most this many records' results ...
-TREND_VALUES = 1 << 22  # ... holding at most this many numbers (32 MiB of float64)
+TREND_STEPS = 512  # one /trend answer: at most this many steps (more are thinned evenly) ...
+TREND_NUMBERS = 1 << 20  # ... and this many numbers (~8 MB of JSON): the later steps left out
 
 
 class _Refused(Exception):
@@ -70,7 +69,6 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def __init__(self, context):
         self._provider = context.data_provider
         self._downsample = (context.sampling_hints or {}).get(PLUGIN_NAME) or _ALL
-        self._trends = _TrendCache(TREND_RECORDS, TREND_VALUES)
 
     def get_plugin_apps(self):
         return {"/index.js": self._static("index.js"), "/view.js": self._static("view.js"),
@@ -144,25 +142,37 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     @_route
     def _trend(self, request):
-        """Every head's entropy and gold share at every step of ``run=`` / ``tag=``
-        (:func:`_record_trend`), each record decoded once (``self._trends``)::
+        """Every head's entropy and gold share across the steps of ``run=`` / ``tag=``
+        (:func:`_record_trend`), each record decoded for the answer::
 
-            {"steps": [s, ...], "kinds": {kind: {"entropy": [per step: [layer][head] | null],
-                                                 "gold": [per step: [layer][head] | null]}},
+            {"steps": [s, ...], "logged": n,
+             "kinds": {kind: {"entropy": [per step: [layer][head] | null],
+                              "gold": [per step: [layer][head] | null]}},
              "errors": [{"step": s, "error": "one line"}, ...]}
 
-        A record the reader refuses is ``null`` at its step for every kind, its reason in
-        ``errors``; a kind a record lacks is ``null`` there."""
+        Of the ``logged`` steps, at most :data:`TREND_STEPS` evenly spread (the first and
+        the last kept), and no more than :data:`TREND_NUMBERS` numbers: the steps past that
+        are left out. A record the reader refuses is ``null`` at its step for every kind,
+        its reason in ``errors``; a kind a record lacks is ``null`` there, and so is a
+        number that is not finite."""
         series = self._series(request)
-        key = (_context(request)[1], request.args["run"], request.args["tag"])
-        steps = sorted(series)
-        trends = [self._trends.get(key, series[step]) for step in steps]
+        logged = sorted(series)
+        picked = np.unique(np.linspace(0, len(logged) - 1, TREND_STEPS).round().astype(int))
+        steps, trends, numbers = [], [], 0
+        for step in (logged[i] for i in picked):
+            trend = _trend_of(series[step])
+            numbers += _numbers(trend)
+            if numbers > TREND_NUMBERS and steps:
+                break
+            steps.append(step)
+            trends.append(trend)
         errors = [{"step": s, "error": t} for s, t in zip(steps, trends) if isinstance(t, str)]
         found = [{} if isinstance(t, str) else t for t in trends]
         kinds = {kind: {name: [_heads_json(t[kind][i]) if kind in t else None for t in found]
                         for i, name in enumerate(("entropy", "gold"))}
                  for kind in KINDS if any(kind in t for t in found)}
-        return http_util.Respond(request, {"steps": steps, "kinds": kinds, "errors": errors},
+        return http_util.Respond(request, {"steps": steps, "logged": len(logged),
+                                           "kinds": kinds, "errors": errors},
                                  "application/json")
 
     def _series(self, request) -> dict:
@@ -182,50 +192,28 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return {d.step: d for d in series}
 
 
-class _TrendCache:
-    """What :func:`_record_trend` made of a record (or why it could not), by ``(experiment,
-    run, tag, step, wall time, bytes)``: least recently used first out, at most
-    ``records`` of them holding at most ``values`` numbers. Shared by the server's
-    threads."""
+def _trend_of(datum) -> dict | str:
+    """What :func:`_record_trend` makes of a logged record, or why it could not (one line)."""
+    try:
+        return _record_trend(decode(_record(datum.numpy)))
+    except ValueError as e:
+        return f"unreadable record: {first_line(e)}"
 
-    def __init__(self, records: int, values: int):
-        self._records, self._values = records, values
-        self._held, self._size = OrderedDict(), 0
-        self._lock = threading.Lock()
 
-    def get(self, series: tuple, datum):
-        try:
-            blob = _record(datum.numpy)
-        except ValueError as e:
-            return f"unreadable record: {first_line(e)}"  # no bytes: nothing decoded
-        key = (*series, datum.step, datum.wall_time, len(blob))
-        with self._lock:
-            if key in self._held:
-                self._held.move_to_end(key)
-                return self._held[key][0]
-        try:
-            trend = _record_trend(decode(blob))
-        except ValueError as e:
-            trend = f"unreadable record: {first_line(e)}"
-        size = 1 if isinstance(trend, str) else sum(e.size + (0 if g is None else g.size)
-                                                     for e, g in trend.values())
-        with self._lock:
-            if key not in self._held:
-                self._held[key] = (trend, size)
-                self._size += size
-                while len(self._held) > self._records or (
-                        self._size > self._values and len(self._held) > 1):
-                    self._size -= self._held.popitem(last=False)[1][1]
-        return trend
+def _numbers(trend: dict | str) -> int:
+    """How many numbers a record's trend holds (its reason, if it has none: 1)."""
+    return 1 if isinstance(trend, str) else sum(e.size + (0 if g is None else g.size)
+                                                for e, g in trend.values())
 
 
 def _record_trend(doc: dict) -> dict:
     """``{kind: (entropy, gold)}`` of a decoded record, each a float64 (layers, heads)
     array rounded to 4 decimals: the header's entropy, and :func:`_gold_share` (``None``
     for a kind without gold cells)."""
-    return {kind: (np.asarray(view["entropy"], np.float64).round(4),
-                   _gold_share(view["weights"], view["gold"]))
-            for kind, view in doc["kinds"].items()}
+    with np.errstate(over="ignore"):  # an entropy near the float range: inf (null in JSON)
+        return {kind: (np.asarray(view["entropy"], np.float64).round(4),
+                       _gold_share(view["weights"], view["gold"]))
+                for kind, view in doc["kinds"].items()}
 
 
 def _gold_share(w: np.ndarray, gold: list):
@@ -250,8 +238,10 @@ def _gold_share(w: np.ndarray, gold: list):
 
 
 def _heads_json(a: np.ndarray | None) -> list | None:
-    """A (layers, heads) array as nested lists, NaN as ``None`` (no array: ``None``)."""
-    return None if a is None else [[None if x != x else x for x in row] for row in a.tolist()]
+    """A (layers, heads) array as nested lists, a number that is not finite (NaN, and an
+    entropy near the float range rounded to infinity) as ``None``; no array: ``None``."""
+    return None if a is None else [[x if math.isfinite(x) else None for x in row]
+                                   for row in a.tolist()]
 
 
 class AttentionLoader(base_plugin.TBLoader):

@@ -6,7 +6,7 @@
 //   runs                       -> {"runs": [{run, probes: [{tag, sentence, reference}]}]}
 //   steps?run=R&tag=T          -> {"steps": [400, 800, ...]}
 //   step?run=R&tag=T&step=S    -> the view document
-//   trend?run=R&tag=T          -> each head's entropy and gold share at every step
+//   trend?run=R&tag=T          -> each head's entropy and gold share across the steps (at most 512)
 //   font.otf?text=C            -> Noto Sans CJK SC cut to the characters C
 //
 // With TensorBoard's page (the iframe's parent) it speaks TensorBoard's plugin protocol

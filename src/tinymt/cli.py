@@ -18,6 +18,9 @@ from typing import Any
 from tinymt.errors import Stopped, TinyMTError, first_line
 
 TRACEBACK = "TINYMT_TRACEBACK"  # set to 1: an internal fault shows its traceback
+# before torch is imported: its OpenMP threads spin-wait, holding cores another process needs
+# (two runs side by side: 0.27 steps/s each; 10,000 spins, then sleep: ~2; docs/speed.md)
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
 def _say(e: BaseException) -> int:

@@ -110,13 +110,14 @@ def _check(word, scores, p, n, seed):
 
 @pytest.mark.parametrize("p", [0.1, 0.3])
 def test_draws_follow_the_papers_distribution(model, p):
-    """A real model's words of 5-9 characters, and repeating pairs, 4,000 draws each."""
+    """A real model's words of 5-9 characters, and repeating pairs, 2,000 draws each
+    (within 5 standard deviations: a segmentation's probability ~0.06 off is caught)."""
     scores = model._sampling_tables()["scores"]
     words = words_of(model, 5, 9)[::3]
     assert len(words) >= 10
-    means = [_check(w, scores, p, 4000, seed=i) for i, w in enumerate(words)]
+    means = [_check(w, scores, p, 2000, seed=i) for i, w in enumerate(words)]
     # dropout splits words: more pieces than the one each of these words is without it
     assert sum(means) / len(means) > 1 + p
     table, repeats = REPEATS
     for i, word in enumerate(repeats):
-        _check(word, table, p, 4000, seed=100 + i)
+        _check(word, table, p, 2000, seed=100 + i)

@@ -38,11 +38,9 @@ def _say(e: BaseException) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     if not isinstance(e, BrokenPipeError):
-        what = first_line(e)
-        what = "" if what == type(e).__name__ else f": {what}"
-        print(f"error: {what[2:] or type(e).__name__}" if isinstance(e, OSError) else
-              f"error: internal error ({type(e).__name__}{what}); {TRACEBACK}=1 shows where",
-              file=sys.stderr)
+        what, name = first_line(e), type(e).__name__  # (what: the name when it says nothing)
+        print(f"error: {what}" if isinstance(e, OSError) else f"error: internal error ({name}"
+              f"{'' if what == name else ': ' + what}); {TRACEBACK}=1 shows where", file=sys.stderr)
     return 1
 
 
@@ -102,11 +100,9 @@ def one_line_errors(fn):
             if e.message:
                 print(e.message, file=sys.stderr)
             sys.exit(128 + e.signum)
-        except Exception as e:  # not the user's doing: a fault of ours, a library's, the machine's
+        except (Exception, KeyboardInterrupt) as e:  # Ctrl-C, or a fault that is not the user's
             if os.environ.get(TRACEBACK) == "1":
                 raise
-            sys.exit(_say(e))
-        except KeyboardInterrupt as e:
             sys.exit(_say(e))
 
     return wrapper

@@ -23,11 +23,12 @@ install: $(VENV)/.installed
 
 demo: install
 	$(PY) scripts/train.py
-	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.html \
-		"我请李雷帮我订了去北京的机票。"
 	$(PY) scripts/translate.py run=latest decode.beam=5 \
 		"那只小猫昨天在公园里追了一只蝴蝶。" "韩梅梅明天会在图书馆里看三本书。" "他喜欢猫吗？" \
 		"喜欢猫的女孩去了北京。" "因为他昨天很累，所以他没去学校。"
+	@# last: the showcase, and which head of this run carries each of its relations
+	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.html \
+		"我请李雷帮我订了去北京的机票。"
 	@echo
 	@echo "every head of the showcase sentence, interactive (open in a browser): outputs/showcase_attention.html"
 	@echo "every head across training, in TensorBoard's Attention tab: $(VENV)/bin/tensorboard --logdir outputs"

@@ -26,9 +26,9 @@ from tinymt.relations import (
     MARGIN,
     MIN_INSTANCES,
     RelationCounts,
-    attended_words,
     relation_instances,
     relation_summary,
+    word_attention,
 )
 
 SUBJ, OBJ, AUX, QUES = (RELATIONS.index(n) for n in ("subject", "object", "aux", "question"))
@@ -45,19 +45,19 @@ def test_instances_both_directions_and_the_causal_limit():
         (SUBJ, 1, 1, (0,)), (OBJ, 0, 2, (1,)), (OBJ, 0, 3, (1,))]
 
 
-def test_attended_word_sums_pieces_and_sets_the_word_itself_aside():
+def test_word_attention_sums_a_word_s_pieces_and_leaves_eos_out():
     # pieces: w0 | w1a w1b | w2 | EOS
     weights = np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]], float)
     attn = np.array([
-        [.10, .25, .25, .35, .05],  # w0: w1 gets .50 over two pieces > w2's single .35
-        [.50, .00, .00, .40, .10],  # w1a alone would pick w0 ...
-        [.00, .05, .05, .30, .60],  # ... w1b alone w2; summed: w0 .50 < w2 .70
-        [.05, .05, .05, .80, .05],  # w2: mostly itself; of the others, w1 (.10) > w0 (.05)
-        [.20, .20, .20, .20, .20],
+        [.10, .25, .25, .35, .05],  # w0: w1 gets .50 over two pieces, of .95 on words
+        [.50, .00, .00, .40, .10],  # w1 = these two rows summed: w0 .50, w1 .10, w2 .70 ...
+        [.00, .05, .05, .30, .60],  # ... of 1.30 on words (EOS's .70 left out)
+        [.05, .05, .05, .80, .05],
+        [.20, .20, .20, .20, .20],  # EOS belongs to no word
     ])
-    attended, share = attended_words(attn, weights)
-    assert attended.tolist() == [1, 2, 1]
-    np.testing.assert_allclose(share, [.50 / .95, .70 / 1.30, .10 / .95])
+    np.testing.assert_allclose(word_attention(attn, weights), [
+        [.10 / .95, .50 / .95, .35 / .95], [.50 / 1.3, .10 / 1.3, .70 / 1.3],
+        [.05 / .95, .10 / .95, .80 / .95]])
 
 
 # One sentence through attention_pass (1 layer, 2 heads of each kind).
@@ -312,8 +312,7 @@ def test_report_on_a_briefly_trained_model(head_analysis):
     assert ("determiner", "head->dep") in dec and ("determiner", "dep->head") not in dec
     report = (run_dir / "heads.md").read_text(encoding="utf-8")
     assert "## 5. Which relation does each head track?" in report
-    for name in ("relations_encoder_self", "relations_decoder_self",
-                 "relations_showcase_encoder_self", "relations_showcase_decoder_self"):
+    for name in ("relations_encoder_self", "relations_decoder_self"):
         png = run_dir / "heads" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert f"](heads/{name}.png)" in report
@@ -325,23 +324,26 @@ def test_report_on_a_briefly_trained_model(head_analysis):
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
     acc.Reload()
     tags = acc.Tags()
-    assert {"heads/relations/encoder_self", "heads/relations/decoder_self",
-            "heads/relations/showcase_encoder_self"} <= set(tags["images"])
+    assert {"heads/relations/encoder_self", "heads/relations/decoder_self"} <= set(tags["images"])
     row = r["relations"]["encoder_self"]["rows"][0]
     tag = f"heads/relations/encoder_self/{row['relation']}_" \
           f"{row['direction'].replace('->', '_to_')}/best"
     assert acc.Scalars(tag)[0].value == pytest.approx(row["best_accuracy"])
 
 
-def test_showcase_links_use_the_showcase_gold(head_analysis):
-    _, r = head_analysis
+def test_the_showcase_s_every_relation_has_its_head_in_the_report(head_analysis):
+    run_dir, r = head_analysis
     enc = r["showcase"]["encoder_self"]
     pair = SHOWCASE[0]
     assert enc["words"] == list(pair.zh_words)
-    assert enc["attended"].shape == (2, 2, len(pair.zh_words))
-    gold = {(d, h): RELATIONS[k] for k, d, h in pair.zh_relations}
-    assert all(enc["gold"][key] == name for key, name in gold.items())
-    assert not (enc["attended"] == np.arange(len(pair.zh_words))).any()  # never itself
+    # both ends of every gold relation look for the other (which head: tests/test_viewer.py)
+    assert sorted((x["query"], x["key"], x["relation"]) for x in enc["relations"]) == sorted(
+        (q, k, RELATIONS[rel]) for rel, d, h in pair.zh_relations for q, k in ((d, h), (h, d)))
+    assert all(0 <= x["head"][0] < 2 and 0 <= x["head"][1] < 2 and 0 <= x["weight"] <= 1
+               for x in enc["relations"])
+    x = next(x for x in enc["relations"] if (x["relation"], x["direction"]) == ("object", "head->dep"))
+    report = (run_dir / "heads.md").read_text(encoding="utf-8")
+    assert f"| 订 → 机票 | object ← | {x['head'][0]}.{x['head'][1]} | {x['weight']:.2f} |" in report
 
 
 @pytest.mark.slow
@@ -364,6 +366,10 @@ def test_sweep_folder_analyses_every_run_and_compares_them(head_analysis, tmp_pa
     assert f"| trainer.seed=1 | {bleu:.2f} |" in report and "| trainer.seed=7 |" in report
     row = out["results"][0]["relations"]["encoder_self"]["rows"][0]
     assert f"| {row['relation']} " in report
+    # the showcase's object, either direction: the largest weight a head gives it
+    obj = max((x for x in out["results"][0]["showcase"]["encoder_self"]["relations"]
+               if x["relation"] == "object"), key=lambda x: x["weight"])
+    assert f"| {obj['weight']:.2f} (head {obj['head'][0]}.{obj['head'][1]}, " in report
     for r in runs:
         assert (r / "heads.json").is_file()
         report = (r / "heads.md").read_text(encoding="utf-8")

@@ -30,6 +30,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from conftest import (
     REPO_ROOT,
+    SRC_PIECES,
+    TGT_PIECES,
     TINY_FRAMES,
     compose_train,
     compose_translate,
@@ -37,11 +39,14 @@ from conftest import (
     http_get,
     inline_data,
     pack,
+    random_attention,
+    showcase_document,
     small_document,
     unpack,
 )
 from tinymt.attention_maps import collect_attention
 from tinymt.corpus import SHOWCASE
+from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize
 from tinymt.rundir import load_run
 from tinymt.translate import translate
@@ -67,33 +72,6 @@ PRECISION = 0.5 / SCALE + 1e-6  # what 8 bits per weight keep
 
 def dequantize(weights) -> np.ndarray:
     return np.asarray(weights, dtype=np.float64) / SCALE
-
-# the tutorials' sentence cut into pieces by hand: 李雷 and 机票 in two, "ticket" in two
-SRC_PIECES = ["▁我", "请", "李", "雷", "帮", "我", "订", "了", "去", "北京", "的", "机", "票", "。"]
-TGT_PIECES = ["▁I", "▁asked", "▁Li", "▁Lei", "▁to", "▁help", "▁me", "▁book", "▁a", "▁tick",
-              "et", "▁to", "▁Beijing", "."]
-
-
-def random_attention(rng, n_layers, n_heads, t_q, t_k, causal=False):
-    """Softmax rows, (layers, heads, T_q, T_k); causal: zero above the diagonal."""
-    logits = rng.normal(size=(n_layers, n_heads, t_q, t_k)) * 2
-    if causal:
-        logits = np.where(np.tril(np.ones((t_q, t_k), bool)), logits, -np.inf)
-    w = np.exp(logits - logits.max(-1, keepdims=True))
-    return w / w.sum(-1, keepdims=True)
-
-
-def showcase_document(forced_reference=True, seed=0):
-    rng = np.random.default_rng(seed)
-    s, t = len(SRC_PIECES) + 1, len(TGT_PIECES) + 1
-    attn = {"encoder_self": list(random_attention(rng, 2, 3, s, s)),
-            "decoder_self": list(random_attention(rng, 1, 3, t, t, causal=True)),
-            "cross": list(random_attention(rng, 1, 3, t, s))}
-    doc = build_document(attn, SRC_PIECES, TGT_PIECES, probe_from_pair(SHOWCASE[0]),
-                         "I asked Li Lei to help me book a ticket to Beijing.", 120,
-                         forced_reference=forced_reference)
-    return attn, doc
-
 
 def cells(doc, kind):
     return {(i, j): label for i, j, label in doc["kinds"][kind]["gold"]}
@@ -136,6 +114,44 @@ def test_no_target_gold_when_the_decoder_read_its_own_translation():
     assert all(not v["gold"] for v in plain["kinds"].values())
 
 
+# the word of each piece of SRC_PIECES (+ </s>) and of <s> + TGT_PIECES, by hand
+SRC_WORD = [0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 11, -1]
+DEC_WORD = [-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 10, 11, 12]
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None)
+def test_each_relation_of_the_sentence_names_the_head_giving_it_the_most(seed):
+    """Every gold relation of the showcase, both ends (the decoder: only a partner to the
+    left), with the head whose query word puts the most of its attention on the partner:
+    written plainly, piece by piece, from the document's own float attention."""
+    attn, doc = showcase_document(seed=seed)
+    pair = SHOWCASE[0]
+    for kind, of, words, rels, causal in (
+            ("encoder_self", SRC_WORD, pair.zh_words, pair.zh_relations, False),
+            ("decoder_self", DEC_WORD, pair.en_words, pair.en_relations, True)):
+        want = []
+        for rel, dep, head in rels:
+            for q, k, arrow in ((dep, head, "→"), (head, dep, "←")):
+                if causal and k > q:
+                    continue
+                best = None
+                for layer, heads in enumerate(attn[kind]):
+                    for h, a in enumerate(heads):
+                        on = sum(a[i][j] for i in range(len(of)) if of[i] == q
+                                 for j in range(len(of)) if of[j] == k)
+                        total = sum(a[i][j] for i in range(len(of)) if of[i] == q
+                                    for j in range(len(of)) if of[j] >= 0)
+                        if best is None or on / total > best[2]:
+                            best = (layer, h, on / total)
+                want.append([words[q], words[k], f"{RELATIONS[rel]} {arrow}", best[0], best[1],
+                             round(best[2], 3)])
+        got = sorted(doc["kinds"][kind]["relations"], key=lambda x: x[:3])
+        want.sort(key=lambda x: x[:3])
+        assert [x[:5] for x in got] == [x[:5] for x in want], kind
+        np.testing.assert_allclose([x[5] for x in got], [x[5] for x in want], atol=1e-3)
+
+
 def test_weights_tokens_and_entropy():
     attn, doc = showcase_document()
     src = SRC_PIECES + ["</s>"]
@@ -168,10 +184,13 @@ def test_records_round_trip_and_damage_is_refused():
     for kind, view in doc["kinds"].items():
         np.testing.assert_array_equal(back["kinds"][kind]["weights"], view["weights"])
         assert back["kinds"][kind]["gold"] == [list(c) for c in view["gold"]]
+        assert back["kinds"][kind].get("relations") == view.get("relations")
     assert {k: v for k, v in back.items() if k != "kinds"} == \
         {k: v for k, v in doc.items() if k != "kinds"}
     weights = sum(v["weights"].size for v in doc["kinds"].values())
-    assert len(blob) < weights  # compressed below one byte per weight
+    bare = {**doc, "kinds": {k: {n: x for n, x in v.items() if n != "relations"}
+                             for k, v in doc["kinds"].items()}}
+    assert len(encode(bare)) < weights  # compressed below one byte per weight
     raw = zlib.decompress(blob)
     for bad in (blob[:-7], b"junk", zlib.compress(b"XXXXX" + raw[5:]),
                 zlib.compress(raw[:-3])):

@@ -155,6 +155,11 @@ def test_the_tab_beside_a_hostile_run(browser, hostile_tensorboard, tmp_path):
         status = view.locator("#status.error", has_text=f"tag '{tag}', step 1")
         status.wait_for(timeout=30_000)
         assert status.inner_text().startswith("error: 422"), status.inner_text()
+    view.locator("#probe").select_option("relations_markup")  # a readable record: drawn
+    view.locator("#relations .rel").first.wait_for(timeout=30_000)
+    assert [" ".join(t.split()) for t in view.locator("#relations .rel").all_inner_texts()] == [
+        '<img src=x onerror="window.__pwned=1"> → b object ←: layer 0 head 0, 0.50',
+        '{"x":"<img src=x onerror=\\"window.__pwned=1\\">"}', "[1,2]"]
     assert view.locator("img").count() == 0
     tab = page.frame(url=lambda url: "plugin_entry.html?name=tinymt_attention" in url)
     assert tab.evaluate("() => window.__pwned") is None
@@ -259,6 +264,12 @@ def test_the_server_page_shows_every_head(browser, server, tmp_path):
         for layer in range(weights.shape[0]):
             page.locator("#layer").select_option(str(layer))
             assert_cells_are(page, weights[layer, :, :SHOWN, :SHOWN], range(weights.shape[1]))
+    # the showcase's relations, each with the head of this model that carries it
+    page.locator("#kind").select_option("encoder_self")
+    assert [" ".join(t.split()) for t in page.locator("#relations .rel").all_inner_texts()] == [
+        f"{q} → {k} {label}: layer {layer} head {h}, {w:.2f}"
+        for q, k, label, layer, h, w in doc["kinds"]["encoder_self"]["relations"]]
+    assert len(doc["kinds"]["encoder_self"]["relations"]) == 12
     page.locator("#kind").select_option("cross")
     page.locator("#layer").select_option("0")
     page.screenshot(path=str(screenshot_dir(tmp_path) / "serve_page.png"), full_page=True)

@@ -11,17 +11,21 @@ compared with the numbers the documents or the plugin hold.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from conftest import (
     canvas_pixels,
     expected_pixels,
     http_get,
+    showcase_document,
     synthetic_document,
     tensorboard_process,
     view_palette,
@@ -327,6 +331,43 @@ def test_each_head_is_named_under_its_picture_frame_by_frame(browser, tmp_path):
         page.close()
 
 
+def test_the_sentence_s_relations_each_with_the_head_carrying_it(browser, tmp_path):
+    """Under the sentence, at the step shown: each gold relation of it and the head giving
+    the most of the first word's attention to the second, with that share (the document's,
+    worked out plainly in tests/test_viewer.py); another step, other heads; a click opens
+    the head; cross-attention has none."""
+    docs = [showcase_document(seed=seed, step=step)[1] for seed, step in ((1, 100), (2, 800))]
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(steps_page(tmp_path, docs).as_uri() + "#kind=encoder_self")
+    ready(page, 800)
+
+    def listed(doc):
+        return [f"{q} → {k} {label}: layer {layer} head {h}, {w:.2f}"
+                for q, k, label, layer, h, w in doc["kinds"]["encoder_self"]["relations"]]
+
+    shown = page.locator("#relations .rel")
+
+    def texts():  # (the head's colour swatch between ": " and "layer")
+        return [" ".join(t.split()) for t in shown.all_inner_texts()]
+
+    assert len(listed(docs[1])) == 12 and texts() == listed(docs[1])
+    assert "may not hold for this one" in page.locator("#relations-title").get_attribute("title")
+    page.locator("#step").fill("0")
+    ready(page, 100)
+    assert texts() == listed(docs[0]) != listed(docs[1])
+    _, _, _, layer, h, _ = docs[0]["kinds"]["encoder_self"]["relations"][3]
+    shown.nth(3).click()
+    assert page.locator("#mode").input_value() == "matrix"
+    assert page.locator("#layer").input_value() == str(layer)
+    assert [d["head"] for d, _ in canvas_pixels(page, "#matrices canvas.cells")] == [str(h)]
+    page.locator("#kind").select_option("cross")
+    assert page.locator("#relations").is_hidden() and page.locator("#relations-title").is_hidden()
+    assert not errors, errors
+    page.close()
+
+
 # ----------------------------------------------------------------------------- TensorBoard
 def open_tab(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -383,6 +424,12 @@ def test_play_trends_link_and_font_in_the_tab(browser, tensorboard):
     frame.wait_for_function("() => document.querySelector('canvas.spark').dataset.steps > 0")
     want = [f"{s[0][1]:.4f}" for s in trend["kinds"]["cross"]["entropy"]]
     assert spark.get_attribute("data-entropy").split(",") == want
+    # the strips' scale, on screen: the largest entropy of the kind over every step
+    emax = max(v for s in trend["kinds"]["cross"]["entropy"] if s for row in s for v in row
+               if v is not None)
+    assert view.locator("#trend-scale").inner_text() == (
+        f"strips under each head, steps {steps[0]} to {steps[-1]}: entropy (solid) 0 to "
+        f"{emax:.2f} nats, gold share (dashed) 0 to 1")
     box = spark.bounding_box()
     for k in (1, len(steps) - 2):  # a hovered step: its own values, not the current step's
         spark.hover(position={"x": 3 + k * (box["width"] - 6) / (len(steps) - 1),
@@ -445,6 +492,36 @@ def test_first_text_under_a_slow_link(browser, tensorboard):
           f"{shown:.0f} ms, SC font loaded by {font:.0f} ms (from the tab frame's start)")
     assert 0 <= first <= 1000, first
     assert shown <= 1000, shown
+    page.close()
+
+
+def test_no_empty_boxes_while_the_font_is_on_its_way(browser, tensorboard):
+    """With no CJK font on the system (CI's Debian Chromium has none) and the font held back,
+    the tab's first frame leaves the Chinese sentence blank, not a row of empty boxes; once
+    the font arrives, the sentence is drawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    held = []
+    page.route("**/font.otf*", lambda route: held.append(route))
+    page.goto(f"{tensorboard}/#tinymt_attention")
+    view = page.frame_locator("iframe[src*='plugin_entry.html?name=tinymt_attention']")
+    ready(view)
+    sentence = view.locator("#sentence")
+    assert sentence.inner_text().startswith("我请李雷") and held
+
+    cdp = page.context.new_cdp_session(page)
+
+    def pixels():  # (Chrome's own capture: Playwright's would wait for the font)
+        box = sentence.bounding_box()
+        png = cdp.send("Page.captureScreenshot", {"format": "png", "clip": {**box, "scale": 1}})
+        return np.asarray(Image.open(io.BytesIO(base64.b64decode(png["data"]))).convert("L"))
+
+    assert pixels().min() == pixels().max()  # nothing drawn, no box either
+    page.unroute("**/font.otf*")  # (the requests held go on)
+    tab_frame(page).wait_for_function("""() => [...document.fonts].some(f => f.status === 'loaded'
+        && f.family.replace(/"/g, '') === 'Noto Sans CJK SC')""", timeout=30_000)
+    page.wait_for_timeout(200)  # (the next paint)
+    drawn = pixels()
+    assert drawn.min() < drawn.max()
     page.close()
 
 

@@ -48,20 +48,30 @@ def relation_instances(relations, causal: bool) -> list[tuple[int, int, int, tup
     return [(*key, gold) for key, gold in found if gold]
 
 
-def attended_words(attn: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The other word each query word attends to most, ``(..., n_words)`` (-1: none
-    gets any mass), and the share of the query word's attention it gets, for piece
-    attention ``attn`` ``(..., T, T)`` and ``weights`` ``(T, n_words)``: how much of each
-    position is each word (a word's rows are summed, and the mass on its columns)."""
+def word_attention(attn: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``(..., n_words, n_words)``: the share of each query word's attention on each word,
+    for piece attention ``attn`` ``(..., T, T)`` and ``weights`` ``(T, n_words)``: how much
+    of each position is each word (a word's rows are summed, and the mass on its columns)."""
     w = np.asarray(weights, dtype=np.float64)
     mass = w.T @ np.asarray(attn, dtype=np.float64) @ w  # (..., n_words, n_words)
-    total = mass.sum(axis=-1)
-    n = mass.shape[-1]
-    mass[..., np.arange(n), np.arange(n)] = -1.0  # the word itself: never a partner
-    best = mass.argmax(axis=-1)
-    top = mass.max(axis=-1)
-    attended = np.where(top > 0, best, -1)
-    return attended, np.where(top > 0, top, 0.0) / np.where(total > 0, total, 1.0)
+    total = mass.sum(axis=-1, keepdims=True)
+    return mass / np.where(total > 0, total, 1.0)
+
+
+def relation_heads(attn: np.ndarray, weights: np.ndarray, relations, causal: bool) -> list[dict]:
+    """Each gold relation of one sentence (:func:`relation_instances`, one entry per query
+    word and partner) with the head that puts the most of the query word's attention on
+    the partner: ``{"relation", "direction", "query", "key" (word indices), "head" (layer,
+    head), "weight"}``, for ``attn`` ``(L, h, T, T)`` of one kind."""
+    share = word_attention(attn, weights)  # (L, h, n, n)
+    out = []
+    for r, direction, q, partners in relation_instances(relations, causal):
+        for k in partners:
+            best = np.unravel_index(int(share[..., q, k].argmax()), share.shape[:2])
+            out.append({"relation": RELATIONS[r], "direction": DIRECTIONS[direction], "query": q,
+                        "key": k, "head": tuple(map(int, best)),
+                        "weight": float(share[(*best, q, k)])})
+    return out
 
 
 @dataclass
@@ -80,7 +90,10 @@ class RelationCounts:
         instances = relation_instances(relations, RELATION_KINDS[kind])
         if not instances:
             return
-        pred, _ = attended_words(attn, weights)  # (L, h, n_words)
+        share = word_attention(attn, weights)  # (L, h, n_words, n_words)
+        n = share.shape[-1]
+        share[..., np.arange(n), np.arange(n)] = -1.0  # the word itself: never a partner
+        pred = np.where(share.max(-1) > 0, share.argmax(-1), -1)  # the word each attends to most
         for r, direction, q, gold in instances:
             key = (kind, r, direction)
             if key not in self.n:

@@ -231,6 +231,14 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
             "tinymt attention"
         write_text(html_page(view_name(run), docs, title=title), target)  # whole
         print(f"attention view: {target}", file=sys.stderr)
+        for doc in docs[-len(nonempty):] if nonempty else []:  # this call's: the heads at work
+            rels = [(kind, *r) for kind, v in doc["kinds"].items() for r in v.get("relations", [])]
+            if rels:
+                print(f"gold relations of {doc['sentence'].strip()}, each with the head giving the "
+                      "most of the first word's attention to the second:", file=sys.stderr)
+            for kind, q, k, label, layer, head, w in rels:
+                print(f"  {kind:<12}  {q} → {k}  ({label})  layer {layer} head {head}  {w:.2f}",
+                      file=sys.stderr)
         return
     single = target.suffix.lower() == ".png"
     if single and len(nonempty) > 1:

@@ -155,7 +155,8 @@ def _log_summary(r: dict, log) -> None:
            else f"; {r['alignment_note']}"))
     if r["relations"]:
         log("relations with a head beating the best fixed offset: " + "; ".join(
-            f"{kind} {report.tracked(v)}" for kind, v in r["relations"].items()))
+            f"{kind} {report.tracked(v)}" for kind, v in r["relations"].items())
+            + f"; the showcase's object in the encoder: {report.showcase_object(r)}")
     run_dir = Path(r["run_dir"])
     log(f"report: {run_dir / report.REPORT}, numbers: {run_dir / report.JSON_REPORT}  (figures "
         f"in {run_dir / report.FIGURES}/, TensorBoard tags heads/...)")

@@ -9,23 +9,21 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.patches import FancyArrowPatch
 from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
 from tinymt import KINDS
-from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
+from tinymt.corpus.relations import RELATION_DOCS
 from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
 from tinymt.labels import BROAD_ENTROPY, POSITIONAL_MASS
-from tinymt.plotting import cjk_font_name, heatmap, save_figure
-from tinymt.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
+from tinymt.plotting import heatmap, save_figure
+from tinymt.relations import ARROWS, MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
 
 REPORT = "heads.md"  # <run>/heads.md, with its figures in <run>/heads/
 FIGURES = "heads"
 JSON_REPORT = "heads.json"  # <run>/heads.json: the relation numbers, machine-readable
 SWEEP_REPORT = "heads_sweep.md"  # <sweep>/heads_sweep.md: its runs side by side
-_SHOWN_SHARE = 0.3  # a link not in the gold is drawn when it gets this much of the word
 
 
 # ----------------------------------------------------------------------------- figures
@@ -48,8 +46,6 @@ def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
     summary = r.get("relations")
     for kind in RELATION_KINDS if summary else ():
         figures[f"relations/{kind}"] = _relation_heatmap(summary, kind)
-        if r.get("showcase"):
-            figures[f"relations/showcase_{kind}"] = _showcase_figure(r["showcase"], summary, kind)
     paths = {tag: fig_dir / f"{'aer_cross' if tag == 'aer' else tag.replace('/', '_')}.png"
              for tag in figures}
     return {tag: (paths[tag], np.asarray(Image.open(io.BytesIO(  # (H, W, 3) uint8: TensorBoard
@@ -112,51 +108,6 @@ def _relation_heatmap(summary: dict, kind: str):
                   "dependent)", col_label="layer.head", row_ticks=[row_label(r) for r in rows]
                   or ["(no relations)"], col_ticks=[*heads, "offset"])
     fig.axes[0].images[0].set_clim(0.0, 1.0)
-    return fig
-
-
-def _showcase_figure(links: dict, summary: dict, kind: str):
-    """The showcase sentence once per head of ``kind``: an arrow from each word to the
-    word it attends to most (shown when it is gold or gets >= 30% of the word's
-    attention); gold relations the head tracks (beats the baseline by :data:`MARGIN`) are
-    coloured and named."""
-    data = links[kind]
-    words, attended, share, gold = data["words"], data["attended"], data["share"], data["gold"]
-    n_layers, n_heads, n = attended.shape
-    tracked: dict[tuple[int, int], set[str]] = {}
-    for row in summary[kind]["rows"]:
-        for head, a in np.ndenumerate(row["accuracy"]):
-            if row["instances"] >= MIN_INSTANCES and a >= row["baseline"] + MARGIN:
-                tracked.setdefault(head, set()).add(row["relation"])
-    colours = {name: plt.get_cmap("tab20")(i % 20) for i, name in enumerate(RELATIONS)}
-    fig, axes = plt.subplots(n_layers, n_heads, squeeze=False,
-                             figsize=(max(3.2, 0.42 * n) * n_heads, 1.9 * n_layers))
-    family = [cjk_font_name(), "DejaVu Sans"]
-    for (layer, h), ax in np.ndenumerate(axes):
-        ax.set(xlim=(-0.7, n - 0.3), ylim=(-0.6, 2.2))
-        ax.axis("off")
-        for i, w in enumerate(words):
-            ax.text(i, 0, w, ha="center", va="top", fontsize=8, family=family)
-        mine = tracked.get((layer, h), set())
-        for q in range(n):
-            a = int(attended[layer, h, q])
-            rel = gold.get((q, a))
-            if a < 0 or a == q or (rel is None and share[layer, h, q] < _SHOWN_SHARE):
-                continue
-            on = rel is not None and rel in mine
-            colour = colours[rel] if rel is not None else (0.6, 0.6, 0.6, 0.7)
-            ax.add_patch(FancyArrowPatch(
-                (q, 0.15), (a, 0.15), connectionstyle=f"arc3,rad={-0.5 if a > q else 0.5}",
-                arrowstyle="-|>", mutation_scale=7, color=colour,
-                linewidth=2.0 if on else 0.8, linestyle="-" if rel else ":"))
-            if on:
-                ax.text((q + a) / 2, 0.2 + 0.28 * abs(a - q), rel, ha="center",
-                        fontsize=7, color=colour, fontweight="bold")
-        ax.set_title(f"layer {layer} head {h}"
-                     + (": " + ", ".join(sorted(mine)) if mine else ""), fontsize=8)
-    fig.suptitle(f"{kind}: where each word looks (arrow: to its most-attended word; "
-                 "coloured: a gold relation, named where the head tracks it)", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -302,7 +253,7 @@ def _stats_section(r: dict, img) -> list[str]:
 
 def _relation_section(r: dict, img) -> list[str]:
     """The best head per relation against the baseline, every head's accuracy (the
-    heatmap's cells; heads.json has them too) and the showcase figures."""
+    heatmap's cells; heads.json has them too) and the showcase sentence's relations."""
     L = ["## 5. Which relation does each head track?", ""]
     summary = r.get("relations")
     if not summary:
@@ -327,8 +278,14 @@ def _relation_section(r: dict, img) -> list[str]:
                         f"{row['best_accuracy'] - row['baseline']:+.2f}",
                         "**yes**" if row["tracks"] else "no"] for row in rows)),
               "", img(f"relations/{kind}", f"relation accuracy {kind}"), ""]  # every head's
-        if r.get("showcase"):
-            L += [img(f"relations/showcase_{kind}", f"showcase {kind}"), ""]
+        if r.get("showcase"):  # one sentence: which head carries each of its relations
+            sc = r["showcase"][kind]
+            L += [f"On the showcase sentence ({sc['sentence']}), each relation and the head "
+                  "giving the most of the first word's attention to the second:", "",
+                  *_table(["words", "relation", "head", "weight"],
+                          ([f"{sc['words'][x['query']]} → {sc['words'][x['key']]}", row_label(x),
+                            "{}.{}".format(*x["head"]), f"{x['weight']:.2f}"]
+                           for x in sc["relations"])), ""]
     return L + ["Relations (dependent → head): "
                 + "; ".join(f"**{name}**: {what} ({zh}; {en})"
                             for name, (what, zh, en) in RELATION_DOCS.items()) + ".", ""]
@@ -359,12 +316,12 @@ def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) ->
     kinds = list(RELATION_KINDS)
     L = ["# Heads across a sweep", "",
          *_table(["run", "test BLEU", "steps", "train s",
-                  *(f"relations tracked, {k}" for k in kinds)],
+                  *(f"relations tracked, {k}" for k in kinds), "showcase object, encoder"],
                  ([label, _num(m.get("test_bleu")), m.get("steps", "?"),
                    _num(m.get("train_seconds"), ".0f"),
-                   *(tracked(rel[k]) if k in rel else "n/a" for k in kinds)]
-                  for label, m, rel in zip(labels, metrics,
-                                           (r.get("relations") or {} for r in results))))]
+                   *(tracked(r["relations"][k]) if k in (r.get("relations") or {}) else "n/a"
+                     for k in kinds), showcase_object(r)]
+                  for label, m, r in zip(labels, metrics, results)))]
     for kind in kinds:
         rows: dict[str, dict[int, dict]] = {}
         for i, r in enumerate(results):
@@ -376,6 +333,16 @@ def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) ->
                       ([name, *(_sweep_cell(by_run.get(i)) for i in range(len(results)))]
                        for name, by_run in rows.items()))]
     return "\n".join(L) + "\n"
+
+
+def showcase_object(r: dict) -> str:
+    """The showcase sentence's object (订 ↔ 机票) in the encoder, either direction: the
+    largest share of one word's attention a head puts on the other, and that head."""
+    rels = [x for x in ((r.get("showcase") or {}).get("encoder_self") or {}).get("relations", ())
+            if x["relation"] == "object"]
+    x = max(rels, key=lambda x: x["weight"], default=None)
+    return "n/a" if x is None else \
+        f"{x['weight']:.2f} (head {x['head'][0]}.{x['head'][1]}, {ARROWS[x['direction']]})"
 
 
 def _sweep_cell(row: dict | None) -> str:

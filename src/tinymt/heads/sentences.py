@@ -1,8 +1,8 @@
 """The analysed sentences: the first pairs of one split of a run's data, as ids for the
 model, texts for BLEU and (built-in corpus) piece -> word weights with gold alignments and
 relations; and the first showcase pair (我请李雷帮我订了去北京的机票。 / I asked Li Lei to
-help me book a ticket to Beijing.) head by head (:func:`showcase_links`): the word each
-word attends to most (as :mod:`tinymt.relations` counts it), and its gold relation.
+help me book a ticket to Beijing.): each of its gold relations with the head that carries
+it (:func:`showcase_links`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ import numpy as np
 from tinymt.attention_maps import collect_attention
 from tinymt.config import DataConfig, as_typed
 from tinymt.corpus import SHOWCASE
-from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize, prepare, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.labels import sentence_words, word_weights
-from tinymt.relations import attended_words
+from tinymt.relations import RELATION_KINDS, relation_heads
 from tinymt.rundir import LoadedRun
 
 
@@ -55,9 +54,9 @@ def load_sentences(run: LoadedRun, split: str, max_sentences: int,
 
 def showcase_links(run: LoadedRun, device) -> dict | None:
     """The first showcase pair in the run's direction, per kind (``encoder_self``,
-    ``decoder_self``): ``{"words", "attended" (L, h, n) (-1: none), "share" (L, h, n): the
-    attended word's share of the query word's attention, "gold": {(query, key): relation
-    name}}``; None when the run was not trained on the built-in corpus."""
+    ``decoder_self``): ``{"sentence", "words", "relations"}``, each gold relation with the
+    head giving it the most weight (:func:`relation_heads`); None when the run was not
+    trained on the built-in corpus."""
     data_cfg = run.config.get("data")
     if not data_cfg or data_cfg.get("source") != "builtin":
         return None
@@ -69,12 +68,10 @@ def showcase_links(run: LoadedRun, device) -> dict | None:
     tgt_ids = run.tgt_tokenizer.encode(normalize(sides[tgt][0]))
     attn = collect_attention(run.model, src_ids, tgt_ids, device)
     out = {}
-    for kind, (_, words, rels), tok, ids, eos in (
+    for kind, (text, words, rels), tok, ids, eos in (
             ("encoder_self", sides[src], run.src_tokenizer, src_ids, True),  # pieces + EOS
             ("decoder_self", sides[tgt], run.tgt_tokenizer, tgt_ids, False)):  # BOS + pieces
-        attended, share = attended_words(np.stack(attn[kind]),  # (L, h, T, T) -> (L, h, n)
-                                         word_weights(tok, ids, words, eos))
-        # both directions: the query may be either end
-        gold = {(q, k): RELATIONS[r] for r, d, h in rels for q, k in ((d, h), (h, d))}
-        out[kind] = {"words": list(words), "attended": attended, "share": share, "gold": gold}
+        out[kind] = {"sentence": text, "words": list(words), "relations": relation_heads(
+            np.stack(attn[kind]), word_weights(tok, ids, words, eos), rels,
+            RELATION_KINDS[kind])}  # (L, h, T, T), (T, n)
     return out

@@ -42,6 +42,7 @@ from tinymt.corpus import SHOWCASE, Pair
 from tinymt.corpus.relations import RELATIONS
 from tinymt.data import normalize
 from tinymt.metrics import attention_entropy
+from tinymt.relations import relation_heads, row_label
 from tinymt.words import pieces_to_words
 
 SCALE = 255  # weights are stored as round(w * SCALE): 8 bits each, error <= 0.5 / SCALE
@@ -94,7 +95,7 @@ def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
     axes = {"encoder_self": (src, src),
             "decoder_self": (["<s>"] + list(tgt_pieces), ["<s>"] + list(tgt_pieces)),
             "cross": (list(tgt_pieces) + ["</s>"], src)}
-    gold = _gold_cells(probe, src_pieces, tgt_pieces, forced_reference)
+    gold, words = _gold_cells(probe, src_pieces, tgt_pieces, forced_reference)
     kinds = {}
     for kind in (k for k in KINDS if k in attn):
         w = np.stack([np.asarray(layer, dtype=np.float64) for layer in attn[kind]])
@@ -103,29 +104,46 @@ def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
                        "weights": np.clip(np.rint(w * SCALE), 0, SCALE).astype(np.uint8),
                        "entropy": attention_entropy(w).mean(-1).round(4).tolist(),
                        "gold": gold.get(kind, [])}
+        if kind in words:  # each relation of the sentence and the head that carries it
+            kinds[kind]["relations"] = _relation_heads(w, *words[kind])
     return {"sentence": probe.sentence, "reference": probe.reference, "translation": translation,
             "forced": "reference" if forced_reference else "translation",
             "step": int(step), "scale": SCALE, "kinds": kinds}
 
 
-def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool) -> dict:
-    """``{kind: [[row, col, label], ...]}`` from the probe's gold words (none without)."""
+def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool
+                ) -> tuple[dict, dict]:
+    """``{kind: [[row, col, label], ...]}`` from the probe's gold words (none without), and
+    per self-attention kind ``(word of each position, the words, relations, causal)``."""
     gold: dict[str, list] = {}
+    words: dict[str, tuple] = {}
     src_w = pieces_to_words(src_pieces, probe.src_words) + [-1] if probe.src_words else None
     # target words only when the decoder read the reference those words spell
     tgt_w = pieces_to_words(tgt_pieces, probe.tgt_words) \
         if probe.tgt_words and forced_reference else None
     if src_w is not None:
         gold["encoder_self"] = _relation_cells(src_w, src_w, probe.src_relations, False)
+        words["encoder_self"] = (src_w, probe.src_words, probe.src_relations, False)
     if tgt_w is not None:
         dec_in = [-1] + tgt_w  # <s> + pieces
         gold["decoder_self"] = _relation_cells(dec_in, dec_in, probe.tgt_relations, True)
+        words["decoder_self"] = (dec_in, probe.tgt_words, probe.tgt_relations, True)
     if src_w is not None and tgt_w is not None:
         links = {(int(s), int(t)) for s, t in probe.alignment}
         rows = tgt_w + [-1]  # the piece each query predicts, then </s>
         gold["cross"] = [[i, j, "aligned"] for i, t in enumerate(rows) if t >= 0
                          for j, s in enumerate(src_w) if s >= 0 and (s, t) in links]
-    return gold
+    return gold, words
+
+
+def _relation_heads(w: np.ndarray, positions: list[int], words, relations, causal: bool
+                    ) -> list[list]:
+    """``[[query word, partner, "object ←", layer, head, weight], ...]``: each gold relation
+    and the head putting the most of the query word's attention on its partner
+    (:func:`tinymt.relations.relation_heads`; ``w``: (layers, heads, T, T))."""
+    onehot = np.array([[p == i for i in range(len(words))] for p in positions], np.float64)
+    return [[words[x["query"]], words[x["key"]], row_label(x), *x["head"], round(x["weight"], 3)]
+            for x in relation_heads(w, onehot, [tuple(map(int, r)) for r in relations], causal)]
 
 
 def _relation_cells(row_words: list[int], col_words: list[int], relations,

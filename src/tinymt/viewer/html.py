@@ -47,7 +47,7 @@ def html_page(run: str, docs: Sequence[dict], title: str = "tinymt attention") -
 <title>{html.escape(title)}</title>
 <style>
 @font-face {{ font-family: "{SC_FAMILY}"; src: url(data:font/otf;base64,{font}) format("opentype");
-  font-display: swap; }}
+  font-display: block; }}
 body {{ margin: 0; }}
 </style></head>
 <body><div id="tinymt-attention"></div>

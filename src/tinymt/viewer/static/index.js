@@ -127,12 +127,15 @@ function followTheme(view) {
   new MutationObserver(apply).observe(body, { attributes: true, attributeFilter: ["class"] });
 }
 
-/* ---------- the font: cut to what is shown, text never invisible meanwhile ---------- */
+/* ---------- the font: cut to what is shown, never an empty box meanwhile ---------- */
 
 const covered = new Set();
 
 // Load the SC face for the characters of `text` not loaded yet (one small request each
-// time new ones appear); until it arrives, text shows in a fallback font (display: swap).
+// time new ones appear). Until it arrives those characters are blank, not the empty boxes
+// of a fallback font without them (display: block, for their unicode range only: the rest
+// of the text shows at once in a fallback font); the first face, with no such characters
+// yet, swaps.
 function needGlyphs(text) {
   const fresh = [];
   for (const ch of String(text)) {
@@ -144,7 +147,7 @@ function needGlyphs(text) {
   const chars = fresh.join("");
   const ranges = fresh.map((ch) => `U+${ch.codePointAt(0).toString(16)}`).join(",");
   const face = new FontFace(FAMILY, `url("font.otf?${query({ text: chars })}") format("opentype")`,
-    first ? { display: "swap" } : { display: "swap", unicodeRange: ranges });
+    fresh.length ? { display: "block", unicodeRange: ranges } : { display: "swap" });
   document.fonts.add(face);
   face.load().catch(() => { for (const ch of fresh) covered.delete(ch); });
 }

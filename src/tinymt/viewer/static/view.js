@@ -72,6 +72,8 @@ const CSS = `
   padding: 6px 12px; background: var(--panel); border-radius: 6px; }
 .tmv .tmv-text dt { color: var(--faint); } .tmv .tmv-text dd { margin: 0; } .tmv #sentence { font-size: 15px; }
 .tmv .missing { color: var(--faint); font-style: italic; }
+.tmv #relations { display: flex; flex-wrap: wrap; gap: 0 14px; } .tmv #relations .rel { padding: 0; border: 0;
+  background: none; text-align: left; font-variant-numeric: tabular-nums; } .tmv #relations .rel b { color: var(--relation); }
 .tmv .tmv-caption { display: flex; flex-wrap: wrap; align-items: center; gap: 4px 16px; color: var(--muted); margin: 0 0 6px; }
 .tmv .colorbar { display: inline-flex; align-items: center; gap: 6px; font-variant-numeric: tabular-nums; }
 .tmv .colorbar canvas { width: 120px; height: 10px; border: 1px solid var(--border); image-rendering: pixelated; }
@@ -126,6 +128,10 @@ const CSS = `
 }
 `;
 
+const RELATIONS_HELP = "Each gold relation of this sentence (a → b: the word a looking at b) and, " +
+  "at this step, the head putting the most of a's attention on b, with that share. A head's label " +
+  "under its picture is measured on a sample of validation sentences: it may not hold for this " +
+  "one. Click a relation to open its head.";
 const TEMPLATE = `
 <div class="tmv-bar">
   <label>run <select id="run"></select></label> <label>probe <select id="probe"></select></label>
@@ -145,8 +151,10 @@ const TEMPLATE = `
 <dl class="tmv-text">
   <dt>source</dt><dd id="sentence"></dd> <dt>reference</dt><dd id="reference"></dd>
   <dt id="translation-title">model</dt><dd id="translation"></dd> <dt>decoder reads</dt><dd id="forced"></dd>
+  <dt id="relations-title" hidden title="${RELATIONS_HELP}">relations here</dt><dd id="relations" hidden></dd>
 </dl>
-<div class="tmv-caption"><span id="caption"></span><span class="colorbar" id="colorbar"></span></div>
+<div class="tmv-caption"><span id="caption"></span><span class="colorbar" id="colorbar"></span>
+  <span id="trend-scale" class="muted"></span></div>
 <div class="tmv-main">
   <div class="tmv-views"><div id="overview"></div><div id="matrices"></div><svg id="lines" width="0" height="0"></svg></div>
   <aside id="info" aria-live="polite"></aside>
@@ -273,7 +281,9 @@ const LABEL_HELP = {
     "source words aligned (gold) with the word each row predicts.",
   position: "Measured at this step on the first validation sentences: previous / self / next / " +
     "</s> (<s>) when at least half of its attention is on that position; diffuse when its entropy is " +
-    "at least 0.8 of the uniform's; content otherwise.",
+    "at least 0.8 of the uniform's; content otherwise: it attends by what the words are, not where they " +
+    "are, without beating any relation's fixed offset on the sample (it may still carry a relation on " +
+    "the sentence shown: see relations here).",
 };
 
 function addPath(svg, cls, d) {
@@ -536,6 +546,7 @@ class AttentionView {
     on(ui.step, "input", () => this.seek(Number(ui.step.value)));
     on(ui.play, "click", () => (this.timer ? this.pause() : this.play()));
     on(ui.heads, "click", (e) => this.onHeadClick(e));
+    on(ui.relations, "click", (e) => this.onViewClick(e));
     on(ui.views, "mousemove", (e) => this.onHover(e.target, e));
     on(ui.views, "mouseleave", () => this.clearHover());
     on(ui.views, "focusin", (e) => this.onHover(e.target, null));
@@ -834,8 +845,9 @@ class AttentionView {
     this.redraw();
   }
 
-  // A click on an overview picture opens that layer in the matrix view (that head alone,
-  // or every head for the mean); a click on a trend jumps to the step under the pointer.
+  // A click on an overview picture (or a relation of the sentence) opens that layer in the
+  // matrix view (that head alone, or every head for the mean); a click on a trend jumps to
+  // the step under the pointer.
   onViewClick(e) {
     const spark = e.target.closest && e.target.closest("canvas.spark");
     if (spark && e.clientX !== undefined && e.type === "click") {
@@ -844,7 +856,7 @@ class AttentionView {
       this.seekStep(steps[sparkIndex(spark, e.clientX, steps.length)]);
       return;
     }
-    const thumb = e.target.closest && e.target.closest(".thumb");
+    const thumb = e.target.closest && e.target.closest(".thumb, button.rel");
     if (!thumb) return;
     const layer = Number(thumb.dataset.layer), h = Number(thumb.dataset.head);
     const kind = this.currentKind();
@@ -897,6 +909,7 @@ class AttentionView {
     this.syncControls();
     this.drawHeader(doc);
     const kind = this.currentKind(), mode = ui.mode.value;
+    this.drawRelations(kind);
     const o = { scale, bg: this.dark ? BACKGROUND.dark : BACKGROUND.light, norm: ui.norm.value,
       gold: ui.gold.checked };
     for (const box of [ui.overview, ui.matrices, ui.lines]) box.replaceChildren();
@@ -934,6 +947,22 @@ class AttentionView {
     ui.translation.textContent = doc.translation || "";
     ui.forced.textContent = doc.forced === "reference"
       ? "the reference (teacher forcing)" : "the model's own translation";
+  }
+
+  // The document's relations of this kind ([query word, partner, label, layer, head, weight]
+  // each; from a record, any JSON: shown as text), a button opening the head where it exists.
+  drawRelations(kind) {
+    const rels = !kind || kind.relations === undefined ? [] : Array.isArray(kind.relations) ? kind.relations : [kind.relations];
+    this.ui.relations.hidden = this.ui.relationsTitle.hidden = !rels.length;
+    this.ui.relations.replaceChildren(...rels.map((r) => {
+      if (!Array.isArray(r) || r.length !== 6) return el("span", { class: "rel" }, oneLine(JSON.stringify(r)));
+      const [q, k, label, l, h, w] = r;
+      const real = Number.isInteger(l) && l >= 0 && l < kind.weights.length && Number.isInteger(h) && h >= 0 &&
+        h < kind.weights[l].length;
+      return el(real ? "button" : "span", real ? { type: "button", class: "rel", "data-layer": l, "data-head": h } : { class: "rel" },
+        `${q} → ${k} `, el("b", {}, String(label)), ": ", ...(real ? [swatch(headColor(h, this.dark)), " "] : []),
+        `layer ${l} head ${h}, ${typeof w === "number" ? w.toFixed(2) : String(w)}`);
+    }));
   }
 
   drawCaption(kind, heads, where) {
@@ -1040,7 +1069,10 @@ class AttentionView {
     }
     const current = steps.indexOf(this.doc ? this.doc.step : NaN);
     this.trendMax = emax;
-    for (const canvas of this.ui.views.querySelectorAll("canvas.spark")) {
+    const sparks = this.ui.views.querySelectorAll("canvas.spark");
+    this.ui.trendScale.textContent = sparks.length && steps.length ? `strips under each head, steps ` +
+      `${steps[0]} to ${steps[steps.length - 1]}: entropy (solid) 0 to ${emax.toFixed(2)} nats, gold share (dashed) 0 to 1` : "";
+    for (const canvas of sparks) {
       const h = Number(canvas.dataset.head), l = Number(canvas.dataset.layer);
       const key = `${l},${h}`;
       series[key] = series[key] || trendSeries(trend, this.kind, l, h) || { entropy: [], gold: [] };

@@ -26,7 +26,9 @@ demo: install
 	$(PY) scripts/translate.py run=latest decode.beam=5 \
 		"那只小猫昨天在公园里追了一只蝴蝶。" "韩梅梅明天会在图书馆里看三本书。" "他喜欢猫吗？" \
 		"喜欢猫的女孩去了北京。" "因为他昨天很累，所以他没去学校。"
-	@# last: the showcase, and which head of this run carries each of its relations
+	@# last, this run's story: the relations its heads track over the test split, then the
+	@# showcase sentence and the head of this run that carries each of its relations
+	$(PY) scripts/analyze_heads.py run=latest split=test max_sentences=0 pruning=false
 	$(PY) scripts/translate.py run=latest decode.beam=5 attention=outputs/showcase_attention.html \
 		"我请李雷帮我订了去北京的机票。"
 	@echo

@@ -369,7 +369,9 @@ def test_sweep_folder_analyses_every_run_and_compares_them(head_analysis, tmp_pa
     # the showcase's object, either direction: the largest weight a head gives it
     obj = max((x for x in out["results"][0]["showcase"]["encoder_self"]["relations"]
                if x["relation"] == "object"), key=lambda x: x["weight"])
-    assert f"| {obj['weight']:.2f} (head {obj['head'][0]}.{obj['head'][1]}, " in report
+    words = out["results"][0]["showcase"]["encoder_self"]["words"]
+    assert (f"| {obj['weight']:.2f} ({words[obj['query']]} → {words[obj['key']]}, head "
+            f"{obj['head'][0]}.{obj['head'][1]}) |") in report
     for r in runs:
         assert (r / "heads.json").is_file()
         report = (r / "heads.md").read_text(encoding="utf-8")

@@ -18,7 +18,7 @@ from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
 from tinymt.labels import BROAD_ENTROPY, POSITIONAL_MASS
 from tinymt.plotting import heatmap, save_figure
-from tinymt.relations import ARROWS, MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
+from tinymt.relations import MARGIN, MIN_INSTANCES, RELATION_KINDS, row_label
 
 REPORT = "heads.md"  # <run>/heads.md, with its figures in <run>/heads/
 FIGURES = "heads"
@@ -338,11 +338,11 @@ def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) ->
 def showcase_object(r: dict) -> str:
     """The showcase sentence's object (订 ↔ 机票) in the encoder, either direction: the
     largest share of one word's attention a head puts on the other, and that head."""
-    rels = [x for x in ((r.get("showcase") or {}).get("encoder_self") or {}).get("relations", ())
-            if x["relation"] == "object"]
-    x = max(rels, key=lambda x: x["weight"], default=None)
-    return "n/a" if x is None else \
-        f"{x['weight']:.2f} (head {x['head'][0]}.{x['head'][1]}, {ARROWS[x['direction']]})"
+    enc = (r.get("showcase") or {}).get("encoder_self") or {"relations": ()}
+    x = max((x for x in enc["relations"] if x["relation"] == "object"),
+            key=lambda x: x["weight"], default=None)
+    return "n/a" if x is None else (f"{x['weight']:.2f} ({enc['words'][x['query']]} → "
+                                    f"{enc['words'][x['key']]}, head {x['head'][0]}.{x['head'][1]})")
 
 
 def _sweep_cell(row: dict | None) -> str:

@@ -37,9 +37,12 @@ import zlib
 from functools import cache
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+
+from tinymt.bench.serve_speed import ServerProcess
 
 # The hostile-input properties: a fixed, bounded profile, the same draws on every run (a
 # failure found once is found again, and CI's time does not wander). HYPOTHESIS_PROFILE=deep
@@ -59,6 +62,20 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
 TORCH_THREADS = torch.get_num_threads()  # this process's default, before any test sets it
+
+# the servers the tests start are forked from a process that has imported torch and the
+# rest (tests/forked.py): a plain start spends 2-3 s of CPU on the imports, ~40 times
+ServerProcess.popen = staticmethod(forked.popen)
+
+
+def pytest_unconfigure(config):
+    """The font cutter's pool let go while the interpreter is whole: held to the end of a
+    worker, its ``__del__`` writes a traceback once the modules are torn down (a server, whose
+    process ends at once, exits quietly)."""
+    from tinymt import fonts
+
+    while fonts._pool:
+        fonts._pool.pop().terminate()
 
 
 def shared_data_dir() -> Path:
@@ -406,15 +423,16 @@ def http_get(url: str) -> tuple[int, bytes]:
 
 @contextlib.contextmanager
 def tensorboard_process(logdir: Path, ready, *flags: str):
-    """``tensorboard --logdir <logdir> [flags]`` exactly as a user starts it (the Attention
-    tab found through its entry point), on a loopback port; yields ``(base URL, process)``
-    once ``ready(base)`` is true (within 120 s, else the test fails with its stderr)."""
+    """``tensorboard --logdir <logdir> [flags]`` as a user starts it (its entry point's
+    script, forked: tests/forked.py; the Attention tab found through its entry point), on a
+    loopback port; yields ``(base URL, process)`` once ``ready(base)`` is true (within
+    120 s, else the test fails with its stderr)."""
     port = free_port()
     tb = Path(sys.executable).with_name("tensorboard")
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(tb), "--logdir", str(logdir), "--host", "127.0.0.1",
-                                 "--port", str(port), *flags], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err)
+        proc = forked.popen([sys.executable, str(tb), "--logdir", str(logdir), "--host",
+                             "127.0.0.1", "--port", str(port), *flags],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 120
@@ -751,7 +769,7 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
     code = (f"{fault}\nimport runpy, sys\n"
             f"sys.argv = [{str(REPO_ROOT / 'scripts' / f'{script}.py')!r}, *{list(args)!r}]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
+    return forked.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 

@@ -20,6 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
+import forked
 import pytest
 import torch
 from hypothesis import example, given
@@ -524,7 +525,7 @@ def test_a_server_is_up_once_it_answers_on_the_port_it_printed(tmp_path, monkeyp
 # --------------------------------------------------------------------------- the script
 def benchmark(*args: str, cwd=REPO_ROOT, timeout=600) -> subprocess.CompletedProcess:
     """The script with one torch thread (a test per core: a second thread only waits)."""
-    return subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
+    return forked.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 

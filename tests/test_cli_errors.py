@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import forked
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,7 +105,7 @@ def _files(folder: Path) -> set[str]:
 
 def run_script(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args],
+    return forked.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -272,7 +273,7 @@ def test_a_bad_merge_is_one_line_before_any_measuring_through_the_real_script(tm
     the file and the field, exit 2, before the measuring starts (which logs first)."""
     bad = tmp_path / "m.json"
     bad.write_text('{"devices": {"cpu": {"training": 5}}}')
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
+    r = forked.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
                         "--quick", "--sections", "decoding", "--sizes", "tiny", "--sentences", "4",
                         "--merge", str(bad), "--out", "x.md", "--json", "x.json"],
                        cwd=tmp_path, capture_output=True, text=True,

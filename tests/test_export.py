@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 import torch
@@ -53,7 +54,7 @@ def cli(script: str, *args: str, env: dict | None = None, cwd: Path = REPO_ROOT,
         prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {**(env or os.environ)}
     env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run([sys.executable, *prefix, str(SCRIPTS / f"{script}.py"), *args],
+    return forked.run([sys.executable, *prefix, str(SCRIPTS / f"{script}.py"), *args],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=180)
 
 

@@ -20,13 +20,13 @@ import resource
 import signal
 import socket
 import stat
-import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import forked
 import pytest
 
 from conftest import REPO_ROOT, copy_run, run_script_in_process
@@ -332,7 +332,7 @@ def test_a_pipe_as_output_does_not_hang_the_real_script(tmp_path):
     check that opened it."""
     fifo = _special(tmp_path, "fifo")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
+    r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
                         f"run={tmp_path}/no-run", f"output={fifo}", SENTENCE], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]

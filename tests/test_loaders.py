@@ -30,6 +30,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from hypothesis import given
@@ -803,7 +804,7 @@ def test_junk_checkpoint_through_the_real_cli(tmp_path):
     """``scripts/translate.py checkpoint=<junk>``, a user's process: exit 2, one line."""
     (tmp_path / "run").mkdir()
     junk_file = _write(tmp_path / "junk.pt", b"\x80\x03junk")
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
+    r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
                         f"run={tmp_path / 'run'}", f"checkpoint={junk_file}", "device=cpu",
                         "他喜欢猫吗？"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

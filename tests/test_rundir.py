@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -333,7 +334,7 @@ def test_a_run_that_failed_before_writing_leaves_its_folder_free(tmp_path, capsy
     common = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
     status, err = run_script_in_process("train", [*common, "data.vocab_size=90000"], capsys)
     assert status == 2 and "data.vocab_size=90000 does not suit" in err, err[-2000:]
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
+    done = forked.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
                            "trainer.max_steps=2", "trainer.valid_sentences=4",
                            "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -15,12 +15,12 @@ import io
 import json
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import forked
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -614,7 +614,7 @@ def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
 
 
 def test_help_shows_the_examples_and_every_setting():
-    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), "--help"],
+    r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), "--help"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     help_ = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml").hydra.help

@@ -4,10 +4,10 @@ tests/test_viewer.py), runs killed with SIGKILL resume exactly, and bad configs 
 one line (the script's bad values: tests/test_cli_errors.py)."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
@@ -129,7 +129,7 @@ def test_multirun_puts_runs_side_by_side(tmp_path):
                      "trainer.valid_every=4", "trainer.valid_sentences=4",
                      "trainer.test_beam=1", f"hydra.sweep.dir={sweep}")
     cmd.insert(2, "-m")  # flags before the overrides
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    r = forked.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 2 and "job 1 (" in errors[0] and "model.n_heads=3" in errors[0], errors
@@ -155,7 +155,7 @@ def test_a_sweep_whose_every_job_is_bad_leaves_no_folder(tmp_path):
     sweep = tmp_path / "sweeps" / "s"
     cmd = _train_cmd(tmp_path, "model.n_heads=3,5", f"hydra.sweep.dir={sweep}")
     cmd.insert(2, "-m")
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    r = forked.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     lines = r.stderr.splitlines()
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines), lines
@@ -175,7 +175,7 @@ def test_a_resume_sweep_leaves_no_empty_job_folder(tiny_run, tmp_path):
     run, sweep = copy_run(tiny_run, tmp_path / "run"), tmp_path / "sweeps" / "s"
     cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), "-m", f"trainer.resume={run}",
            "trainer.max_steps=44", f"hydra.sweep.dir={sweep}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    r = forked.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert [p.name for p in sweep.iterdir()] == ["multirun.yaml"]
     assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 44

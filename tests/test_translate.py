@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import forked
 import pytest
 import sacrebleu
 from hydra import compose, initialize_config_dir
@@ -45,7 +46,7 @@ def cfg_for(run, *overrides):
 
 
 def cli(*args, stdin=None):
-    return subprocess.run([sys.executable, SCRIPT, *args], input=stdin, capture_output=True,
+    return forked.run([sys.executable, SCRIPT, *args], input=stdin, capture_output=True,
                           text=True, cwd=ROOT)
 
 

@@ -1,9 +1,8 @@
 """Serving (``--sections serve``): per engine (torch; the run's CTranslate2 export)
 ``scripts/serve.py`` side by side, *micro-batching* (the defaults) and *one at a time*,
-take the same requests (``POST
-/translate``, a test sentence each) at each level of closed-loop clients, each client on its
-own keep-alive connection, in :data:`PASSES` passes, the servers' order reversed each
-time."""
+take the same requests (``POST /translate``, a test sentence each) at each level of
+closed-loop clients, each client on its own keep-alive connection, in :data:`PASSES`
+passes, the servers' order reversed each time."""
 
 from __future__ import annotations
 
@@ -49,9 +48,11 @@ class ServerProcess:
     the one it prints), up once ``/health`` answers there (a bounded wait); its stderr kept
     for the error message."""
 
+    popen = subprocess.Popen  # (the tests start it from a process that has imported torch)
+
     def __init__(self, overrides: list[str]):
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
+        self.proc = self.popen(
             [sys.executable, str(SERVE_SCRIPT), *overrides, "port=0", f"host={HOST}",
              "access_log=false"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=self.log, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -81,8 +82,7 @@ class ServerProcess:
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         """``(exit status, stderr)`` after ``sig``; killed after 60 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+        self.proc.send_signal(sig)  # (none to an exited one: Popen checks)
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:

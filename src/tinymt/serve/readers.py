@@ -38,8 +38,8 @@ class Readers:
         for started in [self._pool.submit(int) for _ in range(self.n)]:
             started.result()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)  # (what runs ends in its time)
+    def close(self) -> None:  # waits for what runs (ended by its time): a pool thread
+        self._pool.shutdown(cancel_futures=True)  # still ending races Python's exit hook
 
     async def read(self, item: str, *args) -> tuple:
         """``read_item(item, *args)`` on a process, awaited."""

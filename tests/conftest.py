@@ -770,7 +770,7 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
             f"sys.argv = [{str(REPO_ROOT / 'scripts' / f'{script}.py')!r}, *{list(args)!r}]\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     return forked.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                      timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 # ----------------------------------------------------------------------------- order

@@ -26,17 +26,16 @@ import subprocess
 import sys
 import threading
 
-# what a plain start reads from the environment before the script's first line
+# what a plain start reads from the environment before the script's first line...
 _STARTUP = ("PYTHON", "LC_", "LANG", "OMP_", "GOMP_", "KMP_", "MKL_", "MALLOC", "LD_",
             "CUDA_", "TORCH", "PYTORCH", "MPL", "XDG_")
-# what the scripts import: not tinymt.cli (its first lines set the environment and
-# sys.excepthook, which a script's own import of it must do)
-_NOT_PRELOADED = ("tinymt.cli", "tinymt.bench.main")
-
-
-# the child applies these itself (_child); read at run time, not at the start
+# ...but these: the child applies the first two itself (_child); the last is read when a
+# compile writes its cache
 _REDONE = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR")
 _SET_BY_CLI = {"GOMP_SPINCOUNT": "10000"}  # tinymt.cli's default, set before torch is imported
+# what the scripts import, preloaded: not tinymt.cli (its first lines set the environment
+# and sys.excepthook, which a script's own import of it must do)
+_NOT_PRELOADED = ("tinymt.cli", "tinymt.bench.main")
 
 
 def forkable(args: list, env: dict | None) -> bool:

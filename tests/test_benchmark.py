@@ -526,8 +526,8 @@ def test_a_server_is_up_once_it_answers_on_the_port_it_printed(tmp_path, monkeyp
 def benchmark(*args: str, cwd=REPO_ROOT, timeout=600) -> subprocess.CompletedProcess:
     """The script with one torch thread (a test per core: a second thread only waits)."""
     return forked.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                      cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                      env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def test_help_and_bad_input(capsys, monkeypatch, tmp_path):

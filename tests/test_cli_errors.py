@@ -106,7 +106,7 @@ def _files(folder: Path) -> set[str]:
 def run_script(script: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     return forked.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+                      cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
 
 def _merge(base: list[str], overrides: tuple[str, ...]) -> list[str]:
@@ -274,10 +274,10 @@ def test_a_bad_merge_is_one_line_before_any_measuring_through_the_real_script(tm
     bad = tmp_path / "m.json"
     bad.write_text('{"devices": {"cpu": {"training": 5}}}')
     r = forked.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--device", "cpu",
-                        "--quick", "--sections", "decoding", "--sizes", "tiny", "--sentences", "4",
-                        "--merge", str(bad), "--out", "x.md", "--json", "x.json"],
-                       cwd=tmp_path, capture_output=True, text=True,
-                       env={k: v for k, v in os.environ.items() if k != "TINYMT_TRACEBACK"})
+                    "--quick", "--sections", "decoding", "--sizes", "tiny", "--sentences", "4",
+                    "--merge", str(bad), "--out", "x.md", "--json", "x.json"],
+                   cwd=tmp_path, capture_output=True, text=True,
+                   env={k: v for k, v in os.environ.items() if k != "TINYMT_TRACEBACK"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
     assert r.stderr.startswith(f"error: --merge {bad}: devices is not what ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

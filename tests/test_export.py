@@ -55,7 +55,7 @@ def cli(script: str, *args: str, env: dict | None = None, cwd: Path = REPO_ROOT,
     env = {**(env or os.environ)}
     env.pop("HYDRA_FULL_ERROR", None)
     return forked.run([sys.executable, *prefix, str(SCRIPTS / f"{script}.py"), *args],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=180)
+                      capture_output=True, text=True, cwd=cwd, env=env, timeout=180)
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:

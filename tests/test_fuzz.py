@@ -333,8 +333,8 @@ def test_a_pipe_as_output_does_not_hang_the_real_script(tmp_path):
     fifo = _special(tmp_path, "fifo")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
-                        f"run={tmp_path}/no-run", f"output={fifo}", SENTENCE], cwd=tmp_path,
-                       env=env, capture_output=True, text=True, timeout=120)
+                    f"run={tmp_path}/no-run", f"output={fifo}", SENTENCE], cwd=tmp_path,
+                   env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
     [line] = r.stderr.strip().splitlines()
     assert line.startswith("error: output=") and line.endswith(

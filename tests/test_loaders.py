@@ -805,8 +805,8 @@ def test_junk_checkpoint_through_the_real_cli(tmp_path):
     (tmp_path / "run").mkdir()
     junk_file = _write(tmp_path / "junk.pt", b"\x80\x03junk")
     r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "translate.py"),
-                        f"run={tmp_path / 'run'}", f"checkpoint={junk_file}", "device=cpu",
-                        "他喜欢猫吗？"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+                    f"run={tmp_path / 'run'}", f"checkpoint={junk_file}", "device=cpu",
+                    "他喜欢猫吗？"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert len(lines) == 1 and lines[0].startswith("error: checkpoint "), lines

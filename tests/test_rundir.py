@@ -335,8 +335,8 @@ def test_a_run_that_failed_before_writing_leaves_its_folder_free(tmp_path, capsy
     status, err = run_script_in_process("train", [*common, "data.vocab_size=90000"], capsys)
     assert status == 2 and "data.vocab_size=90000 does not suit" in err, err[-2000:]
     done = forked.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
-                           "trainer.max_steps=2", "trainer.valid_sentences=4",
-                           "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)
+                       "trainer.max_steps=2", "trainer.valid_sentences=4",
+                       "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (run / "metrics.json").is_file()
     assert not (tmp_path / "outputs").exists()

@@ -615,7 +615,7 @@ def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
 
 def test_help_shows_the_examples_and_every_setting():
     r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), "--help"],
-                       capture_output=True, text=True, timeout=120)
+                   capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     help_ = OmegaConf.load(REPO_ROOT / "configs" / "serve.yaml").hydra.help
     assert r.stdout.startswith(help_.header) and help_.footer.strip() in r.stdout

@@ -47,7 +47,7 @@ def cfg_for(run, *overrides):
 
 def cli(*args, stdin=None):
     return forked.run([sys.executable, SCRIPT, *args], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT)
+                      text=True, cwd=ROOT)
 
 
 def piped(data: bytes):

@@ -43,6 +43,8 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from tinymt.bench.serve_speed import ServerProcess
+from tinymt.corpus.grammar import sample_sentence
+from tinymt.corpus.render import render
 
 # The hostile-input properties: a fixed, bounded profile, the same draws on every run (a
 # failure found once is found again, and CI's time does not wander). HYPOTHESIS_PROFILE=deep
@@ -812,3 +814,11 @@ def load_from_torch(ours, ref: torch.nn.MultiheadAttention):
         ours.in_proj.bias.copy_(ref.in_proj_bias)
         ours.out_proj.bias.copy_(ref.out_proj.bias)
     return ours
+
+
+def sample_pairs(seed: int, n: int) -> list:
+    """``n`` raw samples of the built-in grammar, ``(structure, pair)``: no length filter,
+    no deduplication."""
+    r = random.Random(seed)
+    structures = [sample_sentence(r) for _ in range(n)]
+    return [(s, render(s)) for s in structures]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tinymt.corpus import SHOWCASE, Pair, generate_splits, sample_pairs
+from conftest import sample_pairs
+from tinymt.corpus import SHOWCASE, Pair, generate_splits
 from tinymt.corpus import lexicon as L
 from tinymt.corpus.grammar import showcase_structures
 from tinymt.corpus.pair import join_english

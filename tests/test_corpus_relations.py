@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tinymt.corpus import SHOWCASE, sample_pairs
+from conftest import sample_pairs
+from tinymt.corpus import SHOWCASE
 from tinymt.corpus import lexicon as L
 from tinymt.corpus.relations import RELATION_DOCS, RELATIONS
 from tinymt.corpus.render import render

@@ -25,11 +25,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import REPO_ROOT, make_pairs, run_script_in_process
+from conftest import REPO_ROOT, make_pairs, run_script_in_process, sample_pairs
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
-from tinymt.corpus import sample_pairs
 from tinymt.ct2 import export_attention, export_run, load_export, translate_export_ids
 from tinymt.ct2.export import meta_digest
 from tinymt.data import normalize

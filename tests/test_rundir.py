@@ -15,9 +15,14 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import TINY_TRAIN_OVERRIDES, compose_train, copy_run, run_script_in_process
+from conftest import (
+    TINY_TRAIN_OVERRIDES,
+    compose_train,
+    copy_run,
+    run_script_in_process,
+    sample_pairs,
+)
 from tinymt.checkpoint import load_checkpoint
-from tinymt.corpus import sample_pairs
 from tinymt.errors import TinyMTError
 from tinymt.rundir import claim_run_dir, load_run
 from tinymt.tokenizer import Tokenizer

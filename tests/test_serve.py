@@ -32,10 +32,11 @@ from conftest import (
     http_get,
     post_json,
     run_script_in_process,
+    sample_pairs,
 )
 from tinymt.bench.serve_speed import ServerProcess, hostile_row
 from tinymt.config import ServeConfig
-from tinymt.corpus import SHOWCASE, sample_pairs
+from tinymt.corpus import SHOWCASE
 from tinymt.rundir import load_run
 from tinymt.serve import Service
 from tinymt.serve.api import ApiError, TranslateRequest

@@ -336,7 +336,7 @@ def test_a_paragraph_is_translated_sentence_by_sentence(tiny_run):
     """A line of several sentences (Chinese: no spaces between them) gives each sentence's
     own translation, joined by a space, on one line; what holds no Chinese word is kept and
     counted in a warning; the line count stays the input's."""
-    from tinymt.corpus import sample_pairs
+    from conftest import sample_pairs
 
     sents = [p.zh for _, p in sample_pairs(3, 4)]
     alone = translate(cfg_for(tiny_run), sents)["translations"]
@@ -354,7 +354,7 @@ def test_a_span_the_vocabulary_cannot_spell_replaces_the_word_that_looks_at_it(t
     that <unk> the most cross-attention (the last layer's heads averaged) is replaced by it; a URL inside the sentence is one span, not cut at its ``?``."""
     import torch
 
-    from tinymt.corpus import sample_pairs
+    from conftest import sample_pairs
 
     run = load_run(tiny_run, "best", "cpu", "outputs")
     run.model.eval()

@@ -95,28 +95,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return state
 
 
-HEAD_MASKS = {"head_mask_encoder_self": ("encoder", "self_attn"),
-              "head_mask_decoder_self": ("decoder", "self_attn"),
-              "head_mask_cross": ("decoder", "cross_attn")}
-
-
-def fold_head_masks(model: dict, masks: dict, n_heads: int) -> dict:
-    """``model`` (a state dict) with each head's ``W_O`` columns times its mask,
-    ``masks``: ``{head_mask_<kind>: (n_layers, h)}``. A head masked 0 is then switched off,
-    as a gate of 0 would: how the model holds pruned heads."""
-    model = dict(model)
-    for key, mask in masks.items():
-        side, attn = HEAD_MASKS[key]
-        for layer, row in enumerate(mask.float()):  # (h,)
-            name = f"{side}_layers.{layer}.{attn}.out_proj.weight"
-            w = model.get(name)  # (d, h * d_head)
-            if not (isinstance(w, torch.Tensor) and w.dim() == 2 and w.size(1) % n_heads == 0):
-                continue  # no such layer: loading the state dict names what is missing
-            heads = w.reshape(w.size(0), n_heads, w.size(1) // n_heads)  # (d, h, d_head)
-            model[name] = (heads * row[:, None].to(w)).reshape(w.shape)
-    return model
-
-
 def _damaged(path: Path, why: str) -> TinyMTError:
     return TinyMTError(f"checkpoint {path} is damaged or truncated, or not a checkpoint ({why}); "
                        "use another checkpoint of the run (last.pt / best.pt)")

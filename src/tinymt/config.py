@@ -530,8 +530,7 @@ def register_configs() -> None:
     for name, fn in (("dirname", _dirname),
                      ("on_main_rank", rank0),  # Hydra makes only a clock folder itself:
                      ("unless_named", lambda r, d, c: "." if r is not None or d is not None else c)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
+        OmegaConf.register_new_resolver(name, fn, replace=True)
     for name, node in (("train", TrainConfig), ("prepare", PrepareConfig),
                        ("translate", TranslateConfig), ("serve", ServeConfig),
                        ("export", ExportConfig), ("analyze", AnalyzeConfig),

@@ -18,7 +18,7 @@ def num(x: float | None, digits: int = 0) -> str:
 
 def table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
-            *("| " + " | ".join(r) + " |" for r in rows), ""]
+            *("| " + " | ".join(map(str, r)) + " |" for r in rows), ""]
 
 
 def measured_by(section: dict) -> str:

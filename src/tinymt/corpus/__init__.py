@@ -8,7 +8,7 @@ each Chinese sentence has exactly one translation. See docs/corpus.md.
     from tinymt.corpus import Pair, generate_splits, SHOWCASE
 """
 
-from tinymt.corpus.generate import SHOWCASE, generate_splits, sample_pairs
+from tinymt.corpus.generate import SHOWCASE, generate_splits
 from tinymt.corpus.pair import Pair
 
-__all__ = ["SHOWCASE", "Pair", "generate_splits", "sample_pairs"]
+__all__ = ["SHOWCASE", "Pair", "generate_splits"]

@@ -15,19 +15,11 @@ import random
 from tinymt.corpus.grammar import sample_sentence, showcase_structures
 from tinymt.corpus.pair import Pair
 from tinymt.corpus.render import render
-from tinymt.corpus.structures import Sentence
 
 MIN_WORDS = 3
 MAX_WORDS = 30  # per side, punctuation included
 
 SHOWCASE: tuple[Pair, Pair] = tuple(render(s) for s in showcase_structures())  # type: ignore
-
-
-def sample_pairs(seed: int, n: int) -> list[tuple[Sentence, Pair]]:
-    """``n`` raw samples (structure, pair): no length filter, no deduplication."""
-    r = random.Random(seed)
-    structures = [sample_sentence(r) for _ in range(n)]
-    return [(s, render(s)) for s in structures]
 
 
 def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int = 1000,

@@ -22,7 +22,7 @@ from pathlib import Path
 from tinymt import __version__
 from tinymt.checkpoint import file_sha256
 from tinymt.ct2.convert import build_spec, require_ct2
-from tinymt.errors import TinyMTError, first_line
+from tinymt.errors import TinyMTError
 from tinymt.files import check_output, write_folder, write_text
 from tinymt.rundir import LoadedRun
 from tinymt.tokenizer import save_tokenizers, tokenizer_digest
@@ -36,11 +36,7 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
     """Write the CTranslate2 model of ``run``'s loaded checkpoint to the new folder ``out``."""
     check_output(out, "out", folder=True)
     ct2 = require_ct2()
-    try:
-        spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer, quantization)
-    except (ValueError, TypeError) as e:
-        raise TinyMTError(f"cannot export: CTranslate2 refused the model ({first_line(e)})"
-                          ) from None
+    spec = build_spec(run.model, run.src_tokenizer, run.tgt_tokenizer, quantization)
     data = run.config.get("data", {}) or {}
     meta = {  # what load_export reads back
         "format": FORMAT, "quantization": quantization,

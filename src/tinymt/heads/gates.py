@@ -13,7 +13,6 @@ from collections.abc import Iterator, Sequence
 import torch
 from tqdm import tqdm
 
-from tinymt.checkpoint import fold_head_masks
 from tinymt.model import Transformer
 
 
@@ -81,14 +80,14 @@ def gated_heads(model: Transformer, gates: dict[str, torch.Tensor] | None) -> It
 def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_heads: int
                   ) -> dict:
     """A copy of the state dict ``model_state`` with the ``W_O`` columns of ``heads``
-    zeroed (:func:`tinymt.checkpoint.fold_head_masks`): those heads then contribute
-    nothing, exactly as a gate of 0."""
-    masks = {}
+    zeroed: those heads then contribute nothing, exactly as a gate of 0."""
+    model = dict(model_state)
     for kind, layer, h in heads:
-        mask = masks.setdefault(f"head_mask_{kind}", torch.ones(max(
-            layer for k, layer, _ in heads if k == kind) + 1, n_heads))  # (n_layers, h)
-        mask[layer, h] = 0.0
-    return fold_head_masks(model_state, masks, n_heads)
+        stack = "encoder" if kind == "encoder_self" else "decoder"
+        name = f"{stack}_layers.{layer}.{kind.split('_')[-1]}_attn.out_proj.weight"  # W_O
+        w = model[name] = model[name].clone()  # (d, h * d_head)
+        w.view(w.size(0), n_heads, -1)[:, h] = 0.0
+    return model
 
 
 def pruned_heads(model: Transformer) -> list[tuple[str, int, int]]:

@@ -13,6 +13,7 @@ from PIL import Image
 from torch.utils.tensorboard import SummaryWriter
 
 from tinymt import KINDS
+from tinymt.bench.report import table
 from tinymt.corpus.relations import RELATION_DOCS
 from tinymt.files import write_text
 from tinymt.heads.pruning import BLEU_DROP
@@ -147,16 +148,10 @@ def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
 
 
 # ----------------------------------------------------------------------------- markdown
-def _table(header: list[str], rows) -> list[str]:
-    """A markdown table: the header's cells, then each row's."""
-    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
-            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
-
-
 def _grid_table(values: np.ndarray) -> list[str]:
     """A markdown table of a ``(layers, heads)`` array, three decimals."""
-    return _table(["layer", *(f"head {h}" for h in range(values.shape[1]))],
-                  ([layer, *(f"{v:.3f}" for v in row)] for layer, row in enumerate(values)))
+    return table(["layer", *(f"head {h}" for h in range(values.shape[1]))],
+                 ([layer, *(f"{v:.3f}" for v in row)] for layer, row in enumerate(values)))
 
 
 def tracked(v: dict, bold: str = "") -> str:
@@ -186,7 +181,7 @@ def markdown_report(r: dict, run_dir: Path) -> str:
           "the references, normalised per layer (L2). Low = the loss hardly notices the head."),
          ""]
     for kind in KINDS:
-        L += [f"**{kind}**", "", *_grid_table(r["importance"][kind]), "",
+        L += [f"**{kind}**", "", *_grid_table(r["importance"][kind]),
               img(f"importance/{kind}", f"importance {kind}"), ""]
     pr = r["pruning"]
     L += ["## 2. Pruning without retraining", ""]
@@ -195,13 +190,13 @@ def markdown_report(r: dict, run_dir: Path) -> str:
     else:
         L += [("Heads masked least important first; greedy BLEU after each step. "
                f"Unpruned BLEU: **{pr['base']:.2f}**."), "",
-              *_table(["curve", "heads", "prunable (BLEU within 1 point)",
-                       "BLEU at each step (heads masked: BLEU)"],
-                      ([curve, pts[-1][1], f"**{pr['prunable'][curve]}** "
-                        f"({100 * pr['prunable'][curve] / max(pts[-1][1], 1):.0f}%)",
-                        ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)]
-                       for curve, pts in pr["curves"].items())),
-              "", img("pruning", "BLEU vs heads masked"), ""]
+              *table(["curve", "heads", "prunable (BLEU within 1 point)",
+                      "BLEU at each step (heads masked: BLEU)"],
+                     ([curve, pts[-1][1], f"**{pr['prunable'][curve]}** "
+                       f"({100 * pr['prunable'][curve] / max(pts[-1][1], 1):.0f}%)",
+                       ", ".join(f"{n}: {b:.1f}" for n, _, b in pts)]
+                      for curve, pts in pr["curves"].items())),
+              img("pruning", "BLEU vs heads masked"), ""]
     if r["pruned"]:
         p = r["pruned"]
         L += [f"Pruned checkpoint: `{p['path']}` — {p['n_masked']} of {r['n_heads']} heads "
@@ -218,11 +213,11 @@ def markdown_report(r: dict, run_dir: Path) -> str:
         L += [("Alignment error rate (AER, lower is better) of each cross-attention head's "
                "alignment against the corpus's gold word alignments: for each target word, "
                "the source word whose pieces get the most of its attention (EOS = no link). "
-               f"{a['gold_links']} gold links."), "", *_grid_table(a["aer"]), "",
-              *_table(["heads averaged", "AER"],
-                      [*([f"layer {layer}", _num(v, ".3f")]
-                         for layer, v in enumerate(a["layer_average_aer"])),
-                       ["all cross heads", _num(a["average_aer"], ".3f")]]), "",
+               f"{a['gold_links']} gold links."), "", *_grid_table(a["aer"]),
+              *table(["heads averaged", "AER"],
+                     [*([f"layer {layer}", _num(v, ".3f")]
+                        for layer, v in enumerate(a["layer_average_aer"])),
+                      ["all cross heads", _num(a["average_aer"], ".3f")]]),
               (f"Best head: **layer {a['best_head'][0]}, head {a['best_head'][1]}**, AER "
                f"**{a['best_aer']:.3f}**. Floor for one link per target word (oracle): "
                f"{a['oracle_aer']:.3f}."), "", img("aer", "AER per cross head"), ""]
@@ -244,9 +239,9 @@ def _stats_section(r: dict, img) -> list[str]:
              f"self / next (self-attention) when ≥ {POSITIONAL_MASS:.0%} of the mass is on "
              "that offset, `</s>` (`<s>` in the decoder) when that much is on it; diffuse "
              f"when the entropy is ≥ {BROAD_ENTROPY:.0%} of the uniform's; else content."), "",
-            *_table(["kind", "layer", "head", "entropy", "distance", "mean offset",
-                     "mass at −1 / 0 / +1", "label"], rows),
-            "", img("entropy_vs_distance", "entropy vs distance"), "",
+            *table(["kind", "layer", "head", "entropy", "distance", "mean offset",
+                    "mass at −1 / 0 / +1", "label"], rows),
+            img("entropy_vs_distance", "entropy vs distance"), "",
             *(img(f"entropy/{kind}", f"entropy {kind}") + " "
               + img(f"distance/{kind}", f"distance {kind}") for kind in KINDS), ""]
 
@@ -270,22 +265,22 @@ def _relation_section(r: dict, img) -> list[str]:
         rows = summary[kind]["rows"]
         L += [f"### {kind}", "",
               f"Relations with a head beating the baseline: {tracked(summary[kind], '**')}.", "",
-              *_table(["relation", "instances", "best head", "accuracy", "baseline (offset)",
-                       "margin", "tracks"],
-                      ([row_label(row), row["instances"], "{}.{}".format(*row["best_head"]),
-                        f"{row['best_accuracy']:.2f}",
-                        f"{row['baseline']:.2f} ({row['baseline_offset']:+d})",
-                        f"{row['best_accuracy'] - row['baseline']:+.2f}",
-                        "**yes**" if row["tracks"] else "no"] for row in rows)),
-              "", img(f"relations/{kind}", f"relation accuracy {kind}"), ""]  # every head's
+              *table(["relation", "instances", "best head", "accuracy", "baseline (offset)",
+                      "margin", "tracks"],
+                     ([row_label(row), row["instances"], "{}.{}".format(*row["best_head"]),
+                       f"{row['best_accuracy']:.2f}",
+                       f"{row['baseline']:.2f} ({row['baseline_offset']:+d})",
+                       f"{row['best_accuracy'] - row['baseline']:+.2f}",
+                       "**yes**" if row["tracks"] else "no"] for row in rows)),
+              img(f"relations/{kind}", f"relation accuracy {kind}"), ""]  # every head's
         if r.get("showcase"):  # one sentence: which head carries each of its relations
             sc = r["showcase"][kind]
             L += [f"On the showcase sentence ({sc['sentence']}), each relation and the head "
                   "giving the most of the first word's attention to the second:", "",
-                  *_table(["words", "relation", "head", "weight"],
-                          ([f"{sc['words'][x['query']]} → {sc['words'][x['key']]}", row_label(x),
-                            "{}.{}".format(*x["head"]), f"{x['weight']:.2f}"]
-                           for x in sc["relations"])), ""]
+                  *table(["words", "relation", "head", "weight"],
+                         ([f"{sc['words'][x['query']]} → {sc['words'][x['key']]}", row_label(x),
+                           "{}.{}".format(*x["head"]), f"{x['weight']:.2f}"]
+                          for x in sc["relations"]))]
     return L + ["Relations (dependent → head): "
                 + "; ".join(f"**{name}**: {what} ({zh}; {en})"
                             for name, (what, zh, en) in RELATION_DOCS.items()) + ".", ""]
@@ -315,24 +310,24 @@ def sweep_report(labels: list[str], metrics: list[dict], results: list[dict]) ->
     (``results``: what :func:`tinymt.heads.analyze` returned for each run)."""
     kinds = list(RELATION_KINDS)
     L = ["# Heads across a sweep", "",
-         *_table(["run", "test BLEU", "steps", "train s",
-                  *(f"relations tracked, {k}" for k in kinds), "showcase object, encoder"],
-                 ([label, _num(m.get("test_bleu")), m.get("steps", "?"),
-                   _num(m.get("train_seconds"), ".0f"),
-                   *(tracked(r["relations"][k]) if k in (r.get("relations") or {}) else "n/a"
-                     for k in kinds), showcase_object(r)]
-                  for label, m, r in zip(labels, metrics, results)))]
+         *table(["run", "test BLEU", "steps", "train s",
+                 *(f"relations tracked, {k}" for k in kinds), "showcase object, encoder"],
+                ([label, _num(m.get("test_bleu")), m.get("steps", "?"),
+                  _num(m.get("train_seconds"), ".0f"),
+                  *(tracked(r["relations"][k]) if k in (r.get("relations") or {}) else "n/a"
+                    for k in kinds), showcase_object(r)]
+                 for label, m, r in zip(labels, metrics, results)))]
     for kind in kinds:
         rows: dict[str, dict[int, dict]] = {}
         for i, r in enumerate(results):
             for row in (r.get("relations") or {}).get(kind, {}).get("rows", []):
                 rows.setdefault(row_label(row), {})[i] = row
-        L += ["", f"**{kind}**: the best head's accuracy per relation (baseline: the best "
+        L += [f"**{kind}**: the best head's accuracy per relation (baseline: the best "
               "fixed offset; bold: the head tracks it)", "",
-              *_table(["relation", *labels],
-                      ([name, *(_sweep_cell(by_run.get(i)) for i in range(len(results)))]
-                       for name, by_run in rows.items()))]
-    return "\n".join(L) + "\n"
+              *table(["relation", *labels],
+                     ([name, *(_sweep_cell(by_run.get(i)) for i in range(len(results)))]
+                      for name, by_run in rows.items()))]
+    return "\n".join(L)
 
 
 def showcase_object(r: dict) -> str:

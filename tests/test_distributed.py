@@ -198,15 +198,16 @@ metrics = train(cfg)
 with open(os.path.join(sys.argv[2], "rank%s.json" % os.environ["RANK"]), "w") as f:
     json.dump(metrics, f)
 """
-# rank 1 sleeps 0.1 s after each step's clock is read (the "max" all-reduce of run_loop),
-# outside its timed part: rank 0 waits for it inside the next step, and its clock runs ahead
+# rank 1 sleeps 0.1 s after each step's losses are summed (read_steps' all-reduce, the last
+# collective of a step at log_every=1), outside its timed part: rank 0 waits for it inside
+# the next step (the gradients' all-reduce), and its clock runs ahead
 SLOW_RANK_1 = """
 import os, time
 import tinymt.runtime as runtime
 reduce = runtime.all_reduce
 def slow(rt, values, op="sum"):
     out = reduce(rt, values, op)
-    if op == "max":
+    if op == "sum":
         time.sleep(0.1)
     return out
 if os.environ["RANK"] == "1":

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import forked
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train, copy_run
+from tinymt.checkpoint import load_checkpoint
 from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
 from tinymt.trainer import train
@@ -110,6 +112,81 @@ def test_nan_loss_stops_naming_the_step(tmp_path):
     # before the first validation: no "the last checkpoint is intact" (there is none)
     with pytest.raises(TinyMTError, match=r"at step \d+; no checkpoint was written yet"):
         train(cfg)
+
+
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+def test_the_host_reads_the_device_once_per_log_every_steps(tmp_path, monkeypatch):
+    """Every way our code can read a tensor on the host (each a device sync on a GPU:
+    ``HOST_READS``, ``if tensor:`` included), counted while the loop trains (validations
+    and probes, which must read, not counted): 12 steps, ``log_every=4``, one read at each
+    log (steps 4, 8, 12) and one before the validation of step 6, which waits anyway."""
+    import tinymt
+    import tinymt.trainer.loop as loop
+
+    src, reads, counting = str(Path(tinymt.__file__).parent), [], [False]
+
+    def counted(name):
+        real = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code
+            if counting[0] and caller.co_filename.startswith(src):
+                reads.append(f"{name} in {caller.co_name}")
+            return real(self, *args, **kwargs)
+        return read
+
+    def switched(real, on):
+        def call(*args, **kwargs):
+            counting[0] = on
+            try:
+                return real(*args, **kwargs)
+            finally:
+                counting[0] = not on
+        return call
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    monkeypatch.setattr(loop, "run_loop", switched(loop.run_loop, True))
+    monkeypatch.setattr(loop, "validate_and_checkpoint",
+                        switched(loop.validate_and_checkpoint, False))
+    monkeypatch.setattr(loop.validation, "log_probes", switched(loop.validation.log_probes, False))
+    train(compose_train(tmp_path, "trainer.max_steps=12", "trainer.log_every=4",
+                        "trainer.valid_every=6", "trainer.probe_every=3"))
+    assert reads == ["tolist in read_steps"] * 4
+
+
+def test_a_non_finite_step_changes_no_weight_and_skip_goes_on(tmp_path, monkeypatch, capsys):
+    """``nan_policy=skip``, step 3's loss made NaN: that step leaves every weight and the
+    optimizer's moments as they were (with nothing read on the host in the step), the
+    steps around it change them, the run finishes, the step is counted and named."""
+    import tinymt.trainer.loop as loop
+
+    real_loss, real_step, calls, changed = loop.linear_cross_entropy, loop.optimizer_step, [], {}
+
+    def loss(*args, **kwargs):
+        calls.append(1)
+        return real_loss(*args, **kwargs) * (float("nan") if len(calls) == 3 else 1.0)
+
+    def step(t):
+        def state():
+            moments = [s[k] for s in t.optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")]
+            return [x.detach().clone() for x in (*t.model.parameters(), *moments)]
+        before = state()
+        norm = real_step(t)
+        changed[t.state["step"]] = any(not torch.equal(a, b) for a, b in zip(before, state()))
+        return norm
+
+    monkeypatch.setattr(loop, "linear_cross_entropy", loss)
+    monkeypatch.setattr(loop, "optimizer_step", step)
+    metrics = train(compose_train(tmp_path, "trainer.max_steps=5", "trainer.valid_every=5",
+                                  "trainer.nan_policy=skip"))
+    assert changed == {1: True, 2: True, 3: False, 4: True, 5: True}
+    assert metrics["steps"] == 5
+    last = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert last["trainer_state"]["skipped_steps"] == 1
+    assert "warning: loss became nan at step 3: step skipped" in capsys.readouterr().out
 
 
 def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):

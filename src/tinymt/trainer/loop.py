@@ -48,7 +48,6 @@ from tinymt.rundir import (
     unclaim_run_dir,
 )
 from tinymt.speed import linear_cross_entropy, use_bit_dropout
-from tinymt.step import update
 from tinymt.trainer import validation
 from tinymt.trainer.optim import build_optimizer
 from tinymt.trainer.state import (
@@ -87,6 +86,7 @@ class Training:
         "train_seconds": 0.0, "skipped_steps": 0})
     t_start: float = field(default_factory=time.monotonic)
     saved_step: int = -1  # the step of the last.pt this process last published
+    skips: int = 0  # non-finite steps in a row (trainer.nan_policy=skip)
 
     def log(self, *args, **kwargs) -> None:
         if self.rt.is_main:
@@ -139,39 +139,40 @@ def global_batches(t: Training):
 def run_loop(t: Training) -> str:
     """Train until a budget runs out; returns why it stopped. Every rank decides alike
     (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
-    rank's time of each step), or one would stop while another waits in a collective."""
+    rank's time of each step), or one would stop while another waits in a collective.
+    Nothing in a step waits for the device: each step's loss and gradient norm stay there
+    until :func:`read_steps` reads them all at once, at a log, a validation or a stop."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
     batches = global_batches(t)
-    window: list[tuple[float, int, float]] = []  # (loss, tokens, seconds) since the last log
-    skips = 0  # non-finite losses in a row
+    pending: list[tuple[torch.Tensor, int, float]] = []  # ((loss, grad norm), tokens, seconds)
+    window: list[tuple[float, int, float, float]] = []  # the same, read, since the last log
     t.model.train()
     with StopRequest() as stop, tqdm(total=tc.max_steps, initial=state["step"],
                                      disable=not t.rt.is_main, desc="train",
                                      dynamic_ncols=True, mininterval=1.0) as bar:
         while state["step"] < tc.max_steps:
-            if state["epoch"] >= tc.max_epochs:
-                return "max_epochs"
-            if state["train_seconds"] >= budget_s:
-                return "max_minutes"
+            if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s:
+                window += read_steps(t, pending)
+                return "max_epochs" if state["epoch"] >= tc.max_epochs else "max_minutes"
             t0 = time.monotonic()
-            loss, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
-            if not math.isfinite(loss):
-                skips = skip_or_stop(t, loss, skips)
-                continue
-            skips = 0
+            loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             grad_norm = optimizer_step(t)
             # one clock for all ranks; a signal to any rank stops them all after this step
             dt, signum = runtime.all_reduce(t.rt, [time.monotonic() - t0, stop.signum], "max")
             state["train_seconds"] += dt
-            window.append((loss, n_tokens, dt))
+            pending.append((torch.stack([loss_sum, grad_norm.float()]), n_tokens, dt))
             bar.update(1)
             step = state["step"]
-            if step % tc.log_every == 0 or step == tc.max_steps:
-                log_train(t, bar, window, grad_norm)
+            validating = step % tc.valid_every == 0 or step == tc.max_steps or \
+                state["train_seconds"] >= budget_s
+            if step % tc.log_every == 0 or validating or signum:
+                window += read_steps(t, pending)
+                pending = []
+            if window and (step % tc.log_every == 0 or step == tc.max_steps):
+                log_train(t, bar, window)
                 window = []
-            if step % tc.valid_every == 0 or step == tc.max_steps or \
-                    state["train_seconds"] >= budget_s:
+            if validating:
                 if validate_and_checkpoint(t, bar):
                     return f"no BLEU gain in {tc.patience} validations"
                 t.model.train()
@@ -186,16 +187,18 @@ def run_loop(t: Training) -> str:
     return "max_steps"
 
 
-def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[float, int]:
+def train_step(t: Training, micro: list[tuple[list[int], list, list]]) \
+        -> tuple[torch.Tensor, int]:
     """Forward and backward over the micro-batches of one optimizer step.
 
     Every rank knows the whole global batch, so the token count needs no collective; each
-    rank takes every ``world_size``-th sentence. Returns the mean token loss (label
-    smoothing included) over all ranks and the number of target tokens.
+    rank takes every ``world_size``-th sentence. Returns this rank's summed token loss
+    (label smoothing included; a tensor on the device, not read here) and the number of
+    target tokens of the global batch.
     """
     rt = t.rt
     n_tokens = sum(len(tgt[i]) + 1 for idx, _, tgt in micro for i in idx)
-    step_loss = 0.0
+    step_loss = torch.zeros((), device=rt.device)
     t.optimizer.zero_grad(set_to_none=True)
     for k, (indices, train_src, train_tgt) in enumerate(micro):
         mine = indices[rt.rank::rt.world_size]  # this rank's share of the global batch
@@ -214,25 +217,57 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[
             # DDP averages gradients over ranks; scale so the result is sum / n_tokens
             loss = loss_sum * (weight * rt.world_size / n_tokens)
         loss.backward()
-        step_loss += loss_sum.item() * weight
-    return runtime.all_reduce(rt, [step_loss])[0] / n_tokens, n_tokens
+        step_loss += loss_sum.detach().float() * weight
+    return step_loss, n_tokens
 
 
 def optimizer_step(t: Training) -> torch.Tensor:
-    """Clip (``optim.clip_grad_norm``; 0 = measure only), step, advance the schedule."""
-    grad_norm = update(t.model, t.optimizer, t.scheduler, t.cfg.optim.clip_grad_norm)
+    """The core's update (:func:`tinymt.step.update`: clip, step, schedule), except that a
+    step whose gradient norm is not finite (a NaN or infinite loss) changes no weight:
+    fused AdamW skips it on the device (``found_inf``, as AMP's gradient scaler does), so
+    the host does not wait to look. Returns the norm before clipping (a tensor)."""
+    clip, opt = t.cfg.optim.clip_grad_norm, t.optimizer
+    grad_norm = torch.nn.utils.clip_grad_norm_(t.model.parameters(), clip or math.inf)
+    bad = ~grad_norm.isfinite()
+    if opt.defaults["fused"]:
+        opt.found_inf = bad.float()
+    if opt.defaults["fused"] or not bad:  # the unfused loop cannot skip: the host looks
+        opt.step()
+    t.scheduler.step()
     t.state["step"] += 1
-    return grad_norm  # a tensor: read (a device sync) only when logged
+    return grad_norm
 
 
-def log_train(t: Training, bar, window: list, grad_norm: torch.Tensor) -> None:
+def read_steps(t: Training, pending: list) -> list[tuple[float, int, float, float]]:
+    """The pending steps' losses and gradient norms, read in one wait for the device (and,
+    under several processes, summed in one all-reduce): ``(mean token loss, tokens,
+    seconds, grad norm)`` of each finite step. A step with a non-finite loss or norm
+    changed no weight (:func:`optimizer_step`); here the run stops naming it, or
+    (``nan_policy=skip``) counts it and goes on."""
+    if not pending:
+        return []
+    values = torch.stack([v for v, _, _ in pending]).tolist()  # (steps, 2)
+    losses = runtime.all_reduce(t.rt, [loss for loss, _ in values])
+    first = t.state["step"] - len(pending) + 1
+    read = []
+    for i, ((_, norm), loss, (_, n_tokens, dt)) in enumerate(zip(values, losses, pending)):
+        if math.isfinite(loss) and math.isfinite(norm):
+            t.skips = 0
+            read.append((loss / n_tokens, n_tokens, dt, norm))
+        else:
+            skip_or_stop(t, f"loss became {loss}" if not math.isfinite(loss) else
+                         f"gradient norm became {norm}", first + i)
+    return read
+
+
+def log_train(t: Training, bar, window: list) -> None:
     step, lr = t.state["step"], t.scheduler.get_last_lr()[0]
-    loss, tokens, seconds = map(sum, zip(*window))
+    loss, tokens, seconds, _ = map(sum, zip(*window))
     tok_s = tokens / max(seconds, 1e-9)
     avg = loss / len(window)
     bar.set_postfix(loss=f"{avg:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
     if t.writer:
-        for tag, value in (("loss", avg), ("lr", lr), ("grad_norm", float(grad_norm)),
+        for tag, value in (("loss", avg), ("lr", lr), ("grad_norm", window[-1][3]),
                            ("tokens_per_s", tok_s), ("epoch", t.state["epoch"])):
             t.writer.add_scalar(f"train/{tag}", value, step)
 

@@ -22,8 +22,9 @@ def lr_factor(step: int, warmup: int, schedule: str, max_steps: int, min_ratio: 
 
 def build_optimizer(model: torch.nn.Module, oc: DictConfig, max_steps: int,
                     device: torch.device):
-    """AdamW (the fused kernel on CUDA when ``optim.fused``) and its ``LambdaLR`` schedule."""
-    fused = oc.fused and device.type == "cuda"
+    """AdamW (the fused kernel on a CPU or CUDA when ``optim.fused``) and its ``LambdaLR``
+    schedule."""
+    fused = oc.fused and device.type in ("cpu", "cuda")
     optimizer = torch.optim.AdamW(model.parameters(), lr=oc.lr, betas=tuple(oc.betas),
                                   eps=oc.eps, weight_decay=oc.weight_decay, fused=fused or None)
     min_ratio = oc.min_lr / oc.lr  # (the config keeps lr > 0)

@@ -1,6 +1,7 @@
 """How a run stops early.
 
-A non-finite loss: the step is skipped or the run stops (:func:`skip_or_stop`).
+A non-finite loss or gradient norm: the step changes no weight, and the run stops or
+(``nan_policy=skip``) goes on (:func:`skip_or_stop`).
 
 A stop that loses nothing: SIGTERM or Ctrl-C while training lets the step under way
 finish, publishes ``last.pt`` at that step and exits (status 143 or 130); a second signal
@@ -22,7 +23,7 @@ from tinymt.errors import Stopped, TinyMTError
 from tinymt.rundir import checkpoint_path
 from tinymt.trainer.state import checkpoint_state
 
-MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite batches in a row
+MAX_SKIPS = 10  # nan_policy=skip: give up after this many non-finite steps in a row
 
 
 class StopRequest:
@@ -74,20 +75,18 @@ def stop_here(t, signum: int) -> None:
     raise Stopped(signum, message)
 
 
-def skip_or_stop(t, loss: float, skips: int) -> int:
-    """A non-finite loss: drop the step (``nan_policy=skip``, at most ``MAX_SKIPS`` in a
-    row) or stop with the step named. Returns the new count of skips in a row. ``t``:
-    the loop's ``Training``."""
-    step = t.state["step"] + 1
+def skip_or_stop(t, what: str, step: int) -> None:
+    """Step ``step``'s ``what`` (its loss or gradient norm) was not finite, so the step
+    changed no weight: stop with the step named, or (``nan_policy=skip``) count it, at
+    most ``MAX_SKIPS`` in a row. ``t``: the loop's ``Training``."""
     if t.cfg.trainer.nan_policy != "skip":
         kept = ("the last checkpoint is intact" if checkpoint_path(t.run_dir, "last").is_file()
                 else "no checkpoint was written yet")
-        raise TinyMTError(f"loss became {loss} at step {step}; {kept}. "
+        raise TinyMTError(f"{what} at step {step}; {kept}. "
                           "Lower optim.lr or set trainer.nan_policy=skip")
-    if skips >= MAX_SKIPS:
-        raise TinyMTError(f"loss non-finite for {MAX_SKIPS} batches in a row at step {step}; "
+    if t.skips >= MAX_SKIPS:
+        raise TinyMTError(f"loss non-finite for {MAX_SKIPS} steps in a row at step {step}; "
                           "lower optim.lr")
+    t.skips += 1
     t.state["skipped_steps"] += 1
-    t.log(f"\nwarning: non-finite loss ({loss}) at step {step}: step skipped")
-    t.optimizer.zero_grad(set_to_none=True)
-    return skips + 1
+    t.log(f"\nwarning: {what} at step {step}: step skipped")

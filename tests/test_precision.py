@@ -122,8 +122,9 @@ def _losses(run_dir):
     return [e.value for e in acc.Scalars("train/loss")], acc.Tags()["images"]
 
 
-def _check_trained_run(run_dir, n_steps):
-    """Finite losses that fall, float32 checkpoints that load anywhere, translations."""
+def _check_trained_run(run_dir, n_steps, saved_step=None):
+    """Finite losses that fall, float32 checkpoints that load anywhere (``last.pt``, of
+    ``saved_step``: the last validation's; the last step by default), translations."""
     losses, images = _losses(run_dir)
     assert len(losses) == n_steps and all(map(torch.isfinite, torch.tensor(losses)))
     k = n_steps // 4
@@ -133,7 +134,7 @@ def _check_trained_run(run_dir, n_steps):
     assert dtypes == {torch.float32}  # master weights stay float32 under autocast
     assert not any(k.startswith("_orig_mod.") for k in state["model"])  # not compile's names
     run = load_run(str(run_dir), "last", "cpu")
-    assert run.state["step"] == n_steps
+    assert run.state["step"] == (saved_step or n_steps)
     # the attention maps of every kind were drawn at validation
     assert {t.split("/")[1] for t in images if t.startswith("attention/")} == set(KINDS)
     return run
@@ -170,23 +171,32 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
 @pytest.mark.slow
 def test_compile_on_cpu(tmp_path, monkeypatch):
     """``trainer.compile=true`` trains like eager: the same losses to float rounding,
-    finite, falling; its checkpoint loads without compile's parameter names.
+    finite, falling; its checkpoint loads without compile's parameter names. Over a whole
+    epoch (99 batches of as many shapes) it compiles three graphs: the first batch's
+    shapes, then sizes left dynamic, then the one-sentence batch (torch specializes a
+    size of 1), never one per batch.
 
     Dynamo and AOT autograd trace our model, loss and step here (``backend="aot_eager"``);
     inductor's code generation is torch's own and takes a minute or two on a cold CPU
     cache: tests/test_cuda.py compiles with inductor on the GPU."""
+    from torch._dynamo.utils import counters
+
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     # no dropout: compiled code draws its dropout masks from another random stream
-    steps = ["trainer.max_steps=12", "trainer.valid_every=12", "trainer.device=cpu",
-             "model.dropout=0.0", "trainer.attention_images=true"]
+    common = ["trainer.device=cpu", "model.dropout=0.0", "trainer.attention_images=true"]
     seconds = {}
-    for name, extra in (("eager", ()), ("compiled", ("trainer.compile=true",))):
+    for name, extra in (("eager", ("trainer.max_steps=12", "trainer.valid_every=12")),
+                        ("compiled", ("trainer.compile=true", "trainer.max_epochs=1",
+                                      "trainer.max_steps=100000", "trainer.valid_every=50"))):
+        counters.clear()
         start = time.perf_counter()
-        train(compose_train(tmp_path / name, *extra, *steps))
+        metrics = train(compose_train(tmp_path / name, *extra, *common))
         seconds[name] = time.perf_counter() - start
-    print(f"12 steps + validation + test: eager {seconds['eager']:.1f} s, compiled "
-          f"{seconds['compiled']:.1f} s (the difference is mostly compile time)")
+    print(f"eager: 12 steps + validation + test {seconds['eager']:.1f} s; compiled: an epoch "
+          f"of {metrics['steps']} steps, {seconds['compiled']:.1f} s")
+    assert metrics["stop_reason"] == "max_epochs" and metrics["steps"] > 50
+    assert counters["stats"]["unique_graphs"] == 3
     eager, _ = _losses(tmp_path / "eager" / "run")
     compiled, _ = _losses(tmp_path / "compiled" / "run")
-    assert compiled == pytest.approx(eager, rel=1e-4)
-    _check_trained_run(tmp_path / "compiled" / "run", 12)
+    assert compiled[:12] == pytest.approx(eager, rel=1e-4)
+    _check_trained_run(tmp_path / "compiled" / "run", metrics["steps"], saved_step=50)

@@ -138,7 +138,10 @@ class Batch:
         return int((self.tgt_out != PAD_ID).sum())
 
     def to(self, device) -> Batch:
-        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)))
+        """On a GPU through pinned memory, so that the host queues the copy, not waits for it."""
+        gpu = torch.device(device).type == "cuda"
+        return Batch(*((t.pin_memory() if gpu else t).to(device, non_blocking=gpu)
+                       for t in (self.src, self.tgt_in, self.tgt_out)))
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:

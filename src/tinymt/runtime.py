@@ -32,9 +32,6 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def autocast(self):
-        return autocast(self.device, self.autocast_dtype)
-
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
     """``torch.autocast`` to ``dtype`` on ``device``; nothing at all when ``dtype`` is None

@@ -262,8 +262,6 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
     Bare count nouns (generic plurals) only in the present tense; subjects never take
     the numeral 一 (Chinese would say 有一只猫…).
     """
-    if n.kin:
-        return _kin(r)
     if n.bare_only:
         return NP("noun", n)
     if n.mass:
@@ -314,8 +312,6 @@ def _relative(r, n: L.Noun):
         subj = _simple_human(r)
         t = _pick(r, _TIMES_BY_TENSE["past"]) if r.random() < 0.4 else None
         return RelClause("object", v, subj=subj, time=t)
-    if not subj_gap_ok:
-        return None
     if "person" in n.cats:
         cands = _SUBJ_REL_VERBS_HUMAN
     else:
@@ -484,8 +480,6 @@ def _copula_clause(r, question, embedded):
     if human_ok and (not nouns or r.random() < 0.6):
         subj = _subject(r, None, tense, human=True)
     else:
-        if not nouns:
-            nouns = _ANIMALS
         subj = noun_np(r, _pick(r, nouns), tense, "subj")
     t = None
     if tense == "past":

@@ -139,7 +139,8 @@ def global_batches(t: Training):
 def run_loop(t: Training) -> str:
     """Train until a budget runs out; returns why it stopped. Every rank decides alike
     (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
-    rank's time of each step), or one would stop while another waits in a collective.
+    rank's time since the last agreement), or one would stop while another waits in a
+    collective.
     Nothing in a step waits for the device: each step's loss and gradient norm stay there
     until :func:`read_steps` reads them all at once, at a log, a validation or a stop."""
     tc, state = t.cfg.trainer, t.state
@@ -147,6 +148,7 @@ def run_loop(t: Training) -> str:
     batches = global_batches(t)
     pending: list[tuple[torch.Tensor, int, float]] = []  # ((loss, grad norm), tokens, seconds)
     window: list[tuple[float, int, float, float]] = []  # the same, read, since the last log
+    unclocked = 0.0  # this rank's seconds of training the ranks have not yet agreed on
     t.model.train()
     with StopRequest() as stop, tqdm(total=tc.max_steps, initial=state["step"],
                                      disable=not t.rt.is_main, desc="train",
@@ -158,12 +160,16 @@ def run_loop(t: Training) -> str:
             t0 = time.monotonic()
             loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             grad_norm = optimizer_step(t)
-            # one clock for all ranks; a signal to any rank stops them all after this step
-            dt, signum = runtime.all_reduce(t.rt, [time.monotonic() - t0, stop.signum], "max")
-            state["train_seconds"] += dt
+            dt = time.monotonic() - t0
             pending.append((torch.stack([loss_sum, grad_norm.float()]), n_tokens, dt))
             bar.update(1)
-            step = state["step"]
+            step, unclocked, signum = state["step"], unclocked + dt, 0
+            # one clock for all ranks, and a signal to any rank stops them all after the same
+            # step: agreed on every step, or at each log under torchrun (a collective waits)
+            if not t.rt.distributed or step % tc.log_every == 0 or step == tc.max_steps:
+                slowest, signum = runtime.all_reduce(t.rt, [unclocked, stop.signum], "max")
+                state["train_seconds"] += slowest
+                unclocked = 0.0
             validating = step % tc.valid_every == 0 or step == tc.max_steps or \
                 state["train_seconds"] >= budget_s
             if step % tc.log_every == 0 or validating or signum:
@@ -209,7 +215,7 @@ def train_step(t: Training, micro: list[tuple[list[int], list, list]]) \
         sync = k == len(micro) - 1 or not rt.distributed
         accumulate = t.train_model.no_sync() if rt.distributed and not sync \
             else contextlib.nullcontext()
-        with accumulate, rt.autocast():
+        with accumulate, runtime.autocast(rt.device, rt.autocast_dtype):
             hidden, _ = t.train_model(batch.src, batch.tgt_in)  # (B, T, d)
             # tinymt.loss.sequence_loss, fused on a CPU (tinymt.speed; tested equal)
             loss_sum = linear_cross_entropy(hidden, t.model.output_proj.weight, batch.tgt_out,

@@ -53,7 +53,7 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
     for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
         batch = batch.to(rt.device)
-        with rt.autocast():
+        with runtime.autocast(rt.device, rt.autocast_dtype):
             hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
             batch_loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
                                        model.pad_id)
@@ -63,7 +63,7 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     k = n if not limit else min(limit, n)
     keep = [i * n // k for i in range(k)]  # k indices evenly spaced over the split, increasing
     mine = keep[rt.rank::rt.world_size]
-    with rt.autocast():
+    with runtime.autocast(rt.device, rt.autocast_dtype):
         outs = translate_ids(model, [src_ids[i] for i in mine], beam=beam,
                              max_len_a=1.5, max_len_b=cfg.trainer.valid_max_len_b,
                              device=rt.device, batch_tokens=cfg.trainer.max_tokens)

@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test tour install lint clean mutation
+.PHONY: demo test tour install lint clean mutation gpu
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,18 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+
+# Every GPU figure in one call (a CUDA build of torch: make gpu TORCH='torch==2.13.0
+# --index-url https://download.pytorch.org/whl/cu128'): the CUDA tests, the benchmark's CUDA
+# sections (merged into docs/benchmarks.*: commit first, the report names the commit), the
+# default run on the GPU, and the Multi30k recipe for 60 s of training (docs/benchmarks.md)
+gpu: install
+	$(PY) -m pytest -q -rs -m cuda
+	$(PY) scripts/benchmark.py --device cuda --steps 30 --warmup 10 --sentences 1000 \
+		--merge docs/benchmarks.json --json docs/benchmarks.json --out docs/benchmarks.md
+	$(PY) scripts/train.py trainer.device=cuda run_dir=outputs/gpu/default
+	$(PY) scripts/train.py experiment=multi30k_de_en trainer.max_minutes=1 \
+		trainer.valid_every=100 run_dir=outputs/gpu/multi30k
 
 # The guided tour of multi-head attention. Jupyter is an optional extra (.[tour]); the tour
 # lives in git as notebooks/tour.py (jupytext), paired with a git-ignored tour.ipynb that

@@ -189,6 +189,37 @@ def test_a_non_finite_step_changes_no_weight_and_skip_goes_on(tmp_path, monkeypa
     assert "warning: loss became nan at step 3: step skipped" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("clip", [0.0, 0.05])
+def test_the_optimizer_step_is_the_core_update_on_finite_gradients(clip):
+    """The loop's ``optimizer_step`` (its own clip and step, to set fused AdamW's
+    ``found_inf``) against the core's ``tinymt.step.update``: the same norm, weights and
+    schedule after three steps of finite gradients."""
+    from types import SimpleNamespace
+
+    import tinymt.trainer.loop as loop
+    from tinymt.step import update
+
+    def setup():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Linear(4, 3))
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (s + 1))
+        return model, opt, sched
+
+    (a, opt_a, sched_a), (b, opt_b, sched_b) = setup(), setup()
+    t = SimpleNamespace(model=b, optimizer=opt_b, scheduler=sched_b, state={"step": 0},
+                        cfg=SimpleNamespace(optim=SimpleNamespace(clip_grad_norm=clip)))
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in a.parameters()]
+        for model in (a, b):
+            for p, g in zip(model.parameters(), grads):
+                p.grad = g.clone()
+        assert torch.equal(loop.optimizer_step(t), update(a, opt_a, sched_a, clip))
+    assert t.state["step"] == 3 and sched_b.get_last_lr() == sched_a.get_last_lr()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_pairs_longer_than_the_model_are_a_config_error(tmp_path):
     cfg = compose_train(tmp_path, "data.max_len=128", "model.max_positions=16",
                         "trainer.max_steps=1")

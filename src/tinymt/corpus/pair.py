@@ -12,8 +12,7 @@ class Pair:
     """A Chinese-English sentence pair, as word sequences, with gold alignment.
 
     ``alignment`` holds ``(zh_index, en_index)`` links between ``zh_words`` and
-    ``en_words`` (sorted); ``constructions`` names the grammatical constructions the
-    sentence exercises ("past", "relative_clause", ...). ``zh_relations`` /
+    ``en_words`` (sorted). ``zh_relations`` /
     ``en_relations`` hold ``(relation, dependent, head)`` triples on each side: an index
     into :data:`tinymt.corpus.relations.RELATIONS` and two word indices (sorted).
     """
@@ -21,7 +20,6 @@ class Pair:
     zh_words: tuple[str, ...]
     en_words: tuple[str, ...]
     alignment: tuple[tuple[int, int], ...]
-    constructions: frozenset[str]
     zh_relations: tuple[tuple[int, int, int], ...] = ()
     en_relations: tuple[tuple[int, int, int], ...] = ()
 

@@ -90,14 +90,13 @@ _REL_INDEX = {name: i for i, name in enumerate(RELATIONS)}
 
 class _Ctx:
     """Fresh link ids (``ctx.new()``), relation-only keys (``ctx.key()``, negative: they
-    never align), the construction tags and the relations of one sentence."""
+    never align) and the relations of one sentence."""
 
-    __slots__ = ("key", "new", "rels", "tags")
+    __slots__ = ("key", "new", "rels")
 
     def __init__(self) -> None:
         self.new = itertools.count(1).__next__
         self.key = itertools.count(-1, -1).__next__
-        self.tags: set[str] = set()
         self.rels: list[tuple[int, int, int]] = []
 
     def rel(self, name: str, dep, head) -> None:
@@ -114,11 +113,9 @@ def render_np(np: NP, case: str, ctx: _Ctx):
     """-> (zh tokens, en tokens, head id); ``case`` is subj | obj | poss. Tokens: (word,
     ids); the head id is the noun's (pronoun's, name's ...) link id."""
     kind = np.kind
-    tags = ctx.tags
     g = (ctx.new(),)
     if kind == "pronoun":
         p = np.head
-        tags.add("pronoun")
         en = p.subj if case == "subj" else p.obj if case == "obj" else p.poss
         return [(p.zh, g)], [(en, g)], g
     if kind == "place":
@@ -126,7 +123,6 @@ def render_np(np: NP, case: str, ctx: _Ctx):
     if kind == "wh":
         return [(np.head, g)], [("who" if np.head == "谁" else "what", g)], g
     if kind == "name":
-        tags.add("name")
         zh, en = [(np.head.zh, g)], [(w, g) for w in np.head.en]
     else:
         zh, en = _render_noun(np, g, ctx)
@@ -149,12 +145,9 @@ def _possessor(np: NP, owned: tuple, ctx: _Ctx):
 def _render_noun(np: NP, g: tuple, ctx: _Ctx):
     """A common noun's phrase: -> (zh tokens, en tokens)."""
     n = np.head
-    tags = ctx.tags
     zh: list = []
     en: list = []
     if n.kin:  # 我妈妈 my mother / 李雷的妈妈 Li Lei's mother
-        tags.add("kinship")
-        tags.add("possessive")
         pzh, pen, d = _possessor(np.possessor, g, ctx)
         zh += pzh
         if np.possessor.kind != "pronoun":
@@ -171,14 +164,12 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
     # ---- English: determiner, adjective, noun, goal, relative clause
     en_det: list = []
     if np.possessor is not None:
-        tags.add("possessive")
         pzh, pen, d = _possessor(np.possessor, g, ctx)
         zh += pzh
         zh.append(("的", (d,)))
         en_det = pen
     rel_en: list = []
     if np.rel is not None:
-        tags.add("relative_clause")
         r = (ctx.new(),)
         rzh, ren, vg = _render_rel(np.rel, np, ctx)
         ctx.rel("relative", vg, g)
@@ -191,27 +182,21 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
     if det == "bare":
         if np.goal is not None and np.possessor is None and np.rel is None:
             en_det = [(article(first), _article_ids(g, ctx))]
-        elif plural:
-            tags.add("generic_plural")
     else:
         d = (ctx.new(),)
         ctx.rel("determiner", d, g)
         if det == "num":
-            tags.add("numeral")
             num_zh, num_en = NUMERALS[np.count - 1]
             zh.append((num_zh, d))
             # 我买的两本书 the two books that I bought: the relative clause's "the" stays
             en_det = (en_det if np.rel is not None else []) + [
                 (num_en if np.count > 1 else article(first), d)]
         else:
-            tags.add("demonstrative")
             dem_zh, dem_en = _DEMONSTRATIVES[det]
             zh.append((dem_zh, d))
             en_det = [(dem_en, d)]
         if det not in ("these", "those"):
-            tags.add("measure_word")
             if n.mass:
-                tags.add("mass_measure")
                 m = (ctx.new(),)
                 ctx.rel("determiner", m, g)
                 zh.append((n.mw, m))
@@ -224,8 +209,6 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
                 zh.append((n.mw, d))
     goal_en: list = []
     if np.goal is not None:
-        tags.add("relative_clause")
-        tags.add("goal_modifier")
         gg = (ctx.new(),)
         x = (ctx.new(),)
         ctx.rel("relative", gg, g)
@@ -234,7 +217,6 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
     adj_en = []
     for adj in (np.adj, np.adj2):
         if adj is not None:
-            tags.add("adjective")
             a = (ctx.new(),)
             ctx.rel("adjective", a, g)
             zh.append((adj.zh, a))
@@ -242,11 +224,6 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
                 zh.append(("的", _fn(a)))
             adj_en.append((adj.en, a))
     zh.append((n.zh, g))
-    if plural:
-        tags.add("plural")
-        sg = n.en[-1]
-        if n.plural[-1] not in (sg + "s", sg + "es", sg[:-1] + "ies"):
-            tags.add("irregular_plural")
     return zh, en_det + adj_en + [(w, g) for w in words] + goal_en + rel_en
 
 
@@ -300,7 +277,6 @@ def _render_simple(vp: VerbPhrase, ctx: _Ctx, le):
     en: list = []
     wh = None
     frame = v.frame
-    ctx.tags.add(frame)
     if frame == "ditrans":
         izh, ien, ig = render_np(vp.iobj, "obj", ctx)
         ozh, oen, og = render_np(vp.obj, "obj", ctx)
@@ -327,7 +303,6 @@ def _render_simple(vp: VerbPhrase, ctx: _Ctx, le):
 def _render_inner(vp, ctx: _Ctx, le):
     """Infinitive VP (bare form): -> zh, id of its first verb, en (base form)."""
     if isinstance(vp, Help):
-        ctx.tags.add("help")
         b = (ctx.new(),)
         hzh, hen, hg = render_np(vp.helpee, "obj", ctx)
         ctx.rel("pivot", hg, b)
@@ -342,10 +317,7 @@ def _render_vp(vp, ctx: _Ctx, le):
     if isinstance(vp, VerbPhrase):
         zh, h, en, wh = _render_simple(vp, ctx, le)
         return zh, vp.verb, h, en, wh
-    tags = ctx.tags
     if isinstance(vp, Pivot):  # 请李雷帮我订机票 ask Li Lei to help me book a ticket
-        tags.add("pivot")
-        tags.add("serial_verb")
         h = (ctx.new(),)
         pzh, pen, pg = render_np(vp.pivot, "obj", ctx)
         ctx.rel("pivot", pg, h)
@@ -353,14 +325,10 @@ def _render_vp(vp, ctx: _Ctx, le):
         to = [("to", _fn(ih))] if vp.verb.to else []
         return [(vp.verb.zh, h)] + pzh + izh, vp.verb, h, pen + to + ien, None
     if isinstance(vp, Want):  # 想去北京 want to go to Beijing
-        tags.add("want")
-        tags.add("serial_verb")
         h = (ctx.new(),)
         izh, ih, ien = _render_inner(vp.inner, ctx, le)
         return [("想", h)] + izh, _WANT, h, [("to", _fn(ih))] + ien, None
     if isinstance(vp, GoDo):  # 去图书馆看书 go to the library to read books
-        tags.add("serial_verb")
-        tags.add("go_do")
         h = (ctx.new(),)
         x = (ctx.new(),)
         ctx.rel("object", x, h)
@@ -378,16 +346,8 @@ _WANT, _GO = verb("想"), verb("去")
 
 def render_clause(c: Clause, ctx: _Ctx):
     """-> (zh tokens, en tokens) without final punctuation."""
-    tags = ctx.tags
-    tense = c.tense
     neg = c.negated
     mood = c.mood
-    tags.add(tense)
-    if neg:
-        tags.add("negation")
-    if mood != "declarative":
-        tags.add("question")
-        tags.add("yn_question" if mood == "yn_question" else "wh_question")
     szh, sen, sg = render_np(c.subj, "subj", ctx)
     agr = c.subj.agreement
     q = (ctx.new(),) if mood == "yn_question" else None
@@ -401,10 +361,6 @@ def render_clause(c: Clause, ctx: _Ctx):
         rels.append(("time", t))
         tzh = [(c.time.zh, t)]
         ten = [(w, t) for w in c.time.en]
-        tags.add("time")
-        tags.add("time_place_reorder")
-        if c.time_first:
-            tags.add("time_fronted")
     wh_place = None
     if mood == "wh_place":
         w = (ctx.new(),)
@@ -420,10 +376,7 @@ def render_clause(c: Clause, ctx: _Ctx):
         if pl.zh_suffix:
             pzh.append((pl.zh_suffix, p))
         pen = [(pl.loc_prep, p)] + [(w, x) for w in pl.loc]
-        tags.add("place")
-        tags.add("time_place_reorder")
         if c.partner is not None:  # 和李雷 with Li Lei: after the place in Chinese only
-            tags.add("comitative")
             w = (ctx.new(),)
             wzh, wen, _ = render_np(c.partner, "obj", ctx)
             pzh += [("和", w)] + wzh
@@ -443,7 +396,6 @@ def render_clause(c: Clause, ctx: _Ctx):
         aux = [(aux[0][0], aux[0][1] + (qk,))] + aux[1:]
     post_zh: list = []
     if c.adverb is not None:  # 也不去 also does not go, 不经常去 does not often go
-        tags.add("adverb")
         v = (ctx.new(),)
         zadv, eadv = (c.adverb.zh, v), (c.adverb.en, v)
         if c.adverb.post:  # after 不 / 会 ("not"); past the place unless negated
@@ -489,7 +441,6 @@ def render_clause(c: Clause, ctx: _Ctx):
 
 def _copula(c: Clause, agr: str, q, ctx: _Ctx):
     """他很累 He is very tired: -> (pre-verb zh, zh, aux, main, the adjective's id)."""
-    ctx.tags.add("copula")
     adj = c.vp.adj
     a = (ctx.new(),)
     pre: list = []
@@ -523,7 +474,6 @@ def _copula(c: Clause, agr: str, q, ctx: _Ctx):
 def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
     """-> (pre-verb zh markers, VP zh, aux (fronted in questions), main, rest, wh, the
     head verb's id)."""
-    tags = ctx.tags
     tense = c.tense
     neg = c.negated
     mood = c.mood
@@ -534,8 +484,6 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
         tg = q if q is not None else (ctx.new(),)
         le = ("了", tg + (ctx.key(),))  # its relation goes to the verb it follows
     vzh, verb, h, rest, wh = _render_vp(c.vp, ctx, le)
-    if verb.frame == "stative":
-        tags.add("stative")
     ak = ctx.key()  # English auxiliaries and the Chinese markers before the verb
     ctx.rel("aux", ak, h)
     aux: list = []
@@ -547,20 +495,15 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
         main = [("not", n)]
     if tense in ("present", "past") and (neg or q is not None
                                          or mood in ("wh_object", "wh_place")):
-        tags.add("do_support")
         do = "did" if tense == "past" else "does" if agr == "3sg" else "do"
         # aligned with 不 / 没, with 了 (past), with 吗, or with the verb (wh-questions)
         aux = [(do, (_fn(n) if neg else tg or q or _fn(h)) + (ak,))]
         main += [(w, h) for w in verb.base]
     elif tense == "present":
         forms = verb.s3 if agr == "3sg" else verb.base
-        if agr == "3sg":
-            tags.add("agreement_3sg")
         main = [(w, h) for w in forms]
     elif tense == "past":
         past = verb.past
-        if not past[0].endswith("ed"):
-            tags.add("irregular_past")
         main = [(past[0], h + tg)] + [(w, h) for w in past[1:]]
     elif tense == "progressive":
         p = (q if q is not None else (ctx.new(),)) + (ak,)
@@ -581,9 +524,8 @@ def _verb_group(c: Clause, agr: str, q, ctx: _Ctx):
 
 
 def render(s: Sentence) -> Pair:
-    """Render a sentence structure to a :class:`Pair` (words, alignment, constructions)."""
+    """Render a sentence structure to a :class:`Pair` (words, alignment, relations)."""
     ctx = _Ctx()
-    tags = ctx.tags
     p = (ctx.new(),)
     if isinstance(s, Clause):
         zh, en = render_clause(s, ctx)
@@ -594,14 +536,12 @@ def render(s: Sentence) -> Pair:
             zh.append(("。", p))
             en.append((".", p))
     elif isinstance(s, Because):  # 因为 C1，所以 C2。 -> C2 because C1.
-        tags.add("because")
         b = (ctx.new(),)
         zh1, en1 = render_clause(s.cause, ctx)
         zh2, en2 = render_clause(s.effect, ctx)
         zh = [("因为", b)] + zh1 + [("，", b), ("所以", b)] + zh2 + [("。", p)]
         en = en2 + [("because", b)] + en1 + [(".", p)]
     elif isinstance(s, But):  # C1，但是 C2。 -> C1, but C2.
-        tags.add("but")
         b = (ctx.new(),)
         k = (ctx.new(),)
         zh1, en1 = render_clause(s.first, ctx)
@@ -609,18 +549,15 @@ def render(s: Sentence) -> Pair:
         zh = zh1 + [("，", k), ("但是", b)] + zh2 + [("。", p)]
         en = en1 + [(",", k), ("but", b)] + en2 + [(".", p)]
     else:  # Report: 我觉得 C。 -> I think C.
-        tags.add("report")
         szh, sen, sg = render_np(s.subj, "subj", ctx)
         h = (ctx.new(),)
         ctx.rel("subject", sg, h)
         agr = s.subj.agreement
-        if agr == "3sg":
-            tags.add("agreement_3sg")
         forms = s.verb.s3 if agr == "3sg" else s.verb.base
         czh, cen = render_clause(s.comp, ctx)
         zh = szh + [(s.verb.zh, h)] + czh + [("。", p)]
         en = sen + [(w, h) for w in forms] + cen + [(".", p)]
-    return _finish(zh, en, tags, ctx.rels)
+    return _finish(zh, en, ctx.rels)
 
 
 # (i, j) link tuples are shared between pairs: 200k pairs need no new tuples for them
@@ -628,7 +565,7 @@ def render(s: Sentence) -> Pair:
 _IJ = tuple(tuple((i, j) for j in range(128)) for i in range(128))
 
 
-def _finish(zh, en, tags, rels) -> Pair:
+def _finish(zh, en, rels) -> Pair:
     # every Chinese token carries one link id (ids[0]; relation keys may follow), English
     # tokens may carry several
     pos: dict[int, list[int]] = {}
@@ -644,9 +581,7 @@ def _finish(zh, en, tags, rels) -> Pair:
     en_words = [w for w, _ in en]
     first = en_words[0]
     en_words[0] = first[0].upper() + first[1:]
-    tags = frozenset(tags)
-    tags = _TAGSETS.setdefault(tags, tags)  # a few thousand distinct sets, shared
-    return Pair(tuple([w for w, _ in zh]), tuple(en_words), tuple(links), tags,
+    return Pair(tuple([w for w, _ in zh]), tuple(en_words), tuple(links),
                 _relations(zh, rels), _relations(en, rels))
 
 
@@ -679,6 +614,4 @@ def _relations(tokens, rels) -> tuple[tuple[int, int, int], ...]:
 
 
 _TRIPLES: dict[tuple[int, int, int], tuple[int, int, int]] = {}
-
-_TAGSETS: dict[frozenset, frozenset] = {}
 

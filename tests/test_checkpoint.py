@@ -105,6 +105,20 @@ def test_weights_may_describe_no_more_bytes_than_their_storages_hold(tmp_path_fa
         assert torch.equal(load_checkpoint(path)["model"][f"extra{len(views) - 1}"], w)
 
 
+@pytest.mark.parametrize("labels", [["cross"], {"cross": "aligned"}, {"cross": [["a", 1]]},
+                                    {"cross": [[["a"]]]}])
+def test_head_labels_are_lists_of_strings_or_refused(tmp_path, labels):
+    """The labels a checkpoint carries (the HTML file shows them as text): {kind: [[str per
+    head] per layer]}, read back as written; any other shape is refused in one line."""
+    good = {"cross": [["aligned 0.73, </s> 0.17 · …", "</s>"]], "encoder_self": []}
+    save_checkpoint({**_state(1.0, 1), "labels": good}, tmp_path / "good.pt")
+    assert load_checkpoint(tmp_path / "good.pt")["labels"] == good
+    save_checkpoint({**_state(1.0, 1), "labels": labels}, tmp_path / "bad.pt")
+    with pytest.raises(TinyMTError, match=rf"^checkpoint {tmp_path / 'bad.pt'} is not one tinymt "
+                                          r"wrote: labels: expected \{kind"):
+        load_checkpoint(tmp_path / "bad.pt")
+
+
 def test_missing_checkpoint_is_one_line_error(tmp_path):
     with pytest.raises(TinyMTError, match="does not exist"):
         load_checkpoint(tmp_path / "nope.pt")

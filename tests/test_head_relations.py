@@ -8,6 +8,7 @@ left count, the BOS row belongs to no word).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -264,10 +265,17 @@ def reference_labels(attn: dict, src_ids: list, words: dict | None) -> dict:
                     if hits / n - base / n > details.get((kind, h), (-1,))[0]:
                         details[kind, h] = (hits / n - base / n, base / n, -off)
                         out[kind][h] = label
-    for h in range(2):
-        share = [attn["cross"][b, h, t, t] for b in range(len(src_ids)) for t in range(3)]
-        if np.mean(share) >= .5:
-            out["cross"][h] = f"aligns {np.mean(share):.2f}"
+    for h in range(2):  # target word t aligned to source word t, </s> the last source position
+        share = {"aligned": 0.0, "before": 0.0, "after": 0.0, "</s>": 0.0}
+        for b, t in itertools.product(range(len(src_ids)), range(3)):
+            row = attn["cross"][b, h, t]
+            for place, j in (("aligned", t), ("before", t - 1), ("after", t + 1),
+                             ("</s>", len(src_ids[b]))):
+                share[place] += row[j] / (3 * len(src_ids)) if j >= 0 else 0.0
+        share["elsewhere"] = 1 - sum(share.values())
+        first = max(share, key=share.get)
+        second = max((p for p in share if p not in (first, "elsewhere")), key=share.get)
+        out["cross"][h] = f"{first} {share[first]:.2f}, {second} {share[second]:.2f}"
     return out, details
 
 
@@ -284,12 +292,14 @@ def test_frame_labels_against_plain_loops():
     want, details = reference_labels(attn, src_ids, words)
     assert {k: [label.split(" · ")[0] for label in v[0]] for k, v in got.items()} == want
     assert want == {"encoder_self": ["subject → 1.00", "next"], "decoder_self": ["<s>", "diffuse"],
-                    "cross": ["aligns 0.90", "</s>"]}
+                    "cross": ["aligned 0.90, </s> 0.10", "</s> 0.84, aligned 0.04"]}
     margin, base, offset = details["encoder_self", 0]
     assert (base, offset) == (.5, 1)
     assert got["encoder_self"][0][0] == "subject → 1.00 · accuracy 1.00 over 24 instances · " \
                                         "baseline 0.50: the word at offset +1"
-    assert got["cross"][0][0] == "aligns 0.90 · 0.90 of its attention on gold-aligned source words"
+    assert got["cross"][0][0] == "aligned 0.90, </s> 0.10 · 0.90 on the gold-aligned source " \
+        "pieces, 0.00 on the piece before them, 0.00 on the piece after them, 0.10 on </s>, 0.00 " \
+        "on anything else · over 72 target pieces with gold-aligned source words"
     plain = frame_labels(model, label_sample(src_ids, [[7, 8, 9]] * 24, None), "cpu")
     assert {k: [label.split(" · ")[0] for label in v[0]] for k, v in plain.items()} == \
         reference_labels(attn, src_ids, None)[0]

@@ -172,8 +172,8 @@ def test_head_labels_are_optional_and_round_trip():
     (older records, the HTML file's): both read back as written."""
     doc = small_document()
     assert "labels" not in decode(encode(doc))["kinds"]["cross"]
-    doc["kinds"]["cross"]["labels"] = [["aligns 0.81 · 0.81 of its attention on gold-aligned "
-                                        "source words", "x" * 200]]
+    doc["kinds"]["cross"]["labels"] = [["aligned 0.81, </s> 0.10 · 0.81 on the gold-aligned "
+                                        "source pieces", "x" * 200]]
     assert decode(encode(doc))["kinds"]["cross"]["labels"] == doc["kinds"]["cross"]["labels"]
 
 

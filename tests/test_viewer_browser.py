@@ -25,7 +25,9 @@ from conftest import (
     post_json,
     view_palette,
 )
+from tinymt import KINDS
 from tinymt.bench.serve_speed import ServerProcess
+from tinymt.checkpoint import load_checkpoint
 from tinymt.text import plan
 from tinymt.translate import translate
 
@@ -189,6 +191,19 @@ def test_the_html_file_shows_the_same_numbers(browser, tiny_run, tmp_path):
     # the tiny model's translation is not the reference: no target-side gold to draw
     drive(page, page, lambda step: doc, [doc["step"]], screenshot_dir(tmp_path), "attention_html",
           expect_gold=False)
+    # under each head, the label the trainer measured at the checkpoint's step (best.pt)
+    best = load_checkpoint(tiny_run / "checkpoints" / "best.pt")
+    labels = best["labels"]
+    assert labels.keys() == set(KINDS) and doc["step"] == best["step"]
+    page.locator("#mode").select_option("overview")
+    for kind in KINDS:
+        page.locator("#kind").select_option(kind)
+        page.locator(".thumb .ov-tag").first.wait_for()
+        tags = page.locator(".thumb").evaluate_all(
+            "els => els.filter(e => +e.dataset.head >= 0).map("
+            "e => [+e.dataset.layer, +e.dataset.head, e.querySelector('.ov-tag').textContent])")
+        assert sorted(tags) == [[layer, h, text.split(" · ")[0]] for layer, row in
+                                enumerate(labels[kind]) for h, text in enumerate(row)]
     assert not errors, errors
     page.close()
 

@@ -252,8 +252,10 @@ def labelled(doc: dict, step: int) -> dict:
         view["labels"][0][0] = "diffuse · entropy 0.93 of the uniform's"
     if step == 800:
         doc["kinds"]["encoder_self"]["labels"][1][2] = RELATION
-        doc["kinds"]["cross"]["labels"][5][0] = "aligns 0.81 · 0.81 of its attention on " \
-                                                "gold-aligned source words"
+        doc["kinds"]["cross"]["labels"][5][0] = "aligned 0.81, </s> 0.10 · 0.81 on the " \
+            "gold-aligned source pieces, 0.04 on the piece before them, 0.03 on the piece after " \
+            "them, 0.10 on </s>, 0.02 on anything else · over 700 target pieces with gold-aligned " \
+            "source words"
     return doc
 
 
@@ -321,7 +323,10 @@ def test_each_head_is_named_under_its_picture_frame_by_frame(browser, tmp_path):
         assert "baseline 0.45: the word at offset -2" in info and "← the head its dependent" in info
         page.locator("#kind").select_option("cross")
         assert page.locator(".thumb[data-layer='5'][data-head='0'] .ov-tag.relation").inner_text() \
-            == "aligns 0.81"
+            == "aligned 0.81, </s> 0.10"
+        page.locator(".thumb[data-layer='5'][data-head='0'] canvas.cells").hover()
+        info = page.locator("#info").inner_text()
+        assert "0.03 on the piece after them" in info and "just before or after them" in info
         # the first frame: that head is not named by a relation yet
         page.locator("#step").fill("0")
         ready(page, 100)

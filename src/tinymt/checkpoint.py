@@ -136,14 +136,20 @@ def _weights_problem(model: Any) -> str | None:
 
 
 def _fields_problem(state: dict) -> str | None:
-    """What the commands read besides the weights: ``vocab``'s sizes (integers), and
-    ``config`` and ``config.data`` (read with ``.get``), when present, dicts."""
+    """What the commands read besides the weights: ``vocab``'s sizes (integers),
+    ``config`` and ``config.data`` (read with ``.get``), when present, dicts, and
+    ``labels``, when present, a dict of lists of lists of strings."""
     vocab, config = state.get("vocab"), state.get("config", {})
     if not isinstance(vocab, dict) or not all(
             type(vocab.get(k)) is int for k in ("src_size", "tgt_size")):
         return "vocab: expected {src_size, tgt_size, shared}, the sizes integers"
     if not isinstance(config, dict) or not isinstance(config.get("data", {}), dict):
         return "config: expected a dict, its data a dict"
+    labels = state.get("labels", {})  # shown as text by the HTML file of a translation
+    if not isinstance(labels, dict) or not all(isinstance(v, list) and all(
+            isinstance(r, list) and all(isinstance(x, str) for x in r) for r in v)
+            for v in labels.values()):
+        return "labels: expected {kind: [[a str per head] per layer]}"
     return None
 
 

@@ -14,9 +14,11 @@ A frame's label (:func:`frame_labels`, teacher-forced on a sample): a self-atten
 that is not diffuse and beats a relation's fixed-offset baseline by
 :data:`~tinymt.relations.MARGIN` over at least :data:`~tinymt.relations.MIN_INSTANCES`
 instances is named by that relation (the largest margin), ``object ← 0.62``; a
-cross-attention head with at least half of its attention on gold-aligned source words
-``aligns 0.81``; any other head by its position (:func:`head_labels`). Each label is
-``"<label> · <what was measured>"``.
+cross-attention head by where its attention goes (:data:`PLACES`: the place with the most,
+then the named place with the most next), in the rows of target pieces with gold-aligned
+source words, ``aligned 0.73, </s> 0.17``; any
+other head by its position (:func:`head_labels`). Each label is ``"<label> · <what was
+measured>"``.
 """
 
 from __future__ import annotations
@@ -40,12 +42,17 @@ from tinymt.relations import (
 from tinymt.runtime import eval_mode
 from tinymt.words import piece_word_weights
 
-POSITIONAL_MASS = 0.5  # "previous" etc.: this much mass on one position (or aligned words)
+POSITIONAL_MASS = 0.5  # "previous" etc.: this much mass on one position
 BROAD_ENTROPY = 0.8  # "diffuse": entropy this fraction of the uniform's
 # statistics averaged over the query rows with more than one key to choose from
 _CHOICE_ROW_STATS = frozenset({"norm_entropy", "offset", "prev", "same", "next", "sink"})
 _OFFSETS = ((-1, "prev", "previous", "the previous token"), (0, "same", "self", "itself"),
             (1, "next", "next", "the next token"))
+# where a cross-attention head's weight goes in a row with gold-aligned source pieces: on
+# them, on the piece just before or after them, on </s>; else elsewhere (each cell counts
+# in its first place)
+PLACES = {"aligned": "the gold-aligned source pieces", "before": "the piece before them",
+          "after": "the piece after them", "</s>": "</s>", "elsewhere": "anything else"}
 
 
 @dataclass
@@ -166,11 +173,12 @@ def sentence_words(src_tok, tgt_tok, ds, src_ids, tgt_ids, max_len: int
 class LabelSample:
     """The sentences every frame's labels are measured on (:func:`label_sample`):
     length-sorted batches ``[(indices, Batch)]``, their gold words (:func:`sentence_words`,
-    or None) and per batch the cross-attention cells whose words are aligned ``(B, T, S)``."""
+    or None) and per batch the cross-attention cells of each place but elsewhere, in the
+    rows with gold-aligned cells ``(B, len(PLACES) - 1, T, S)``."""
 
     batches: list[tuple[list[int], Batch]]
     words: dict | None = None
-    aligned: list[np.ndarray] = field(default_factory=list)
+    places: list[np.ndarray] = field(default_factory=list)
 
 
 def label_sample(src_ids, tgt_ids, words: dict | None, batch_tokens: int = 600) -> LabelSample:
@@ -180,25 +188,30 @@ def label_sample(src_ids, tgt_ids, words: dict | None, batch_tokens: int = 600) 
     batches = eval_batches(src_ids, tgt_ids, batch_tokens)
     if words is None:
         return LabelSample(batches)
-    aligned = []
+    places = []
     for idx, batch in batches:
-        cells = np.zeros((len(idx), batch.tgt_out.shape[1], batch.src.shape[1]), bool)
+        cells = np.zeros((len(idx), len(PLACES) - 1, batch.tgt_out.shape[1], batch.src.shape[1]))
         for b, i in enumerate(idx):
             src_w, tgt_w, links = (words[k][i] for k in ("src_weights", "tgt_weights",
                                                          "alignment"))
             if src_w is not None and links:
                 gold = np.zeros((tgt_w.shape[1], src_w.shape[1]))
                 gold[[t for _, t in links], [s for s, _ in links]] = 1
-                cells[b, :len(tgt_w), :len(src_w)] = tgt_w @ gold @ src_w.T > 0
-        aligned.append(cells)
-    return LabelSample(batches, words, aligned)
+                a = tgt_w @ gold @ src_w.T > 0  # (T, S): aligned; column S - 1 is </s>
+                before = np.pad(a[:, 1:], ((0, 0), (0, 1))) & ~a
+                after = np.pad(a[:, :-1], ((0, 0), (1, 0))) & ~a & ~before
+                sink = np.arange(a.shape[1]) == a.shape[1] - 1
+                cells[b, :, :len(tgt_w), :len(src_w)] = np.stack(
+                    [a, before, after, sink & ~a & ~before & ~after]) & a.any(1, keepdims=True)
+        places.append(cells)
+    return LabelSample(batches, words, places)
 
 
 def frame_labels(model, sample: LabelSample, device) -> dict[str, list[list[str]]]:
     """Every head's label ``{kind: [layer][head]}`` (module docstring) on ``sample``,
     teacher-forced, batch by batch."""
     stats, counts = AttentionStats(), None
-    on_gold, n_rows = 0.0, 0  # cross-attention: the weight on aligned cells, of n_rows rows
+    mass, n_rows = 0.0, 0  # cross-attention: the weight on each place, of n_rows rows
     with eval_mode(model, inference=True):
         for k, (idx, batch) in enumerate(sample.batches):
             batch = batch.to(device)
@@ -212,19 +225,21 @@ def frame_labels(model, sample: LabelSample, device) -> dict[str, list[list[str]
             for b, i in enumerate(idx):
                 if sample.words["src_weights"][i] is not None:
                     counts.add_sentence(arrays, b, sample.words, i, int(n_src[b]), int(n_tgt[b]))
-            aligned = sample.aligned[k]
-            rows = aligned.any(-1)  # (B, T): rows with an aligned cell
-            mass = (arrays["cross"] * aligned[:, None, None]).sum(-1)  # (B, L, h, T)
-            on_gold, n_rows = on_gold + mass.transpose(1, 2, 0, 3)[..., rows].sum(-1), \
-                n_rows + rows.sum()
+            places = sample.places[k]  # (B, places, T, S)
+            mass = mass + np.einsum("blhts,bpts->lhp", arrays["cross"], places)
+            n_rows += int(places[:, 0].any(-1).sum())
     means = stats.means()
     labels = {kind: head_labels(m, kind, detail=True) for kind, m in means.items()}
     if counts is not None:
         _relation_labels(labels, relation_summary(counts), means)
-    for (layer, h), s in np.ndenumerate(on_gold / n_rows if n_rows else []):
-        if s >= POSITIONAL_MASS:
-            labels["cross"][layer][h] = f"aligns {s:.2f} · {s:.2f} of its attention on " \
-                                        "gold-aligned source words"
+    for (layer, h), _ in np.ndenumerate(mass[..., 0] if n_rows else []):
+        share = dict(zip(PLACES, [*mass[layer, h] / n_rows,
+                                  max(0.0, 1 - mass[layer, h].sum() / n_rows)]))
+        order = sorted(share, key=share.get, reverse=True)  # the first, then the first named
+        top = order[:1] + [p for p in order[1:] if p != "elsewhere"][:1]
+        labels["cross"][layer][h] = ", ".join(f"{p} {share[p]:.2f}" for p in top) + " · " + \
+            ", ".join(f"{v:.2f} on {PLACES[p]}" for p, v in share.items()) + \
+            f" · over {n_rows} target pieces with gold-aligned source words"
     return labels
 
 

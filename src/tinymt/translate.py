@@ -263,14 +263,18 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
 def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:
     """The view document (:mod:`tinymt.viewer.document`) of each sentence: every head of all
     three kinds, teacher-forced on the model's own translation ``outs`` (an empty sentence
-    has none). The built-in corpus's showcase sentences bring their gold words."""
+    has none). The built-in corpus's showcase sentences bring their gold words; each head's
+    label is the checkpoint's (measured at its step by the trainer), where it has them."""
     data = run.config.get("data", {})
     gold = data.get("source") == "builtin" and not data.get("reverse")
-    step = int(run.state.get("step", 0))
-    return [translation_document(
+    step, labels = int(run.state.get("step", 0)), run.state.get("labels", {})
+    docs = [translation_document(
         collect_attention(run.model, src, out, device), run.src_tokenizer.pieces(src),
         run.tgt_tokenizer.pieces(out), line, run.tgt_tokenizer.decode(out), step, gold)
         for line, src, out in zip(lines, ids, outs) if src]
+    for kind, doc in itertools.product(labels, docs):
+        doc["kinds"].get(kind, {})["labels"] = labels[kind]
+    return docs
 
 
 def view_name(run: LoadedRun) -> str:

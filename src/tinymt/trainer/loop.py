@@ -296,20 +296,21 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
                   f"ppl {metrics['ppl']:.2f} | BLEU {metrics['bleu']:.2f} chrF "
                   f"{metrics['chrf']:.2f} | {state['train_seconds']:.0f} s trained"
                   + (" *" if improved else ""))
-        log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step,
-                       t.sample)
+        labels = log_validation(t.writer, t.model, t.cfg, t.data, metrics, t.probes, t.rt, step,
+                                t.sample)
         # the curve of valid BLEU against training time (validation time not counted)
         t.writer.add_scalar("valid/train_seconds", state["train_seconds"], step)
-        save_checkpoints(t, best=improved)
+        save_checkpoints(t, best=improved, labels=labels)
         t.writer.flush()
     runtime.barrier(t.rt)
     return bool(tc.patience) and state["bad_validations"] >= tc.patience
 
 
-def save_checkpoints(t: Training, best: bool) -> None:
+def save_checkpoints(t: Training, best: bool, labels: dict | None = None) -> None:
     """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints
-    (:func:`~tinymt.trainer.state.publish_checkpoints`)."""
-    publish_checkpoints(checkpoint_state(t), t.run_dir, best, t.cfg.trainer.keep_last)
+    (:func:`~tinymt.trainer.state.publish_checkpoints`), with each head's ``labels`` at
+    this step (a validation's)."""
+    publish_checkpoints(checkpoint_state(t, labels), t.run_dir, best, t.cfg.trainer.keep_last)
     t.saved_step = t.state["step"]
 
 

@@ -30,8 +30,10 @@ MAY_CHANGE_ON_RESUME = ("data.cache_dir", "optim.", *(f"trainer.{k}" for k in (
 GROUPS = ("data", "model", "optim", "trainer", "experiment")  # not re-chosen for a run
 
 
-def checkpoint_state(t) -> dict:
-    """The checkpoint of the loop's ``Training`` ``t`` (what :func:`restore` reads back)."""
+def checkpoint_state(t, labels: dict | None = None) -> dict:
+    """The checkpoint of the loop's ``Training`` ``t`` (what :func:`restore` reads back) and
+    each head's ``labels`` at this step (:func:`tinymt.labels.frame_labels`; the HTML file
+    of a translation shows them)."""
     data = t.data
     return {
         "model": t.model.state_dict(),
@@ -47,6 +49,7 @@ def checkpoint_state(t) -> dict:
         "trainer_state": dict(t.state),
         "rng": rng_state(),
         "step": t.state["step"],
+        "labels": labels or {},
     }
 
 

@@ -117,7 +117,7 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
     rows += [f"| {s} | {r} | {h} |" for s, r, h in
              zip(metrics["srcs"][:k], metrics["refs"][:k], metrics["hyps"][:k])]
     writer.add_text("samples", "\n".join(rows), step)
-    log_probes(writer, model, cfg, data, probes, rt, step, sample)
+    return log_probes(writer, model, cfg, data, probes, rt, step, sample)
 
 
 def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=None,
@@ -129,7 +129,7 @@ def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=N
     tab, and scalars only). A probe with a reference is
     teacher-forced on it (the axes stay put from step to step). What the logging costs is
     logged too (``logging/*``: seconds, bytes; ``probe_seconds``: all of it but the PNG
-    grids)."""
+    grids). Returns the labels ``{kind: [layer][head]}`` ({} without a sample)."""
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
     cap = cfg.model.max_positions - 1
     entropy: dict[tuple[str, int], list[np.ndarray]] = {}
@@ -173,6 +173,7 @@ def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=N
     cost["probe_seconds"] = time.perf_counter() - start - cost["attention_png_seconds"]
     for name, value in cost.items():
         writer.add_scalar(f"logging/{name}", value, step)
+    return labels
 
 
 def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:

@@ -269,7 +269,7 @@ function headLabel(kind, layer, h) {
   const text = h >= 0 && kind.labels && kind.labels[layer] && kind.labels[layer][h];
   if (typeof text !== "string" || !text) return null;
   const [label, ...details] = text.split(" · ");
-  return [label, details, /[→←]/.test(label) || label.startsWith("aligns ")];
+  return [label, details, /[→←]/.test(label) || label.startsWith("aligned ")];
 }
 
 const LABEL_HELP = {
@@ -277,8 +277,10 @@ const LABEL_HELP = {
     "attends to most (itself aside) is its gold partner (→ the dependent finds its head, ← the head " +
     "its dependent), against the best fixed offset (“always the word k away”) on the same words; " +
     "named when it beats that by 0.10 or more over 20 or more instances.",
-  align: "Measured at this step on the first validation sentences: the share of its attention on the " +
-    "source words aligned (gold) with the word each row predicts.",
+  align: "Measured at this step on the first validation sentences, in the rows of target pieces with " +
+    "gold-aligned source words: the share of its attention on those source pieces (aligned), on the piece " +
+    "just before or after them, on </s>, or anywhere else; named by where most of it goes, then by the " +
+    "next of the named places.",
   position: "Measured at this step on the first validation sentences: previous / self / next / " +
     "</s> (<s>) when at least half of its attention is on that position; diffuse when its entropy is " +
     "at least 0.8 of the uniform's; content otherwise: it attends by what the words are, not where they " +
@@ -1213,7 +1215,7 @@ class AttentionView {
     const gold = s && s.gold.filter((v) => v !== null);
     const tag = headLabel(kind, t.layer, t.head);
     if (tag) {
-      const help = LABEL_HELP[!tag[2] ? "position" : tag[0].startsWith("aligns ") ? "align" : "relation"];
+      const help = LABEL_HELP[this.kind === "cross" && tag[0].includes(", ") ? "align" : tag[2] ? "relation" : "position"];
       this.ui.info.prepend(el("div", { class: "info-label" }, el("b", {}, tag[0]),
         ...tag[1].map((d) => el("div", {}, d)), el("div", { class: "muted" }, help)));
     }

@@ -822,3 +822,15 @@ def sample_pairs(seed: int, n: int) -> list:
     r = random.Random(seed)
     structures = [sample_sentence(r) for _ in range(n)]
     return [(s, render(s)) for s in structures]
+
+
+def pruned_heads(model) -> list[tuple[str, int, int]]:
+    """Heads whose ``W_O`` columns are all zero: switched off (a pruned checkpoint's)."""
+    from tinymt.heads.gates import attention_modules
+
+    found = []
+    for kind, mods in attention_modules(model).items():
+        for layer, mha in enumerate(mods):
+            cols = mha.out_proj.weight.view(mha.d_model, model.n_heads, -1)  # (d, h, d_head)
+            found += [(kind, layer, int(h)) for h in cols.eq(0).all(2).all(0).nonzero()]
+    return found

@@ -86,7 +86,7 @@ ROWS = [
     row("translate", "decode.max_len_a=1e308", expect="decode.max_len_a=1e+308"),
     row("translate", "attention_kinds=[]", expect="attention_kinds=[]"),
     # translation with CTranslate2: a folder that is no export (after the checks)
-    row("translate", "engine=ct2", "model_dir={tmp}/m", expect="m: no such folder"),
+    row("translate", "engine=ct2", "model_dir={tmp}/m", expect="m is not a tinymt CTranslate2"),
     row("translate", "engine=ct2", "model_dir={tmp}/a_dir", make=("a_dir/",),
         expect="is not a tinymt CTranslate2 export"),
     row("export", "quantization=int4", expect="quantization='int4'"),

@@ -22,6 +22,7 @@ from conftest import (
     compose_train,
     compose_translate,
     copy_run,
+    pruned_heads,
     run_script_in_process,
 )
 from tinymt import KINDS
@@ -40,7 +41,7 @@ from tinymt.heads import (
     load_sentences,
     normalize_importance,
 )
-from tinymt.heads.gates import gated_heads, gates_without, head_shapes, prune_weights, pruned_heads
+from tinymt.heads.gates import gated_heads, gates_without, head_shapes, prune_weights
 from tinymt.heads.pruning import prunable, prune_counts, prune_order
 from tinymt.heads.stats import AlignmentCounts, aer, attention_links
 from tinymt.model import Transformer

@@ -119,16 +119,8 @@ def find_run(run: str, outputs_root: str = "outputs") -> Path:
 def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
     """``best`` / ``last`` / ``avg`` / ``pruned`` -> that file of the run; anything else is
     a path."""
-    if checkpoint in NAMED:
-        path = checkpoint_path(run_dir, checkpoint)
-        if not path.is_file():
-            made_by = {"avg": " (written by scripts/average_checkpoints.py or "
-                              "trainer.average_last)",
-                       "pruned": " (written by scripts/analyze_heads.py prune=<fraction>)"}
-            raise TinyMTError(f"checkpoint={checkpoint}: expected {path}, which does not "
-                              f"exist{made_by.get(checkpoint, '')}")
-        return path
-    return Path(checkpoint)  # load_checkpoint says when there is no such file
+    # (load_checkpoint says when there is no such file: "checkpoint <path> does not exist")
+    return checkpoint_path(run_dir, checkpoint) if checkpoint in NAMED else Path(checkpoint)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Where a job runs: device, precision, seeds, and (under torchrun) ranks.
+"""Where a job runs: device, precision, seeds, (under torchrun) ranks; its progress bar.
 
 Under torchrun (any ``--nproc_per_node``, or ``WORLD_SIZE > 1``) :func:`setup` joins the
 process group (NCCL on CUDA, gloo on CPU) and every helper here is the collective version;
@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from tinymt.errors import TinyMTError, first_line
 
@@ -52,6 +54,11 @@ def eval_mode(model: torch.nn.Module, inference: bool = False):
             yield
     finally:
         model.train(was_training)
+
+
+def progress_bar(it, **kw):
+    """``tqdm`` on stderr, redrawn at most once a second (translating, the head analysis)."""
+    return tqdm(it, file=sys.stderr, dynamic_ncols=True, mininterval=1.0, **kw)
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:

@@ -122,10 +122,10 @@ class Tokenizer:
         generator is not reproducible across processes (a resumed run or a second DDP rank
         would see other data). A sentence with a character the vocabulary lacks keeps its
         fixed segmentation."""
-        rand = random.Random(seed).random
+        rng = random.Random(seed)
         tables = self._sampling_tables()
         if tables["unigram"]:
-            return [_draw_nbest(self, text, alpha, nbest_size, rand) for text in texts]
+            return [_draw_nbest(self, text, alpha, nbest_size, rng) for text in texts]
         scores, piece_ids, starts = tables["scores"], tables["ids"], tables["first_pairs"]
         out = []
         for text in texts:
@@ -133,7 +133,7 @@ class Tokenizer:
             for word in _WORD.findall(self.sp.normalize(text)):
                 if word not in starts:
                     starts[word] = first_pairs(word, scores)
-                pieces += bpe_dropout(word, scores, alpha, rand, starts[word])
+                pieces += bpe_dropout(word, scores, alpha, rng.random, starts[word])
             ids = [piece_ids.get(p, -1) for p in pieces]
             out.append(self.encode(text) if -1 in ids else ids)
         return out
@@ -286,16 +286,11 @@ def bpe_dropout(word: str, table: dict[str, float], p: float, rand,
     return [s for s in sym if s]
 
 
-def _draw_nbest(tok: Tokenizer, text: str, alpha: float, nbest_size: int, rand) -> list[int]:
+def _draw_nbest(tok: Tokenizer, text: str, alpha: float, nbest_size: int, rng) -> list[int]:
     """One of the ``nbest_size`` best unigram segmentations, weighted ``exp(alpha * logP)``."""
     candidates = tok.sp.nbest_encode(text, nbest_size=nbest_size, out_type=int)
     if len(candidates) < 2:
         return candidates[0] if candidates else tok.encode(text)
     logp = [sum(tok.sp.get_score(i) for i in ids) for ids in candidates]
     weights = [math.exp(alpha * (lp - max(logp))) for lp in logp]
-    r, acc = rand() * sum(weights), 0.0
-    for ids, w in zip(candidates, weights):
-        acc += w
-        if r < acc:
-            return ids
-    return candidates[-1]
+    return rng.choices(candidates, weights)[0]  # (one draw: rng.random() times their sum)

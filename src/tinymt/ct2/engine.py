@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from tinymt.checkpoint import file_sha256
 from tinymt.config import as_model_config
@@ -37,6 +34,7 @@ from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json
 from tinymt.model import Transformer
+from tinymt.runtime import progress_bar
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers
 
 Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
@@ -64,9 +62,7 @@ class LoadedExport:
 
 def read_meta(path: Path) -> dict:
     """``tinymt_export.json`` of ``path`` (plain JSON: reading it runs nothing), checked."""
-    if not path.is_dir():
-        raise TinyMTError(f"model_dir={path}: no such folder (make one with scripts/export.py)")
-    file = path / META
+    file = path / META  # (a missing folder: no META either)
     if not os.path.lexists(file):
         raise TinyMTError(f"model_dir={path} is not a tinymt CTranslate2 export (no {META}); "
                           "make one with scripts/export.py")
@@ -126,11 +122,9 @@ def load_export(path: str | Path, device: str = "auto", threads: int = 0) -> Loa
     src_tok, tgt_tok = load_tokenizers(path)  # the ones exported: their digests are in meta
     ct2 = require_ct2()
     check_files(path, meta, src_tok, tgt_tok)
-    m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", device)  # our device= as CTranslate2's
-    if not m:
-        raise TinyMTError(f"device={device!r}: CTranslate2 runs on auto, cpu, cuda or cuda:N")
+    kind, _, index = device.partition(":")  # our device= as CTranslate2's (mps: it refuses)
     try:
-        translator = ct2.Translator(str(path), device=m[1], device_index=int(m[2] or 0),
+        translator = ct2.Translator(str(path), device=kind, device_index=int(index or 0),
                                     intra_threads=threads)
     except (RuntimeError, ValueError, OSError) as e:
         raise TinyMTError(f"model_dir={path}: CTranslate2 cannot load it ({first_line(e)})"
@@ -252,8 +246,8 @@ def translate_export_ids(export: LoadedExport, src_ids: Sequence[Sequence[int]],
     results: Hyps = [[([], float("nan"))] for _ in src_ids]
     tgt = export.tgt_tokenizer
     eos = tgt.sp.id_to_piece(EOS_ID)
-    for cap, idx in tqdm(sorted(groups.items()), desc="translate", unit="call",
-                         file=sys.stderr, mininterval=1.0, disable=not progress):
+    for cap, idx in progress_bar(sorted(groups.items()), desc="translate", unit="call",
+                                 disable=not progress):
         outs = export.translator.translate_batch(  # with our rules (module docstring)
             [export.src_tokenizer.pieces(src_ids[i]) for i in idx], beam_size=beam,
             num_hypotheses=nbest, length_penalty=len_penalty, max_batch_size=batch_tokens,

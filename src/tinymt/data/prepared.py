@@ -40,8 +40,7 @@ class PreparedData:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer  # the same object when the vocabulary is joint
     tokenizer_dir: Path  # holds spm.model (joint) or src.model + tgt.model
-    stats: dict
-    cache_hit: bool
+    stats: dict  # (its cache_hit: found in the cache, not built)
     _ids: dict = field(default_factory=dict, repr=False, compare=False)  # {split: ids}
 
     def ids(self, split: str) -> tuple[Ragged, Ragged]:
@@ -169,7 +168,7 @@ def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
     src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
-    return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats, cache_hit)
+    return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats)
 
 
 def side_stats(lens: np.ndarray, unk: int) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import os
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -94,9 +93,7 @@ def _split_names(cfg) -> dict[str, str]:
 
 
 def _text_files(cfg) -> dict[str, tuple[Path, Path]]:
-    folder = Path(cfg.path).expanduser()
-    if not folder.is_dir():
-        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=text)")
+    folder = Path(cfg.path).expanduser()  # (not a folder: no train file found in it)
     return {ours: (_find_text_file(folder, theirs, cfg.src_lang),
                    _find_text_file(folder, theirs, cfg.tgt_lang))
             for ours, theirs in _split_names(cfg).items()}
@@ -108,10 +105,6 @@ def _tsv_file(cfg) -> Path:
         raise TinyMTError(f"data.path={cfg.path}: file not found (data.source=tsv)")
     return path
 
-
-def _looks_local(path: str) -> bool:
-    p = path.replace("\\", "/")
-    return p.startswith(("/", "./", "../", "~")) or p.count("/") > 1 or os.path.isabs(path)
 
 def _text_chunks(src_path: Path, tgt_path: Path, split: str) -> Iterator[Columns]:
     """The pairs of two line-aligned files, ``CHUNK_PAIRS`` at a time, read as they are
@@ -169,8 +162,6 @@ def _load_hub_dataset(cfg) -> datasets.DatasetDict:
         except Exception as e:  # noqa: BLE001  (datasets raises many types for bad folders)
             raise TinyMTError(f"data.path={cfg.path}: cannot load it as a dataset "
                               f"({first_line(e)})") from None
-    if _looks_local(cfg.path):
-        raise TinyMTError(f"data.path={cfg.path}: folder not found (data.source=hub)")
     try:  # datasets falls back to its local cache when the hub is unreachable or offline
         return datasets.load_dataset(cfg.path)
     except Exception as e:  # noqa: BLE001  (connection, not-found, auth... all mean "no data")

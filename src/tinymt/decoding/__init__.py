@@ -25,15 +25,13 @@ Conventions:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
-
-from tqdm import tqdm
 
 from tinymt.batching import collate, length_batches
 from tinymt.decoding.greedy import greedy_decode, max_output_length
 from tinymt.decoding.search import RULES, beam_search, check_beam, greedy_search
 from tinymt.model import Transformer
+from tinymt.runtime import progress_bar
 
 __all__ = ["RULES", "beam_search", "check_beam", "greedy_decode", "greedy_search",
            "max_output_length", "translate_ids"]
@@ -50,8 +48,7 @@ def translate_ids(model: Transformer, src_ids: Sequence[Sequence[int]], *, beam:
     (``beam=1``) scores ``nan``: it does not rank hypotheses."""
     results: dict[int, list[tuple[list[int], float]]] = {}  # input index -> its hypotheses
     batches = length_batches([len(s) for s in src_ids], batch_tokens)
-    for idx in tqdm(batches, desc="translate", unit="batch", file=sys.stderr, mininterval=1.0,
-                    disable=not progress):
+    for idx in progress_bar(batches, desc="translate", unit="batch", disable=not progress):
         batch = collate([list(src_ids[i]) for i in idx], [[] for _ in idx]).to(device)
         if beam == 1:
             outs = greedy_search(model, batch.src, max_len_a=max_len_a, max_len_b=max_len_b)

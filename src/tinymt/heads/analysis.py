@@ -17,7 +17,7 @@ from tinymt.config import check_analyze, load_config_file
 from tinymt.errors import TinyMTError
 from tinymt.files import CONFIG, check_output, is_run_dir, load_json, write_text
 from tinymt.heads import pruning, report
-from tinymt.heads.gates import all_heads, gates_without, head_shapes, pruned_heads
+from tinymt.heads.gates import all_heads, gates_without, head_shapes
 from tinymt.heads.sentences import load_sentences, showcase_links
 from tinymt.heads.stats import alignment_summary, attention_pass
 from tinymt.labels import head_labels
@@ -78,7 +78,7 @@ def _run_labels(runs: list[Path]) -> list[str]:
 def _analyze_run(cfg, progress: bool, log) -> dict:
     device = pick_device(cfg.device)
     run = load_run(cfg.run, cfg.checkpoint, device, cfg.outputs_root)
-    if pruned_heads(run.model):
+    if run.state.get("pruned"):  # written by prune=: its heads have zero W_O columns
         log(f"note: {run.checkpoint} already has masked heads; they stay masked "
             "(importance 0, masked first)")
     data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences, log)

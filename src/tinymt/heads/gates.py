@@ -1,24 +1,16 @@
 """The heads of a model as ``(kind, layer, head)``, gates that scale or switch some off (a
 forward pre-hook on each attention's ``out_proj``: the core is unchanged), what a pruned
-head is (zero ``W_O`` columns: the same as a gate of 0), and the progress bar of the
-analysis steps.
+head is (zero ``W_O`` columns: the same as a gate of 0).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
 
 import torch
-from tqdm import tqdm
 
 from tinymt.model import Transformer
-
-
-def progress_bar(it, **kw):
-    """``tqdm`` on stderr, redrawn at most once a second."""
-    return tqdm(it, file=sys.stderr, dynamic_ncols=True, mininterval=1.0, **kw)
 
 
 def attention_modules(model: Transformer) -> dict[str, list[torch.nn.Module]]:
@@ -88,14 +80,3 @@ def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_he
         w = model[name] = model[name].clone()  # (d, h * d_head)
         w.view(w.size(0), n_heads, -1)[:, h] = 0.0
     return model
-
-
-def pruned_heads(model: Transformer) -> list[tuple[str, int, int]]:
-    """Heads whose ``W_O`` columns are all zero: switched off."""
-    found = []
-    for kind, mods in attention_modules(model).items():
-        for layer, mha in enumerate(mods):
-            cols = mha.out_proj.weight.view(mha.d_model, model.n_heads, -1)  # (d, h, d_head)
-            found += [(kind, layer, int(h)) for h in cols.eq(0).all(2).all(0).nonzero()]
-    return found
-

@@ -16,11 +16,11 @@ from tinymt import KINDS
 from tinymt.batching import eval_batches
 from tinymt.checkpoint import TRAINING_STATE
 from tinymt.decoding import translate_ids
-from tinymt.heads.gates import gated_heads, gates_without, head_shapes, progress_bar, prune_weights
+from tinymt.heads.gates import gated_heads, gates_without, head_shapes, prune_weights
 from tinymt.loss import sequence_loss
 from tinymt.metrics import score
 from tinymt.model import Transformer
-from tinymt.runtime import eval_mode
+from tinymt.runtime import eval_mode, progress_bar
 
 CURVES = ("all", *KINDS)
 BLEU_DROP = 1.0  # "prunable" = BLEU within this many points of the unpruned model

@@ -19,11 +19,11 @@ import torch
 
 from tinymt import KINDS
 from tinymt.batching import eval_batches
-from tinymt.heads.gates import head_shapes, progress_bar
+from tinymt.heads.gates import head_shapes
 from tinymt.labels import AttentionStats, add_rows
 from tinymt.model import Transformer
 from tinymt.relations import RelationCounts
-from tinymt.runtime import eval_mode
+from tinymt.runtime import eval_mode, progress_bar
 
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
 

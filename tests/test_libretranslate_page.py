@@ -9,8 +9,10 @@ page reaches our API as LibreTranslate's page reaches its own, on its own origin
 
 from __future__ import annotations
 
+import html as html_lib
 import importlib.util
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -102,12 +104,8 @@ def lt_page(tiny_run):
     assert server.stop()[0] == 0
 
 
-def test_libretranslate_s_page_translates_a_paragraph_with_alternatives(browser, lt_page):
-    """The page loads our two languages, translates a typed two-sentence paragraph (what
-    /translate answers for it: each sentence's translation), shows the answer with the
-    beam's three alternatives (it always asks for 3), and no console error or failed
-    request appears."""
-    server, base = lt_page
+def open_page(browser, base: str):
+    """LibreTranslate's page, Chinese into English chosen; and the list its problems go to."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     problems = []
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -123,6 +121,16 @@ def test_libretranslate_s_page_translates_a_paragraph_with_alternatives(browser,
     assert {"Chinese", "English"} <= set(names), names  # (and its own "Auto Detect")
     source.select_option(label="Chinese")
     target.select_option(label="English")
+    return page, problems
+
+
+def test_libretranslate_s_page_translates_a_paragraph_with_alternatives(browser, lt_page):
+    """The page loads our two languages, translates a typed two-sentence paragraph (what
+    /translate answers for it: each sentence's translation), shows the answer with the
+    beam's three alternatives (it always asks for 3), and no console error or failed
+    request appears."""
+    server, base = lt_page
+    page, problems = open_page(browser, base)
     page.locator("#textarea1").fill(PARAGRAPH)
     status, answer = post_json(f"{server.base}/translate", {
         "q": PARAGRAPH, "source": "zh", "target": "en", "alternatives": 3})
@@ -132,5 +140,35 @@ def test_libretranslate_s_page_translates_a_paragraph_with_alternatives(browser,
     # the page shows the answer's JSON under "Response": the alternatives of the beam
     shown = json.loads(page.locator("pre.code code").last.inner_text())
     assert shown["alternatives"] == answer["alternatives"] and len(answer["alternatives"]) == 3
+    assert not problems, problems
+    page.close()
+
+
+INLINE = ["<p>我喜欢<b>猫</b>。</p>",  # bold
+          '<p><a href="https://example.org/猫">那只小猫</a>昨天在公园里追了一只蝴蝶。</p>',  # a link
+          "<p>我请<b>李雷</b>帮我订了<i>去<b>北京</b>的机票</i>。</p>",  # nested
+          "<p>他喜欢<b>猫吗？他</b>喜欢狗。</p>"]  # a tag across a sentence end
+
+
+@pytest.mark.parametrize("markup", INLINE)
+def test_inline_markup_is_translated_with_its_sentence(browser, lt_page, markup):
+    """Markup typed into the page goes as format=html (the page sees the tags): the answer
+    the page shows is /translate's, its text is the plain text's translation (the sentences
+    whole, the inline elements in them), and every tag comes back."""
+    server, base = lt_page
+    plain = re.sub("<[^>]+>", "", markup)
+    texts = {}
+    for q, fmt in ((markup, "html"), (plain, "text")):
+        status, answer = post_json(f"{server.base}/translate", {
+            "q": q, "source": "zh", "target": "en", "format": fmt})
+        assert status == 200, answer
+        texts[fmt] = answer["translatedText"]
+    html = texts["html"]
+    assert html_lib.unescape(re.sub("<[^>]+>", "", html)) == texts["text"]
+    assert sorted(re.findall("<[^>]+>", html)) == sorted(re.findall("<[^>]+>", markup))
+    page, problems = open_page(browser, base)
+    page.locator("#textarea1").fill(markup)
+    page.wait_for_function("(text) => document.querySelector('#textarea2').value === text",
+                           arg=html, timeout=60_000)
     assert not problems, problems
     page.close()

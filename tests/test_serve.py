@@ -364,12 +364,13 @@ def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
                     "target": "en"}, follow_redirects=True, trust_env=False, timeout=60)
     assert [h.status_code for h in r.history] == [308]
     assert r.json() == ask(greedy.base, SENTENCES[0])[1]
-    # format=html: the text between the markup translated, the markup and code kept
+    # format=html: the text between the markup translated (an inline element's tags around
+    # the words translating its own: here a whole sentence), the markup and code kept
     t0, t1 = (ask(greedy.base, s)[1]["translatedText"] for s in SENTENCES[:2])
     page = (f'<p class="a">{SENTENCES[0]}</p><script>var b = "<b>" && 1;</script>'
-            f'<b>{SENTENCES[1]}</b> &amp; <pre>a &lt; {SENTENCES[2]}</pre><!-- {SENTENCES[3]} -->')
+            f'<b>{SENTENCES[1]}</b><br>&amp; <pre>a &lt; {SENTENCES[2]}</pre><!-- {SENTENCES[3]} -->')
     assert ask(greedy.base, page, format="html")[1] == {"translatedText": (
-        f'<p class="a">{t0}</p><script>var b = "<b>" && 1;</script><b>{t1}</b> &amp; '
+        f'<p class="a">{t0}</p><script>var b = "<b>" && 1;</script><b>{t1}</b><br>&amp; '
         f'<pre>a &lt; {SENTENCES[2]}</pre><!-- {SENTENCES[3]} -->'), "untranslatedSegments": 1}
 
 
@@ -849,7 +850,7 @@ def test_a_request_s_sentences_are_counted_as_its_text_is_cut(greedy):
 
     before = health()["sentences"]
     for q, fields in ((["猫\n" * 2500] * 40, {}), (["猫。" * 600, "狗。" * 600], {}),
-                      (["<b>猫</b>" * 600] * 2, {"format": "html"})):
+                      (["<p>猫</p>" * 600] * 2, {"format": "html"})):
         status, answer = post_json(f"{greedy.base}/translate", {
             "q": q, "source": "zh", "target": "en", **fields})
         assert (status, answer) == (400, {"error": "Invalid request: q holds more than "

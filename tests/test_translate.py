@@ -31,9 +31,9 @@ from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.files import TEMP_PREFIX
 from tinymt.rundir import find_run, load_run
-from tinymt.text import SPAN
+from tinymt.text import SPAN, TAG
 from tinymt.tokenizer import UNK_ID
-from tinymt.translate import translate
+from tinymt.translate import _place_tags, translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "translate.py")
@@ -399,3 +399,58 @@ def test_every_number_and_url_comes_back(tiny_run, spans, at):
     line = zh[:at] + " ".join(spans) + zh[at:]
     got = translate(cfg_for(tiny_run), [line], stdout=io.StringIO())["translations"][0]
     assert Counter(m.group() for m in SPAN.finditer(got)) >= Counter(spans), (line, got)
+
+
+# ----------------------------------------------------------------------------- inline markup
+@given(st.lists(st.sampled_from(["char", "char", "open", "close"]), max_size=30), st.data())
+def test_tags_go_around_the_words_that_read_their_element(ops, data):
+    """Property: any well-formed inline markup in a source sentence (elements nested, some
+    closed in the sentence after, some opened in the one before), any output words and any
+    word order (which output word reads each source character): the tags come out once
+    each, well-formed, the words unchanged between them; in order (a word to a character at
+    most), each element wraps exactly the words that read its characters (punctuation
+    outside; at the source's start or end: the output's), an empty one none."""
+    marks, stack, n, pairs = [], [], 0, 0
+    for op in ops:  # the source: characters and tags, a stand-in's code 2k / 2k + 1
+        if op == "char":
+            n += 1
+        elif op == "open" or not stack:
+            marks.append((n, chr(TAG + 2 * pairs + (op == "close"))))
+            stack += [marks[-1][1]] if op == "open" else []
+            pairs += 1
+        else:
+            marks.append((n, chr(ord(stack.pop()) + 1)))
+    n = max(n, 1)
+    in_order = data.draw(st.booleans())
+    words = data.draw(st.lists(st.text(alphabet="ab.,(", min_size=1, max_size=4),
+                               min_size=n if in_order else 1, max_size=2 * n))
+    word_of = [i * len(words) // n for i in range(n)] if in_order else \
+        data.draw(st.lists(st.integers(0, len(words) - 1), min_size=n, max_size=n))
+
+    def readers(a, b):  # the output words reading source characters a..b
+        return sorted({word_of[i] for i in range(a, b)}) or [0]
+    out = _place_tags(list(words), marks, n, readers)
+    text = "".join(out)
+    assert sorted(c for c in text if ord(c) >= TAG) == sorted(m for _, m in marks)
+    assert [re.sub("[\U000f0000-\U000ffffd]", "", t) for t in out] == words
+    where, open_ = {m for _, m in marks}, []
+    for c in (c for c in text if ord(c) >= TAG):  # well-formed: nested, lone end tags outside
+        if (ord(c) - TAG) % 2 == 0:
+            open_.append(c)
+        elif chr(ord(c) - 1) in where:
+            assert open_.pop() == chr(ord(c) - 1), text
+        else:
+            assert not open_, text
+    if in_order:  # a word to a character at most
+        for offset, mark in marks:
+            close = chr(ord(mark) + 1)
+            if (ord(mark) - TAG) % 2 or close not in where:
+                continue
+            end = next(o for o, m in marks if m == close)
+            inside = re.search(f"{mark}(.*){close}", text).group(1)
+            got = re.sub("[\U000f0000-\U000ffffd]", "", inside)
+            assert end > offset or got == "", text  # an empty element wraps nothing
+            if end > offset:
+                want = readers(offset, end)  # (from the output's start / to its end)
+                lo, hi = 0 if offset == 0 else want[0], len(words) if end == n else want[-1] + 1
+                assert got.strip(".,(") == "".join(words[lo:hi]).strip(".,("), (text, offset, end)

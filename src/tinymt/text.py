@@ -37,6 +37,12 @@ SPAN = re.compile(r"(?:https?://|www\.)[!-~]*[\w/=&#~-]"  # a URL (not its last 
                   # tried at every character of a long word it would be quadratic)
                   r"|(?<![A-Za-z])\d+(?:[.,:/]\d+)*(?![A-Za-z])", re.ASCII)  # 3, 25,50, 10:30
 MASK = "\ue000"  # a private-use character: in no vocabulary, so the model reads one <unk>
+# format=html: an inline element's tags stand in its text as two private-use characters (its
+# start tag 2k, its end tag 2k + 1), carried through the sentence and put back around the
+# words of the translation that read the element's words (tinymt.translate.copy_spans)
+TAG, TAGS = 0xF0000, re.compile("[\U000f0000-\U000ffffd]")
+INLINE = frozenset("a abbr b bdi bdo cite data dfn em font i kbd mark q s samp small span strong "
+                   "sub sup time u var".split())
 # The time reading a text (segmenting, language ID, HTML parsing) may take: pysbd reads
 # prose at 5-10 us a character, punctuation runs ("。" * 5000) at up to ~180 us
 READ_S, READ_S_PER_CHAR = 0.25, 200e-6
@@ -120,8 +126,16 @@ def sentences(line: str, lang: str) -> list[str]:
     if one_pass(line):  # one sentence (pysbd costs ~0.3 ms)
         return [line] if line else []
     inside = {i for m in SPAN.finditer(line) for i in range(m.start() + 1, m.end())}
-    cuts = sorted({0, len(line)} | {s.end for s in _segmenter(lang).segment(line)} - inside)
+    cuts = sorted({0, len(line)} | {_after_end_tags(line, s.end)
+                                    for s in _segmenter(lang).segment(line)} - inside)
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
+
+
+def _after_end_tags(line: str, i: int) -> int:
+    """The offset after the end tags' stand-ins at ``line[i:]``: they end the sentence before."""
+    while i < len(line) and TAGS.match(line, i) and (ord(line[i]) - TAG) % 2:
+        i += 1
+    return i
 
 
 def plan(texts: Sequence[str], source: str, cut: bool = True, first: int = 1
@@ -149,24 +163,31 @@ def plan(texts: Sequence[str], source: str, cut: bool = True, first: int = 1
                         todo.append(core)
                     else:
                         parts.append(sent)
-                        kept += bool(core)
+                        kept += bool(TAGS.sub("", core))  # (tags alone: nothing untranslated)
                 parts.append(line[len(body):])
         plans.append(parts)
     return todo, plans, kept
 
 
-def mask_spans(sentence: str, spells: Callable[[str], bool]
-               ) -> tuple[str, list[tuple[int, int, str]]]:
+def mask_spans(sentence: str, spells: Callable[[str], bool] | None
+               ) -> tuple[str, list[tuple[int, int, str]], list[tuple[int, str]]]:
     """``sentence`` with each span of :data:`SPAN` the model cannot ``spell`` replaced by
-    :data:`MASK` (a URL read as 15 unknown pieces derails the model; one unknown does not),
-    and every span, as ``(start, end, as written)`` in the text returned."""
-    out, spans, last = "", [], 0
-    for m in SPAN.finditer(sentence):
+    :data:`MASK` (a URL read as 15 unknown pieces derails the model; one unknown does not)
+    and the tags' stand-ins (:data:`TAGS`) taken out; every span, as ``(start, end, as
+    written)``, and every stand-in, as ``(offset, stand-in)``, in the text returned;
+    ``spells`` None: the stand-ins only."""
+    out, spans, marks, last = "", [], [], 0
+    pattern = TAGS.pattern if spells is None else f"{SPAN.pattern}|{TAGS.pattern}"
+    for m in re.finditer(pattern, sentence, re.ASCII):
         out += sentence[last:m.start()]
+        last = m.end()
+        if TAGS.fullmatch(m.group()):
+            marks.append((len(out), m.group()))
+            continue
         written = m.group() if spells(m.group()) else MASK
         spans.append((len(out), len(out) + len(written), m.group()))
-        out, last = out + written, m.end()
-    return out + sentence[last:], spans
+        out += written
+    return out + sentence[last:], spans, marks
 
 
 def assemble(parts: list[str | int], translations: Sequence[str], target: str) -> str:
@@ -192,7 +213,9 @@ def assemble(parts: list[str | int], translations: Sequence[str], target: str) -
 
 class _Markup(HTMLParser):
     """HTML as parts: ``(False, markup or text as written)`` or ``(True, text to translate,
-    decoded)``; what <script>, <style>, <code>, <pre> hold is kept (html.parser: forgiving)."""
+    decoded)``, an inline element's tags in its text as stand-ins (:data:`TAGS`, their
+    markup in ``tags``); what <script>, <style>, <code>, <pre> hold is kept (html.parser:
+    forgiving)."""
 
     KEEP = {"script", "style", "code", "pre"}
 
@@ -200,8 +223,24 @@ class _Markup(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.parts: list[tuple[bool, str]] = []
         self.kept = 0
+        self.tags: dict[str, str] = {}  # stand-in -> markup
+        self.open: list[tuple[str, int]] = []  # inline elements open: (tag, code)
+
+    def _inline(self, tag: str, start: bool) -> bool:
+        """An inline element's tag (outside kept text) as a stand-in in the text: True."""
+        if tag not in INLINE or self.kept or len(self.tags) > 32_000:  # (codes in TAGS)
+            return False
+        match = next((k for k in reversed(range(len(self.open))) if self.open[k][0] == tag), None)
+        code = TAG + 2 * len(self.tags) if start or match is None else self.open.pop(match)[1]
+        self.open += [(tag, code)] if start else []
+        mark = chr(code + (not start))
+        self.tags[mark] = self.get_starttag_text() if start else f"</{tag}>"
+        self.handle_data(mark, inline=True)
+        return True
 
     def handle_starttag(self, tag, attrs):
+        if self._inline(tag, start=True):
+            return
         self.parts.append((False, self.get_starttag_text()))
         self.kept += tag in self.KEEP
 
@@ -209,12 +248,18 @@ class _Markup(HTMLParser):
         self.parts.append((False, self.get_starttag_text()))
 
     def handle_endtag(self, tag):
+        if self._inline(tag, start=False):
+            return
         self.parts.append((False, f"</{tag}>"))
         self.kept -= tag in self.KEEP and self.kept > 0
 
-    def handle_data(self, data):  # (inside <script>, <style> the parser decodes nothing)
-        self.parts.append((False, data) if self.cdata_elem else
-                          (False, escape(data, quote=False)) if self.kept else (True, data))
+    def handle_data(self, data, inline=False):  # (in <script>, <style> nothing is decoded)
+        if self.cdata_elem or self.kept:
+            self.parts.append((False, data if self.cdata_elem else escape(data, quote=False)))
+        else:  # one text with the inline elements' stand-ins (a client's own: U+FFFD)
+            data = data if inline else TAGS.sub("\ufffd", data)
+            text = self.parts.pop()[1] if self.parts and self.parts[-1][0] else ""
+            self.parts.append((True, text + data))
 
     def handle_comment(self, data):
         self.parts.append((False, f"<!--{data}-->"))
@@ -229,28 +274,29 @@ class _Markup(HTMLParser):
         self.parts.append((False, f"<![{data}]]>" if data[:6].upper() == "CDATA[" else f"<![{data}]>"))
 
 
-def html_parts(markup: str) -> list[tuple[bool, str]]:
-    """``markup`` as ``(is text to translate, string)`` parts (:class:`_Markup`): the text
-    is decoded; translated, it is to be escaped again (``html.escape``)."""
+def html_parts(markup: str) -> tuple[list[tuple[bool, str]], dict[str, str]]:
+    """``markup`` as ``(is text to translate, string)`` parts (:class:`_Markup`) and the
+    markup of each stand-in in the text: the text is decoded; translated, it is to be
+    escaped again (``html.escape``), then the stand-ins replaced by their markup."""
     parser = _Markup()
     try:
         parser.feed(markup)
         parser.close()
     except AssertionError as e:  # html.parser's refusal: a marked section it does not know
         raise TinyMTError(f"format=html: the markup cannot be read ({e})") from None
-    return parser.parts
+    return parser.parts, parser.tags
 
 
 def read_item(item: str, n: int, source: str, html: bool, cut: bool,
               among: frozenset[str] | None) -> tuple:
     """A client's item ``n`` read :func:`within` its time (the server's readers run this):
-    its parts (``html``: :func:`html_parts`, else the one text), the :func:`plan` of its
-    text, and its language among ``among`` (:func:`detect`; None: not asked)."""
+    its parts and tags (``html``: :func:`html_parts`, else the one text), the :func:`plan`
+    of its text, and its language among ``among`` (:func:`detect`; None: not asked)."""
     _identifier(), _segmenter(source)  # loaded outside the item's time
     with within(item, f"q item {n}"):
-        parts = html_parts(item) if html else [(True, item)]
+        parts, tags = html_parts(item) if html else ([(True, item)], {})
         sents, plans, kept = plan([s for is_text, s in parts if is_text], source, cut)
-        return parts, sents, plans, kept, detect(item, among) if among else None
+        return (parts, tags), sents, plans, kept, detect(item, among) if among else None
 
 
 def start_reader(source: str) -> None:

@@ -32,7 +32,7 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
-from tinymt.text import UNSPACED, assemble, mask_spans, plan
+from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
@@ -109,17 +109,18 @@ def source_ids(run: LoadedRun | LoadedExport, sentences: Sequence[str], warn=Non
                first_line: int = 1, copy: bool = True
                ) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[list[int]]]:
     """``(masked, ids)``: each sentence normalised as the training text was, what its source
-    vocabulary cannot spell masked (:func:`tinymt.text.mask_spans`; ``masked``: the text
-    and its spans, none with ``copy`` off), and encoded. A sentence longer than the model
-    takes is cut to fit (``warn``, when given, names it, counting from ``first_line``)."""
+    vocabulary cannot spell masked (:func:`tinymt.text.mask_spans`; ``masked``: the text,
+    its spans, none with ``copy`` off, and its tags' stand-ins), and encoded. A sentence
+    longer than the model takes is cut to fit (``warn``, when given, names it, counting from
+    ``first_line``)."""
     tok = run.src_tokenizer
     max_positions = run.max_positions if isinstance(run, LoadedExport) else \
         run.model.max_positions
     max_src = max_positions - 1  # room for eos
     masked, ids = [], []
     for n, sentence in enumerate(map(normalize, sentences), first_line):
-        masked.append(mask_spans(sentence, lambda span: tok.unk_id not in tok.encode(span))
-                      if copy else (sentence, []))
+        masked.append(mask_spans(sentence, (lambda span: tok.unk_id not in tok.encode(span))
+                                 if copy else None))
         toks = tok.encode(masked[-1][0])
         if len(toks) > max_src and warn is not None:
             warn(f"sentence {n}: {len(toks)} tokens, longer than the model's maximum {max_src}: "
@@ -128,17 +129,19 @@ def source_ids(run: LoadedRun | LoadedExport, sentences: Sequence[str], warn=Non
     return masked, ids
 
 
-def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Sequence[int],
-               out: Sequence[int], device) -> str:
+def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
+               src: Sequence[int], out: Sequence[int], device) -> str:
     """``out`` as text, each span of the masked sentence missing there in place of the output
     word that attends to it most (``attn``, (T_out, T_src): the last layer's cross-attention
     heads averaged, as CTranslate2's alignment heads): Luong et al. (2015)'s unknown-word
-    replacement, the word replaced whole, its punctuation kept."""
-    sentence, spans = masked
+    replacement, the word replaced whole, its punctuation kept; and each inline element's
+    stand-ins (:data:`tinymt.text.TAGS`) around the output words that read its words most
+    (:func:`_place_tags`)."""
+    sentence, spans, marks = masked
     text = run.tgt_tokenizer.decode(out)
     missing = [span for span in spans if span[2] not in text]
-    if not missing or not out:
-        return " ".join([text, *(s[2] for s in missing)]).strip()  # (no word to replace)
+    if not (missing or marks) or not out:  # (no word to replace or wrap)
+        return " ".join([text, *(s[2] for s in missing)]).strip() + "".join(m for _, m in marks)
     attn = export_attention(run, src, out) if isinstance(run, LoadedExport) else \
         collect_attention(run.model, src, out, device)["cross"][-1].mean(0)[:len(out), :len(src)]
     at = [0, *itertools.accumulate(len(c.encode()) for c in sentence)]  # char -> byte offset
@@ -150,17 +153,69 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list], src: Seq
             words.append([])
         words[-1].append(i)
     texts = [run.tgt_tokenizer.decode([out[i] for i in w]).strip() for w in words]
+    def cols(a: int, b: int) -> list[int]:  # the source pieces of characters a..b
+        return [k for k, p in enumerate(pieces) if p.begin < at[b] and p.end > at[a]]
     placed: set[int] = set()  # the words already replaced: a second span goes beside
     for start, end, written in missing:
-        cols = [k for k, p in enumerate(pieces) if p.begin < at[end] and p.end > at[start]]
-        best = max(range(len(words)), key=lambda w: attn[words[w]][:, cols].sum())
+        best = max(range(len(words)), key=lambda w: attn[words[w]][:, cols(start, end)].sum())
         lead, core, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
         texts[best] = lead + (f"{core} {written}" if best in placed else written) + trail
         placed.add(best)
-    return ("" if unspaced else " ").join(t for t in texts if t)
+    reads = [int(attn[w].sum(0).argmax()) for w in words]  # the source piece each word reads
+
+    def readers(a: int, b: int) -> list[int]:  # the words reading characters a..b most
+        c = cols(a, b)
+        return [w for w, k in enumerate(reads) if k in c] or \
+            [max(range(len(words)), key=lambda w: attn[words[w]][:, c].sum())]
+    return ("" if unspaced else " ").join(
+        t for t in _place_tags(texts, marks, len(sentence), readers) if t)
 
 
-def hypothesis_texts(run: LoadedRun | LoadedExport, masked: Sequence[tuple[str, list]],
+def _place_tags(texts: list[str], marks: list[tuple[int, str]], n: int, readers) -> list[str]:
+    """The output words ``texts`` with the stand-ins ``marks`` (``(offset, stand-in)`` in a
+    source sentence of ``n`` characters) put in: an element's start tag before the first of
+    the words reading its characters most (``readers(a, b)``: word indices), its end tag
+    after the last, inside their punctuation; at the source's start or end, at the
+    output's; a tag whose partner is in another sentence as if that stood at this one's end
+    (start). Where the tags would cross (the words reordered), they go around the whole
+    sentence in their order (the input's nesting): up to the last start tag before it, the
+    rest after."""
+    where = {m: o for o, m in marks}
+    pre, post = [[] for _ in texts], [[] for _ in texts]
+    first, last, spot = [], [], {}  # spot: where each start tag went
+    for offset, mark in marks:
+        opens = (ord(mark) - TAG) % 2 == 0
+        partner = where.get(chr(ord(mark) + (1 if opens else -1)))
+        a, b = (offset, n if partner is None else partner) if opens else (partner or 0, offset)
+        words = readers(a, max(b, min(a + 1, n)))  # (an empty element: the next character)
+        if opens:
+            spot[mark] = first if a == 0 else last if a == n else pre[min(words)]
+        else:  # (an empty element's end tag: right after its start tag)
+            spot[mark] = spot.get(chr(ord(mark) - 1)) if a == b else None
+            spot[mark] = spot[mark] if spot[mark] is not None else \
+                last if b == n else first if b == 0 else post[max(words)]
+        spot[mark].append(mark)
+    stack = []
+    for mark in first + [m for w in range(len(texts)) for m in pre[w] + post[w]] + last:
+        if (ord(mark) - TAG) % 2 == 0:
+            stack.append(chr(ord(mark) + 1))
+        elif stack[-1:] == [mark]:
+            stack.pop()
+        elif stack or chr(ord(mark) - 1) in where:  # crossed: in their order, all around
+            order = [m for _, m in marks]
+            cut = max((k + 1 for k, m in enumerate(order) if (ord(m) - TAG) % 2 == 0), default=0)
+            first, last = order[:cut], order[cut:]
+            pre, post = [[] for _ in texts], [[] for _ in texts]
+            break
+    parts = [re.fullmatch(r"(\W*)(.*?)(\W*)", t).groups() for t in texts]
+    texts = [lead + "".join(pre[w]) + core + "".join(post[w]) + trail
+             for w, (lead, core, trail) in enumerate(parts)]
+    texts[0] = "".join(first) + texts[0]
+    texts[-1] += "".join(last)
+    return texts
+
+
+def hypothesis_texts(run: LoadedRun | LoadedExport, masked: Sequence[tuple[str, list, list]],
                      ids: Sequence[Sequence[int]], nbests, device) -> list[list[str]]:
     """Each sentence's hypotheses as text, spans copied in (:func:`copy_spans`)."""
     return [[copy_spans(run, m, src, toks, device) for toks, _ in hyps]

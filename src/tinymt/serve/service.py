@@ -103,7 +103,7 @@ class Service:
         for n in (1, 4):
             self.batcher.run_now(Job([sample] * n, 1))
         if self.attention_items:
-            self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", ("", []), sample)))
+            self.batcher.run_now(Job(fn=lambda: self._attention("warm-up", ("", [], []), sample)))
         self.readers.ready()
         read_item("warm-up. 热身。", 1, self.pair.source, False, True, None)  # (short ones: here)
 
@@ -138,9 +138,9 @@ class Service:
     async def read(self, items: list[str], html: bool = False, among=None, cut=None):
         """``(units, sentences, plans, kept, detected)`` of the items read one after the
         other on the reader processes (:func:`tinymt.text.read_item`; ``units``: each
-        item's parts, ``plans``: each text part's, indexing ``sentences``), here if they are
-        short and :func:`~tinymt.text.one_pass`; more sentences than a request may have is a
-        400 as soon as they are found."""
+        item's parts and tags, ``plans``: each text part's, indexing ``sentences``), here if
+        they are short and :func:`~tinymt.text.one_pass`; more sentences than a request may
+        have is a 400 as soon as they are found."""
         limit = min(MAX_SENTENCES, self.batcher.max_queue)
         units, sents, plans, kept, detected = [], [], [], 0, []
         here = not html and sum(map(len, items)) <= SHORT  # read here: no round trip (~0.5
@@ -163,7 +163,8 @@ class Service:
                         ) -> tuple[list[list[str]], int, list | None]:
         """Each item's n-best translations, best first (``alternatives`` + 1 as far as the
         beam has them), its sentences one batch (:mod:`tinymt.text`: the k-th of an item is
-        each sentence's k-th; ``html``: the text between its markup, the markup kept); the
+        each sentence's k-th; ``html``: the text between its block markup, the markup kept,
+        an inline element's tags around the words that translate its own); the
         segments kept as they were (no word of the source language); with ``source=auto``
         each item's language (confidently another one: a 400 before any search). A sentence
         longer than the model takes is cut to fit, as ``translate.py`` does."""
@@ -184,12 +185,13 @@ class Service:
             joined = assemble(node, kth[k], self.pair.target)
             return escape(joined, quote=False) if req.html else joined
         plans, out = iter(plans), []
-        for parts in units:
+        for parts, tags in units:
             nodes = [next(plans) if is_text else s for is_text, s in parts]  # a plan, or markup
+            table = {ord(mark): markup for mark, markup in tags.items()}
             n = max((len(texts[i]) for p in nodes if isinstance(p, list) for i in p
                      if isinstance(i, int)), default=1)  # (the n-best may be shorter)
             out.append(["".join(p if isinstance(p, str) else text(p, k) for p in nodes)
-                        for k in range(n)])
+                        .translate(table) for k in range(n)])
         return out, kept, detected
 
     async def attention(self, items: list[str]) -> bytes:
@@ -218,7 +220,7 @@ class Service:
     async def _texts(self, masked: list, ids: list[list[int]], hyps: list) -> list[list[str]]:
         """:func:`tinymt.translate.hypothesis_texts`: on the worker if the model runs
         (spans), a task a batch of sentences."""
-        if not any(spans for _, spans in masked):
+        if not any(spans or marks for _, spans, marks in masked):
             return hypothesis_texts(self.run, masked, ids, hyps, self.device)
         size = self.batcher.max_sentences
         return [t for part in await self._wait([Job(fn=functools.partial(

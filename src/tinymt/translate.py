@@ -161,12 +161,13 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
         lead, core, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
         texts[best] = lead + (f"{core} {written}" if best in placed else written) + trail
         placed.add(best)
-    reads = [int(attn[w].sum(0).argmax()) for w in words]  # the source piece each word reads
+    by_word = np.stack([attn[w].sum(0) for w in words])  # (words, source pieces)
+    reads = by_word.argmax(1)  # the source piece each word reads most
 
     def readers(a: int, b: int) -> list[int]:  # the words reading characters a..b most
-        c = cols(a, b)
-        return [w for w, k in enumerate(reads) if k in c] or \
-            [max(range(len(words)), key=lambda w: attn[words[w]][:, c].sum())]
+        c = cols(a, b)  # (consecutive pieces; none past those the model read: the last word)
+        return [w for w, k in enumerate(reads) if c and c[0] <= k <= c[-1]] or \
+            [int(by_word[:, c].sum(1).argmax()) if c else -1]
     return ("" if unspaced else " ").join(
         t for t in _place_tags(texts, marks, len(sentence), readers) if t)
 

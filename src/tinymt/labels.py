@@ -14,11 +14,10 @@ A frame's label (:func:`frame_labels`, teacher-forced on a sample): a self-atten
 that is not diffuse and beats a relation's fixed-offset baseline by
 :data:`~tinymt.relations.MARGIN` over at least :data:`~tinymt.relations.MIN_INSTANCES`
 instances is named by that relation (the largest margin), ``object ← 0.62``; a
-cross-attention head by where its attention goes (:data:`PLACES`: the place with the most,
-then the named place with the most next), in the rows of target pieces with gold-aligned
-source words, ``aligned 0.73, </s> 0.17``; any
-other head by its position (:func:`head_labels`). Each label is ``"<label> · <what was
-measured>"``.
+cross-attention head by where its attention goes in the rows of target pieces with
+gold-aligned source words (:data:`PLACES`: the place with the most, then the named place
+with the most next), ``aligned 0.73, </s> 0.17``; any other head by its position
+(:func:`head_labels`). Each label is ``"<label> · <what was measured>"``.
 """
 
 from __future__ import annotations

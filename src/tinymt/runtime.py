@@ -57,7 +57,7 @@ def eval_mode(model: torch.nn.Module, inference: bool = False):
 
 
 def progress_bar(it, **kw):
-    """``tqdm`` on stderr, redrawn at most once a second (translating, the head analysis)."""
+    """``tqdm`` on stderr, redrawn at most once a second (every progress bar of tinymt)."""
     return tqdm(it, file=sys.stderr, dynamic_ncols=True, mininterval=1.0, **kw)
 
 

@@ -36,6 +36,8 @@ from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
+_WORD = re.compile(r"(\W*)(.*?)(\W*)")  # an output word: its punctuation before, it, after
+
 
 # ----------------------------------------------------------------------------- translate
 def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=None) -> dict:
@@ -153,16 +155,16 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
             words.append([])
         words[-1].append(i)
     texts = [run.tgt_tokenizer.decode([out[i] for i in w]).strip() for w in words]
+    by_word = np.stack([attn[w].sum(0) for w in words])  # (words, source pieces)
+    reads = by_word.argmax(1)  # the source piece each word reads most
     def cols(a: int, b: int) -> list[int]:  # the source pieces of characters a..b
         return [k for k, p in enumerate(pieces) if p.begin < at[b] and p.end > at[a]]
     placed: set[int] = set()  # the words already replaced: a second span goes beside
     for start, end, written in missing:
-        best = max(range(len(words)), key=lambda w: attn[words[w]][:, cols(start, end)].sum())
-        lead, core, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
+        best = int(by_word[:, cols(start, end)].sum(1).argmax())
+        lead, core, trail = _WORD.fullmatch(texts[best]).groups()
         texts[best] = lead + (f"{core} {written}" if best in placed else written) + trail
         placed.add(best)
-    by_word = np.stack([attn[w].sum(0) for w in words])  # (words, source pieces)
-    reads = by_word.argmax(1)  # the source piece each word reads most
 
     def readers(a: int, b: int) -> list[int]:  # the words reading characters a..b most
         c = cols(a, b)  # (consecutive pieces; none past those the model read: the last word)
@@ -208,7 +210,7 @@ def _place_tags(texts: list[str], marks: list[tuple[int, str]], n: int, readers)
             first, last = order[:cut], order[cut:]
             pre, post = [[] for _ in texts], [[] for _ in texts]
             break
-    parts = [re.fullmatch(r"(\W*)(.*?)(\W*)", t).groups() for t in texts]
+    parts = [_WORD.fullmatch(t).groups() for t in texts]
     texts = [lead + "".join(pre[w]) + core + "".join(post[w]) + trail
              for w, (lead, core, trail) in enumerate(parts)]
     texts[0] = "".join(first) + texts[0]

@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
-from tqdm import tqdm
 
 from tinymt import runtime
 from tinymt.batching import TokenBatchSampler, collate
@@ -150,9 +149,9 @@ def run_loop(t: Training) -> str:
     window: list[tuple[float, int, float, float]] = []  # the same, read, since the last log
     unclocked = 0.0  # this rank's seconds of training the ranks have not yet agreed on
     t.model.train()
-    with StopRequest() as stop, tqdm(total=tc.max_steps, initial=state["step"],
-                                     disable=not t.rt.is_main, desc="train",
-                                     dynamic_ncols=True, mininterval=1.0) as bar:
+    with StopRequest() as stop, runtime.progress_bar(
+            None, total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
+            desc="train") as bar:
         while state["step"] < tc.max_steps:
             if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s:
                 window += read_steps(t, pending)

@@ -223,7 +223,7 @@ class _Markup(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.parts: list[tuple[bool, str]] = []
         self.kept = 0
-        self.tags: dict[str, str] = {}  # stand-in -> markup
+        self.tags: dict[int, str] = {}  # a stand-in's code -> its markup (a str.translate table)
         self.open: list[tuple[str, int]] = []  # inline elements open: (tag, code)
 
     def _inline(self, tag: str, start: bool) -> bool:
@@ -233,9 +233,8 @@ class _Markup(HTMLParser):
         match = next((k for k in reversed(range(len(self.open))) if self.open[k][0] == tag), None)
         code = TAG + 2 * len(self.tags) if start or match is None else self.open.pop(match)[1]
         self.open += [(tag, code)] if start else []
-        mark = chr(code + (not start))
-        self.tags[mark] = self.get_starttag_text() if start else f"</{tag}>"
-        self.handle_data(mark, inline=True)
+        self.tags[code + (not start)] = self.get_starttag_text() if start else f"</{tag}>"
+        self.handle_data(chr(code + (not start)), inline=True)
         return True
 
     def handle_starttag(self, tag, attrs):
@@ -274,10 +273,10 @@ class _Markup(HTMLParser):
         self.parts.append((False, f"<![{data}]]>" if data[:6].upper() == "CDATA[" else f"<![{data}]>"))
 
 
-def html_parts(markup: str) -> tuple[list[tuple[bool, str]], dict[str, str]]:
+def html_parts(markup: str) -> tuple[list[tuple[bool, str]], dict[int, str]]:
     """``markup`` as ``(is text to translate, string)`` parts (:class:`_Markup`) and the
     markup of each stand-in in the text: the text is decoded; translated, it is to be
-    escaped again (``html.escape``), then the stand-ins replaced by their markup."""
+    escaped again (``html.escape``), then ``.translate(tags)`` puts the markup back."""
     parser = _Markup()
     try:
         parser.feed(markup)

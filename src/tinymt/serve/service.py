@@ -187,11 +187,10 @@ class Service:
         plans, out = iter(plans), []
         for parts, tags in units:
             nodes = [next(plans) if is_text else s for is_text, s in parts]  # a plan, or markup
-            table = {ord(mark): markup for mark, markup in tags.items()}
             n = max((len(texts[i]) for p in nodes if isinstance(p, list) for i in p
                      if isinstance(i, int)), default=1)  # (the n-best may be shorter)
             out.append(["".join(p if isinstance(p, str) else text(p, k) for p in nodes)
-                        .translate(table) for k in range(n)])
+                        .translate(tags) for k in range(n)])
         return out, kept, detected
 
     async def attention(self, items: list[str]) -> bytes:

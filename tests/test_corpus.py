@@ -19,6 +19,13 @@ import pytest
 from conftest import sample_pairs
 from tinymt.corpus import SHOWCASE, Pair, generate_splits
 from tinymt.corpus import lexicon as L
+from tinymt.corpus.dictionary import (
+    HELD_OUT,
+    PHRASE_SHARE,
+    WORD_SHARE,
+    WORDS,
+    dictionary_pairs,
+)
 from tinymt.corpus.grammar import showcase_structures
 from tinymt.corpus.pair import join_english
 from tinymt.corpus.render import render
@@ -161,19 +168,54 @@ def test_deterministic_across_processes():
     assert len(out) == 1
 
 
+def sentences(pairs) -> list[Pair]:
+    """The sentence pairs (the dictionary's have no final punctuation)."""
+    return [p for p in pairs if p.zh[-1] in "。？"]
+
+
 def test_sizes_unique_and_disjoint(splits):
-    assert {k: len(v) for k, v in splits.items()} == {
+    assert {k: len(sentences(v)) for k, v in splits.items()} == {
         "train": 5000,
         "validation": 300,
         "test": 300,
     }
+    assert len(splits["validation"]) == len(splits["test"]) == 300  # no dictionary pair
     for side in ("zh", "en"):
         seen: dict[str, str] = {}
         for name, pairs in splits.items():
-            for p in pairs:
+            for p in sentences(pairs):
                 text = getattr(p, side)
                 assert text not in seen, f"{side} {text!r} in {seen.get(text)} and {name}"
                 seen[text] = name
+
+
+def test_dictionary_pairs_words_alone_and_phrases(splits):
+    """Every lexicon word of one translation is a training pair, in its dictionary form,
+    except the held-out fifth, which is seen only inside sentences; phrases are short, lower
+    case (names aside) and unpunctuated. (The pairs of 20,000 sentences: every word's turn
+    comes; the 5,000 of ``splits`` have a word pair per WORD_SHARE sentences.)"""
+    assert splits["train"][len(sentences(splits["train"])):] == dictionary_pairs(1234, 5000)
+    pairs = dictionary_pairs(1234, 20_000)
+    words = {p.zh: p.en for p in pairs if len(p.zh_words) == 1}
+    assert {"猫": "cat", "李雷": "Li Lei", "公园": "park", "喜欢": "like", "前天":
+            "the day before yesterday", "我": "I", "可爱": "cute", "总是": "always",
+            "妈妈": "mother", "茶": "tea"}.items() <= words.items()
+    assert not {"看", "开", "坐"} & words.keys()  # two translations: not a word alone
+    assert HELD_OUT and not HELD_OUT & words.keys()
+    assert set(WORDS) == words.keys() | HELD_OUT
+    assert len(HELD_OUT) == round(len(WORDS) / 5)
+    assert {"names", "nouns", "verbs", "places"} <= {kind for w in HELD_OUT for kind, table in (
+        ("names", L.NAMES), ("nouns", L.NOUNS), ("verbs", L.VERBS), ("places", L.PLACES))
+        if w in {e.zh for e in table}}
+    train = "".join(p.zh for p in sentences(splits["train"]))
+    assert sum(w in train for w in HELD_OUT) >= 0.9 * len(HELD_OUT)  # (5,000 sentences)
+    phrases = [p for p in pairs if len(p.zh_words) > 1]
+    assert len(phrases) == 20_000 // PHRASE_SHARE and len(pairs) - len(phrases) == 20_000 // WORD_SHARE
+    names = tuple(" ".join(n.en) for n in L.NAMES)
+    for p in phrases:
+        assert 2 <= len(p.zh_words) <= 6, p
+        assert p.en_words[0].islower() or p.en.startswith(names), p
+        assert p.zh[-1] not in "。？" and p.en[-1] not in ".?", p
 
 
 @pytest.mark.slow
@@ -220,7 +262,7 @@ def test_text_forms(splits):
 
 
 def test_lengths(splits):
-    pairs = splits["train"]
+    pairs = sentences(splits["train"])
     nz = [len(p.zh_words) for p in pairs]
     ne = [len(p.en_words) for p in pairs]
     assert min(nz) >= 3 and min(ne) >= 3

@@ -94,10 +94,7 @@ def src_ids(run) -> list[list[int]]:
 def test_the_export_folder(exports):
     names = {p.name for p in exports["none"].iterdir()}
     assert names == {"model.bin", "config.json", "shared_vocabulary.json", "spm.model",
-                     "spm.vocab", "tinymt_export.json", "README.md"}
-    readme = (exports["none"] / "README.md").read_text()
-    assert "ctranslate2.Translator" in readme and "engine=ct2 model_dir=" in readme
-    assert "decode.beam_rule=full" in readme  # how to get the same beam output from torch
+                     "tinymt_export.json"}
     assert (exports["int8"] / "model.bin").stat().st_size < \
         0.6 * (exports["none"] / "model.bin").stat().st_size  # 8-bit weights
 

@@ -172,9 +172,9 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
 def test_compile_on_cpu(tmp_path, monkeypatch):
     """``trainer.compile=true`` trains like eager: the same losses to float rounding,
     finite, falling; its checkpoint loads without compile's parameter names. Over a whole
-    epoch (99 batches of as many shapes) it compiles three graphs: the first batch's
-    shapes, then sizes left dynamic, then the one-sentence batch (torch specializes a
-    size of 1), never one per batch.
+    epoch (about 100 batches of as many shapes) it compiles two graphs: the first batch's
+    shapes, then sizes left dynamic (and a third for a batch of one sentence, where an
+    epoch has one: torch specializes a size of 1), never one per batch.
 
     Dynamo and AOT autograd trace our model, loss and step here (``backend="aot_eager"``);
     inductor's code generation is torch's own and takes a minute or two on a cold CPU
@@ -195,8 +195,9 @@ def test_compile_on_cpu(tmp_path, monkeypatch):
     print(f"eager: 12 steps + validation + test {seconds['eager']:.1f} s; compiled: an epoch "
           f"of {metrics['steps']} steps, {seconds['compiled']:.1f} s")
     assert metrics["stop_reason"] == "max_epochs" and metrics["steps"] > 50
-    assert counters["stats"]["unique_graphs"] == 3
+    assert counters["stats"]["unique_graphs"] in (2, 3)
     eager, _ = _losses(tmp_path / "eager" / "run")
     compiled, _ = _losses(tmp_path / "compiled" / "run")
     assert compiled[:12] == pytest.approx(eager, rel=1e-4)
-    _check_trained_run(tmp_path / "compiled" / "run", metrics["steps"], saved_step=50)
+    _check_trained_run(tmp_path / "compiled" / "run", metrics["steps"],
+                       saved_step=metrics["steps"] // 50 * 50)  # the last validation's

@@ -99,7 +99,7 @@ def test_the_batcher_groups_waiting_jobs_and_answers_each_its_own():
         job.on_done = lambda r, i=i: done.__setitem__(i, r)
     b.submit(jobs)  # all waiting before the worker starts
     b.start()
-    b.run_now(Job(fn=int), timeout=10)  # (a task: after every sentence)
+    b.run_now(Job(fn=int))  # (a task: after every sentence)
     b.close(timeout=10)
     assert len(done) == len(jobs)
     for i, job in enumerate(jobs):
@@ -121,8 +121,8 @@ def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue(
     with pytest.raises(Busy):  # nor, alone, more than the queue holds
         recording_batcher(max_queue=5)[0].submit([Job([[4]] * 6)])
     b.start()
-    assert b.run_now(Job(fn=lambda: "alone"), timeout=10) == "alone"
-    assert b.run_now(Job([[5, 6]]), timeout=10) == [[([6, 5], 0.0)]]
+    assert b.run_now(Job(fn=lambda: "alone")) == "alone"
+    assert b.run_now(Job([[5, 6]])) == [[([6, 5], 0.0)]]
     b.close(timeout=10)
     assert calls == [(3, 1), (1, 1)] and b.stats["tasks"] == 1
     # sentences queued after a task go first: a task (the page's maps) can take a second
@@ -131,7 +131,7 @@ def test_the_batcher_skips_cancelled_jobs_runs_tasks_alone_and_bounds_its_queue(
     b.submit([Job(fn=lambda: order.append("task"))])
     b.submit([Job([[7]], on_done=lambda _: order.append("sentence"))])
     b.start()
-    b.run_now(Job(fn=int), timeout=10)
+    b.run_now(Job(fn=int))
     b.close(timeout=10)
     assert order == ["sentence", "task"]
 
@@ -142,7 +142,7 @@ def test_a_batch_waits_for_arriving_requests_only():
     b, calls = recording_batcher(max_sentences=8, wait_s=5.0)
     b.start()
     start = time.monotonic()
-    assert b.run_now(Job([[1, 2]]), timeout=10) == [[([2, 1], 0.0)]]
+    assert b.run_now(Job([[1, 2]])) == [[([2, 1], 0.0)]]
     assert time.monotonic() - start < 2.5 and calls == [(1, 1)]  # not held 5 s
     done = threading.Event()
     with b.arrival() as arrival:  # a second request is on its way in
@@ -162,7 +162,7 @@ def test_a_failed_decode_is_each_waiting_request_s_error():
     b = MicroBatcher(decode, 8, 0.0, 100)
     b.start()
     with pytest.raises(RuntimeError, match="boom"):
-        b.run_now(Job([[1]]), timeout=10)
+        b.run_now(Job([[1]]))
     b.close(timeout=10)
 
 
@@ -314,10 +314,12 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
     if engine == "ct2":
         model = request.getfixturevalue("exported")
         server = ServerProcess(["engine=ct2", f"model_dir={model}", "device=cpu", THREAD])
-        expected = translate(compose_translate("engine=ct2", f"model_dir={model}"), SENTENCES,
-                             stdout=io.StringIO())["translations"]
+        cfg = compose_translate("engine=ct2", f"model_dir={model}")
     else:
-        server, expected = greedy, translations(tiny_run)
+        server, cfg = greedy, compose_translate(f"run={tiny_run}")
+    expected = translate(cfg, SENTENCES, stdout=io.StringIO())["translations"]
+    warned = []  # a word of uncertain language translated unlikely (a 40-step model's)
+    translate(cfg, ["猫", SENTENCES[0]], stdout=io.StringIO(), warn=warned.append)
     try:
         lt = LibreTranslateAPI(server.base)
         assert [lt.translate(s, "zh", "en") for s in SENTENCES] == expected
@@ -327,6 +329,8 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
         assert status == 200 and answer == {"translatedText": expected}
         status, answer = ask(server.base, SENTENCES[0], source="auto")
         assert answer["detectedLanguage"]["language"] == "zh"
+        assert [w[:8] for w in warned] == ["line 1: "]  # flagged as translate.py warns
+        assert ask(server.base, ["猫", SENTENCES[0]])[1]["uncertain"] == [True, False]
         # a paragraph: each sentence's translation; what holds no Chinese word, as it was
         status, answer = ask(server.base, "".join(SENTENCES[:3]) + "\n\n123 :)", source="zh-Hans")
         assert answer == {"translatedText": " ".join(expected[:3]) + "\n\n123 :)",
@@ -334,9 +338,7 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
         # a number and a URL the vocabulary cannot spell: copied in as translate.py does
         spans = ["他买了3本书。请看 https://x.org/a?b=1 的机票。"]
         answer = ask(server.base, spans[0])[1]["translatedText"]
-        assert answer == (translate(compose_translate("engine=ct2", f"model_dir={model}"),
-                                    spans, stdout=io.StringIO())["translations"]
-                          if engine == "ct2" else translations(tiny_run, sentences=spans))[0]
+        assert answer == translate(cfg, spans, stdout=io.StringIO())["translations"][0]
         assert "3" in answer and "https://x.org/a?b=1" in answer
         assert lt.detect("Ein Hund rennt durch den Schnee.")[0]["language"] == "de"
         assert ask(server.base, "Clever people go to school every day.", source="auto") == (
@@ -431,9 +433,7 @@ def test_api_keys(beam, keys_file):
     text = LibreTranslateAPI(beam.base, api_key="secret-2").translate("他喜欢猫吗？", "zh", "en")
     assert text == ask(beam.base, "他喜欢猫吗？", api_key="secret-1")[1]["translatedText"]
     assert json.loads(http_get(f"{beam.base}/health")[1])["api_keys"] is True
-    # a font cut to a text costs CPU: it needs a key too; the page's whole font does not
-    assert http_get(f"{beam.base}/font.otf?text=%E7%8C%AB")[0] == 403
-    assert http_get(f"{beam.base}/font.otf?text=%E7%8C%AB&api_key=secret-1")[0] == 200
+    assert http_get(f"{beam.base}/font.otf")[0] == 200  # the page's whole font: no key
 
 
 # a few bad requests through the real server (the wiring: each is one JSON error, and the
@@ -593,8 +593,7 @@ def test_sigterm_under_load_answers_what_it_accepted_and_exits_0(tiny_run, greed
 
 @pytest.mark.slow
 def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
-    """16 clients cutting distinct 4,096-character fonts, 40 that POST the largest
-    /attention and never read, 200 slowloris connections, 8 sending text that costs (too
+    """40 clients that POST the largest /attention and never read, 200 slowloris connections, 8 sending text that costs (too
     many sentences, quadratic markup, long language ID, bad fields) for 4 s, on a server that drops
     a request not in after 1 s and an answer not read for 2 s; a /translate probe every
     second is answered throughout, memory stays bounded, the slow connections are dropped;
@@ -605,7 +604,6 @@ def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
     assert len(load["probes_ms"]) >= 3 and None not in load["probes_ms"], load["probes_ms"]
     assert None not in load["health_ms"], load["health_ms"]  # /health answers throughout
     assert load["dropped"] >= 200  # every slowloris connection dropped at least once
-    assert set(load["fonts"]) <= {"200", "503"} and load["fonts"].get("503")  # refused, not piled
     assert set(load["texts"]) <= {"200", "400"} and load["texts"].get("400")  # in time
     assert load["rss_peak_mib"] - load["rss_start_mib"] < 512, load["rss_mib"]
     assert load["rss_start_mib"] > 50 and load["seconds"] == 4  # a server holding torch, a model

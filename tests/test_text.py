@@ -102,7 +102,7 @@ def test_detect_names_the_language_of_the_shared_test_sets(shared_data):
     least 98 % of each detected as its language (docs/serve.md: 99.6-100 % measured)."""
     import gzip
 
-    from tinymt.serve.api import LIBRETRANSLATE
+    from tinymt.text import LIBRETRANSLATE
 
     accuracy = {}
     for lang, name, column in DETECT_SETS:

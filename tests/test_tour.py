@@ -36,6 +36,7 @@ from nbclient.exceptions import CellExecutionError
 from conftest import REPO_ROOT, TRAINED_STEPS, compose_translate
 from tinymt import KINDS
 from tinymt.corpus import generate_splits
+from tinymt.corpus.dictionary import HELD_OUT, WORDS
 from tinymt.translate import translate
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "tour.py"
@@ -158,3 +159,17 @@ def test_trained_model_translates_held_out_sentences(trained_run):
     # and the longer ones are partly right too: corpus BLEU of the test split (greedy;
     # measured 61.0, seed 2: 63.9)
     assert metrics["test_bleu"] >= 45, metrics
+
+
+def test_the_trainer_s_words_alone_figure_is_what_translate_py_gives(trained_run):
+    """``metrics.json``'s ``held_out_words``: the share of the dictionary's held-out words
+    (never a training pair) that ``translate.py``, at the trainer's test beam, turns into
+    the lexicon's form: another path to the same figure (the script's reading of the text,
+    its search, the text it prints)."""
+    run_dir, cfg, metrics = trained_run
+    words = sorted(HELD_OUT)
+    tcfg = compose_translate(f"run={run_dir}", f"decode.beam={cfg.trainer.test_beam}")
+    hyps = translate(tcfg, words, stdout=io.StringIO(), warn=lambda _: None)["translations"]
+    right = sum(h == " ".join(WORDS[w]) for w, h in zip(words, hyps, strict=True))
+    print(f"{right} of {len(words)} held-out words right after {TRAINED_STEPS} steps")
+    assert right > 0 and metrics["held_out_words"] == right / len(words)

@@ -11,7 +11,6 @@ import forked
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from conftest import TINY_TRAIN_OVERRIDES as TINY
 from conftest import compose_train, copy_run
@@ -19,6 +18,7 @@ from tinymt.checkpoint import load_checkpoint
 from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
 from tinymt.trainer import train
+from tinymt.viewer.summary import decode
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("encoder_self", "decoder_self", "cross")
@@ -56,7 +56,7 @@ def test_run_dir_layout(finished_run):
         "ckpt_20.pt", "ckpt_40.pt"]
 
 
-def test_tensorboard_holds_scalars_images_text_hparams(finished_run):
+def test_tensorboard_holds_scalars_images_text(finished_run):
     run_dir, _ = finished_run
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0,
                                                          "tensors": 0})
@@ -76,29 +76,21 @@ def test_tensorboard_holds_scalars_images_text_hparams(finished_run):
             img_tags = [t for t in tags["images"] if t.startswith(f"attention/{kind}/layer_{layer}/")]
             assert img_tags, (kind, layer)
             assert [e.step for e in acc.Images(img_tags[0])] == [20, 40]
-            heads = [t for t in tags["scalars"]
-                     if t.startswith(f"attention_entropy/{kind}/layer_{layer}/head_")]
-            assert len(heads) == 2  # the model's head count
         assert not any(t.startswith(f"attention/{kind}/layer_{n_layers[kind]}/")
                        for t in tags["images"])
-    # probes: the two showcase sentences of the built-in corpus, then n_probes=1 valid one
+    # probes: the two showcase sentences of the built-in corpus, then n_probes=1 valid one;
+    # each head's entropy in the Attention tab's record of every layer
     for p, sentence in enumerate([pair.zh for pair in SHOWCASE]):
-        text = acc.Tensors(f"attention/probe_{p}/text_summary")[-1].tensor_proto
-        assert text.string_val[0].decode().startswith(sentence + "  \n→ "), p
+        doc = decode(acc.Tensors(f"probe_{p}")[-1].tensor_proto.string_val[0])
+        assert doc["sentence"] == sentence and doc["step"] == 40
+        assert [len(doc["kinds"][kind]["entropy"]) for kind in KINDS] == [2, 1, 1]
+        assert all(len(heads) == 2 for kind in KINDS for heads in doc["kinds"][kind]["entropy"])
         assert any(t.startswith("attention/cross/") and t.endswith(f"/probe_{p}")
                    for t in tags["images"])
     assert any(t.endswith("/probe_2") for t in tags["images"])
     assert not any(t.endswith("/probe_3") for t in tags["images"])
     samples = acc.Tensors("samples/text_summary")[-1].tensor_proto.string_val[0].decode()
     assert samples.count("\n") == 2 + 3 - 1  # header, rule, n_text_samples=3 rows
-    # HPARAMS: the session's hyperparameters and the final metrics, as the plugin reads them
-    content = acc.PluginTagToContent("hparams")
-    start = HParamsPluginData.FromString(content["_hparams_/session_start_info"])
-    assert start.session_start_info.hparams["model.d_model"].number_value == 32
-    assert start.session_start_info.hparams["data.source"].string_value == "builtin"
-    exp = HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
-    assert {m.name.tag for m in exp.metric_infos} == {
-        "hparam/test_bleu", "hparam/best_valid_bleu", "hparam/test_chrf"}
 
 
 def _train_cmd(tmp_path, *overrides):
@@ -247,11 +239,10 @@ def test_multirun_puts_runs_side_by_side(tmp_path):
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())  # the failed job left none
     assert [p.name[:2] for p in runs] == ["0_", "2_"]
     for run, heads in zip(runs, (1, 2)):
-        acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+        acc = EventAccumulator(str(run), size_guidance={"tensors": 0})
         acc.Reload()
-        cross0 = [t for t in acc.Tags()["scalars"]
-                  if t.startswith("attention_entropy/cross/layer_0/")]
-        assert len(cross0) == heads
+        doc = decode(acc.Tensors("probe_0")[-1].tensor_proto.string_val[0])
+        assert len(doc["kinds"]["cross"]["entropy"][0]) == heads
         assert (run / "metrics.json").is_file()
 
 

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import forked
+import numpy as np
 import pytest
 import sacrebleu
 from hydra import compose, initialize_config_dir
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 import tinymt.config  # noqa: F401
+import tinymt.translate
 from conftest import run_script_in_process
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import TranslateConfig
@@ -33,7 +35,7 @@ from tinymt.files import TEMP_PREFIX
 from tinymt.rundir import find_run, load_run
 from tinymt.text import SPAN, TAG
 from tinymt.tokenizer import UNK_ID
-from tinymt.translate import _place_tags, translate
+from tinymt.translate import _place_tags, likelihood, translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "translate.py")
@@ -137,6 +139,35 @@ def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
               stdout=out, warn=warnings.append)
     assert len(warnings) == 1 and "sentence 2" in warnings[0] and "truncat" in warnings[0]
     assert len(out.getvalue().splitlines()) == 2
+
+
+def test_likelihood_is_the_beam_score_of_the_same_tokens(tiny_run):
+    """Teacher-forced in one pass, it equals what beam search summed step by step on its
+    cache: ``exp(sum(log p) / n)`` of the best hypothesis at ``len_penalty=1``."""
+    run = load_run(str(tiny_run))
+    ids = [run.src_tokenizer.encode(s) for s in ("猫", "他喜欢猫吗？", "我请李雷帮我订了机票。")]
+    for src, [(out, score)] in zip(ids, translate_ids(run.model, ids, beam=3, max_len_b=5)):
+        assert likelihood(run, src, out, "cpu") == pytest.approx(np.exp(score), rel=1e-4)
+
+
+def test_a_short_line_of_uncertain_language_translated_unlikely_is_flagged(tiny_run,
+                                                                          monkeypatch):
+    """One short sentence whose language py3langid is unsure of (猫: Serbian at 4 %), with a
+    translation below LIKELY, is a warning; a sure language (你好), two sentences or a long
+    one are not, whatever their translation; nothing is, with LIKELY at 0."""
+    lines = ["猫", "你好", "猫。狗。", "他喜欢猫吗？"]
+    run = load_run(str(tiny_run))
+    src = run.src_tokenizer.encode("猫")
+    out = translate_ids(run.model, [src])[0][0][0]
+    assert likelihood(run, src, out, "cpu") < tinymt.translate.LIKELY  # (a 40-step model)
+    warnings = []
+    translate(cfg_for(tiny_run), lines, stdout=io.StringIO(), warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "line 1: '猫' is short, of uncertain language (sr 4%), and the model finds its "
+        "translation unlikely"), warnings
+    monkeypatch.setattr(tinymt.translate, "LIKELY", 0.0)
+    translate(cfg_for(tiny_run), lines, stdout=io.StringIO(), warn=warnings.append)
+    assert len(warnings) == 1
 
 
 def test_characters_outside_the_vocabulary_do_not_crash(tiny_run):

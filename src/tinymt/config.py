@@ -321,7 +321,6 @@ class ServeConfig(EngineConfig):
 class ExportConfig:
     run: str = _r("latest", RUN)
     checkpoint: str = _r("best", CHECKPOINT)
-    format: str = _r("ct2", ("ct2",))
     quantization: str = _r("none", ("none", "int8"))
     out: str | None = None  # a new folder, checked by the command (tinymt.files.check_output)
     outputs_root: str = _r("outputs", DIR)

@@ -8,7 +8,7 @@ says Chinese, matplotlib not at all, so we build the SC face with fontTools: the
 the ZHS ``locl`` substitutions applied (:func:`sc_cmap`).
 
 :func:`sc_subset` cuts it to a text's characters (the HTML file inlines it, the Attention
-tab and the server page serve ``font.otf?text=...``); :func:`sc_font_file` is the whole
+tab serves ``font.otf?text=...``); :func:`sc_font_file` is the whole
 font, built once into the user's cache folder (matplotlib needs a font *file*). A shared
 leaf: it imports no torch (the TensorBoard plugin imports it).
 """
@@ -136,23 +136,18 @@ _EXITING = threading.Event()
 atexit.register(_EXITING.set)  # runs before multiprocessing.util's, which ends the process
 
 
-def start_cutting() -> None:
-    """Start the cutting process unless it runs (a server calls this before it serves: a
-    process still starting when the server stops would print a traceback)."""
-    if _EXITING.is_set():  # a process spawned now would die half-started, with a traceback
-        raise FontBusy("the server is stopping")
-    if not _pool:  # (spawn: no fork of a threaded server)
-        _pool.append(multiprocessing.get_context("spawn").Pool(1, _start_cutter))
-
-
 def _start_cutter() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's to handle
     os.nice(10)  # seconds of CPU a cut: the server's own work goes first
 
 
 def _cut(chars: str) -> bytes:
-    """:func:`sc_subset` on the cutting process (called holding ``_CUTTING``)."""
-    start_cutting()
+    """:func:`sc_subset` on the cutting process (called holding ``_CUTTING``), started
+    unless it runs."""
+    if _EXITING.is_set():  # a process spawned now would die half-started, with a traceback
+        raise FontBusy("the server is stopping")
+    if not _pool:  # (spawn: no fork of a threaded server)
+        _pool.append(multiprocessing.get_context("spawn").Pool(1, _start_cutter))
     try:
         return _pool[0].apply_async(sc_subset, (chars,)).get(60.0)  # (4,096 characters: ~6 s)
     except multiprocessing.TimeoutError:  # hung, or died: a new process next time

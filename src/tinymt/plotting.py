@@ -93,14 +93,12 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return rgba[..., :3].copy()
 
 
-def save_figure(fig: Figure, path) -> bytes:
-    """Save a figure as PNG (:func:`tinymt.files.write_bytes`), close it and return the
-    PNG's bytes."""
+def save_figure(fig: Figure, path) -> None:
+    """Save a figure as PNG (:func:`tinymt.files.write_bytes`) and close it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     write_bytes(buf.getvalue(), path)
-    return buf.getvalue()
 
 
 def heatmap(values: np.ndarray, title: str, row_label: str = "layer", col_label: str = "head",

@@ -32,6 +32,11 @@ _LETTER = re.compile(r"[^\W\d_]")  # any other source: a letter of any script
 _OTHER = {"zh": re.compile(r"[\u3040-\u30ff\uac00-\ud7af]")}  # kana, hangul (not Chinese)
 UNSPACED = {"zh", "ja"}  # written without spaces between sentences
 CONFIDENT = 0.8  # py3langid's probability above which a text is taken to be in its language
+# LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
+# languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
+LIBRETRANSLATE = frozenset(
+    "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
+    "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
 SPAN = re.compile(r"(?:https?://|www\.)[!-~]*[\w/=&#~-]"  # a URL (not its last full stop)
                   r"|(?<![\w.%+-])[\w.%+-]+@[\w-]+(?:\.[\w-]+)+"  # an e-mail (from a run's start:
                   # tried at every character of a long word it would be quadratic)
@@ -84,6 +89,13 @@ def detect(text: str, among: frozenset[str] | None = None) -> tuple[str, float]:
               if among is None or lang in among]
     total = sum(p for _, p in ranked)
     return ranked[0][0], ranked[0][1] / total if total > 0 else 0.0
+
+
+def unsure(text: str, source: str) -> tuple[str, float] | None:
+    """``text``'s language and its probability (:func:`detect` among LibreTranslate's),
+    unless that is ``source`` at CONFIDENT or more."""
+    lang, p = detect(text, LIBRETRANSLATE)
+    return None if lang == language_code(source) and p >= CONFIDENT else (lang, p)
 
 
 def in_language(segment: str, source: str) -> bool:

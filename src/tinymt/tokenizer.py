@@ -23,7 +23,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as spm_pb
 
 from tinymt.errors import TinyMTError
-from tinymt.files import write_bytes, write_text
+from tinymt.files import write_bytes
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 JOINT_MODEL = "spm.model"
@@ -86,8 +86,6 @@ class Tokenizer:
         proto.ParseFromString(written.getvalue())
         proto.trainer_spec.ClearField("num_threads")
         write_bytes(proto.SerializeToString(deterministic=True), model_path)
-        write_text("".join(f"{p.piece}\t{p.score:g}\n" for p in proto.pieces),
-                   model_path.with_suffix(".vocab"))
         return cls.load(model_path)
 
     @classmethod
@@ -190,9 +188,6 @@ def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
     for tok, name in pairs:
         dest = folder / name
         write_bytes(tok.sp.serialized_model_proto(), dest)  # = its file's bytes
-        vocab = tok.model_path.with_suffix(".vocab")
-        if vocab.is_file():
-            write_bytes(vocab.read_bytes(), dest.with_suffix(".vocab"))
     return folder
 
 

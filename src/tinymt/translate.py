@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -20,8 +21,10 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import torch
 
 from tinymt.attention_maps import attention_figures, collect_attention
+from tinymt.batching import collate
 from tinymt.config import attention_file, check_translate
 from tinymt.ct2 import LoadedExport, export_attention, load_export, translate_export_ids
 from tinymt.data import capped_lines, normalize, read_lines, source_language, target_language
@@ -32,7 +35,7 @@ from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
 from tinymt.runtime import pick_device
-from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan
+from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan, unsure
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
@@ -225,6 +228,40 @@ def hypothesis_texts(run: LoadedRun | LoadedExport, masked: Sequence[tuple[str, 
             for m, src, hyps in zip(masked, ids, nbests)]
 
 
+SHORT_INPUT = 4  # source pieces: an input this short may be a word the model never saw alone
+LIKELY = 0.4  # the token probability (geometric mean) its translation then needs
+
+
+def likelihood(run: LoadedRun | LoadedExport, src: Sequence[int], out: Sequence[int],
+               device) -> float:
+    """The probability the model gives each token of ``out`` and its end after ``src``,
+    teacher-forced: their geometric mean (a beam score's ``exp`` at ``len_penalty=1``)."""
+    if isinstance(run, LoadedExport):
+        logp = run.translator.score_batch([run.src_tokenizer.pieces(src)],
+                                          [run.tgt_tokenizer.pieces(out)])[0].log_probs
+    else:
+        batch = collate([list(src)], [list(out)]).to(device)
+        with torch.inference_mode():
+            logits = run.model.output_proj(run.model(batch.src, batch.tgt_in)[0])
+            logp = logits.log_softmax(-1).gather(-1, batch.tgt_out[..., None]).flatten().tolist()
+    return math.exp(sum(logp) / len(logp))
+
+
+def doubt(run: LoadedRun | LoadedExport, text: str, src: Sequence[int], out: Sequence[int],
+          device) -> str | None:
+    """Why the translation ``out`` of ``text`` is not to be served as certain, or None: a
+    text of at most SHORT_INPUT pieces, not confidently in the model's source language
+    (py3langid, among LibreTranslate's languages), whose translation the model finds
+    unlikely (:func:`likelihood` below LIKELY)."""
+    if not src or len(src) > SHORT_INPUT or not (
+            lang := unsure(text, source_language(run.config.get("data", {})))) or \
+            (likely := likelihood(run, src, out, device)) >= LIKELY:
+        return None
+    return (f"{text.strip()!r} is short, of uncertain language ({lang[0]} {lang[1]:.0%}), and "
+            f"the model finds its translation unlikely (a token's probability {likely:.2f}): "
+            "it may be made up")
+
+
 def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, device,
            progress: bool = False) -> list[list[tuple[list[int], float]]]:
     """Per id list, ``decode.nbest`` ``(ids, score)`` best first, by the engine ``run`` is
@@ -259,6 +296,11 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
     texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
+    for n, parts in enumerate(plans):  # a line of one short sentence: made up?
+        one = [i for i in parts if isinstance(i, int)]
+        if len(one) == 1 and nbests[one[0]] and (why := doubt(
+                run, sents[one[0]], ids[one[0]], nbests[one[0]][0][0], device)):
+            warn(f"line {first_line + n}: {why}")
     for n, text in enumerate(texts):  # (n-best: each line one sentence, its lines, a blank)
         if d.nbest == 1:
             print(text, file=out_f)  # one output line per input line

@@ -24,14 +24,11 @@ def load_data(data_path: str | None, cache_dir: str, quick: bool) -> tuple[Prepa
     if folder.is_dir():  # spelled as the configs spell it, so the trainer's cache is reused
         path = os.path.relpath(folder.resolve(), REPO_ROOT) if folder.is_absolute() else str(folder)
         cfg = DataConfig(name="multi30k", source="hub", path=path, src_lang="de", tgt_lang="en",
-                         train_split="train", valid_split="validation", test_split="test",
                          vocab_size=8000, cache_dir=cache_dir)
         name = f"Multi30k de→en (`{path}`), joint BPE 8000"
     else:
         size = 3000 if quick else 30000
-        cfg = DataConfig(name="builtin_zh_en", source="builtin", src_lang="zh", tgt_lang="en",
-                         train_size=size, valid_size=10, test_size=1000, vocab_size=2000,
-                         cache_dir=cache_dir)
+        cfg = DataConfig(train_size=size, valid_size=10, test_size=1000, cache_dir=cache_dir)
         name = (f"the built-in zh→en corpus ({size:,} training pairs, joint BPE 2000): "
                 f"Multi30k not found at `{folder}`, so not comparable with Multi30k figures")
     data = prepare(cfg, log=lambda msg: log(f"  {msg}"))

@@ -5,13 +5,16 @@ Pairs are kept only if both sides are 3..``MAX_WORDS`` words long and *neither* 
 Chinese nor the English sentence has been seen before (the two showcase sentences are
 "seen" from the start). That makes the kept pairs one-to-one, so train / validation /
 test are disjoint on both sides and the reversed (en->zh) direction is clean too. The
-unique pairs are shuffled once and cut into test, validation and train.
+unique pairs are shuffled once and cut into test, validation and train; the training split
+then gets the dictionary's pairs (:mod:`tinymt.corpus.dictionary`), drawn by a seed of their
+own, so the sentences of every split are the same with them.
 """
 
 from __future__ import annotations
 
 import random
 
+from tinymt.corpus.dictionary import dictionary_pairs
 from tinymt.corpus.grammar import sample_sentence, showcase_structures
 from tinymt.corpus.pair import Pair
 from tinymt.corpus.render import render
@@ -28,7 +31,8 @@ def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int
     r = random.Random(seed)  # (tinymt.data.prepare calls it with the cyclic GC off)
     pairs = _unique_pairs(r, train_size + valid_size + test_size)
     r.shuffle(pairs)
-    return {"train": pairs[valid_size + test_size:],
+    train = pairs[valid_size + test_size:]
+    return {"train": train + dictionary_pairs(seed, len(train)),
             "validation": pairs[test_size:test_size + valid_size], "test": pairs[:test_size]}
 
 

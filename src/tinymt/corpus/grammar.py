@@ -248,9 +248,8 @@ def _det_choice(n: L.Noun, present: bool, allow_clause: bool) -> _Choice:
         choices.append((2.5, "bare"))
     if n.cats & _POSSESSABLE:  # 我的猫, 我的朋友; not 我的运动员, 我的狼
         choices.append((1.2, "poss"))
-    if allow_clause:
-        if _REL_VERBS.get(n.zh) or (n.cats & {"person", "animal"}):
-            choices.append((0.8, "rel"))
+    if allow_clause:  # (every count noun has a verb for an object gap or is a person/animal)
+        choices.append((0.8, "rel"))
         if "goal" in n.cats:
             choices.append((6.0, "goal"))
     return _Choice(choices)
@@ -562,6 +561,16 @@ def sample_sentence(r: random.Random) -> Sentence:
         subj = _simple_human(r)
         return Report(subj, _pick(r, _REPORT), sample_clause(r, False, True))
     return sample_clause(r)
+
+
+def sample_phrase(r: random.Random) -> NP | VerbPhrase:
+    """A noun phrase or an infinitive verb phrase alone (a dictionary's phrase)."""
+    if r.random() < 0.5:  # not a bare plural: a noun alone is its singular (猫 cat)
+        while (np := noun_np(r, _pick(r, _COUNT_NOUNS), "present", "obj")).det == "bare" \
+                and np.plural:
+            pass
+        return np
+    return _inner_vp(r, "present")
 
 
 # --------------------------------------------------------------------------- showcase

@@ -560,12 +560,19 @@ def render(s: Sentence) -> Pair:
     return _finish(zh, en, ctx.rels)
 
 
+def render_phrase(s: NP | VerbPhrase) -> Pair:
+    """A phrase alone (三只猫 three cats, 看书 read books): no punctuation, lower case."""
+    ctx = _Ctx()
+    zh, en = render_np(s, "subj", ctx)[:2] if isinstance(s, NP) else _render_inner(s, ctx, None)[::2]
+    return _finish(zh, en, ctx.rels, capital=False)
+
+
 # (i, j) link tuples are shared between pairs: 200k pairs need no new tuples for them
 # (sentences are at most ~40 words before the length filter; 128 leaves room)
 _IJ = tuple(tuple((i, j) for j in range(128)) for i in range(128))
 
 
-def _finish(zh, en, rels) -> Pair:
+def _finish(zh, en, rels, capital: bool = True) -> Pair:
     # every Chinese token carries one link id (ids[0]; relation keys may follow), English
     # tokens may carry several
     pos: dict[int, list[int]] = {}
@@ -579,8 +586,8 @@ def _finish(zh, en, rels) -> Pair:
     links = [ij[i][j] for j, t in enumerate(en) for k in t[1] if k in pos for i in pos[k]]
     links.sort()
     en_words = [w for w, _ in en]
-    first = en_words[0]
-    en_words[0] = first[0].upper() + first[1:]
+    if capital:
+        en_words[0] = en_words[0][0].upper() + en_words[0][1:]
     return Pair(tuple([w for w, _ in zh]), tuple(en_words), tuple(links),
                 _relations(zh, rels), _relations(en, rels))
 
@@ -604,10 +611,9 @@ def _relations(tokens, rels) -> tuple[tuple[int, int, int], ...]:
         heads = where.get(head) if deps else None
         if heads:
             for i in deps:
-                for j in heads:
-                    if j not in deps:
-                        t = (r, i, j)
-                        out.append(intern(t, t))  # 200k pairs share a few 10k triples
+                for j in heads:  # (no word is both ends of one relation)
+                    t = (r, i, j)
+                    out.append(intern(t, t))  # 200k pairs share a few 10k triples
     if len(out) > 1:
         out = sorted(set(out))
     return tuple(out)

@@ -51,9 +51,7 @@ class NP:
     @property
     def plural(self) -> bool:
         """Is the English phrase plural (for agreement and the noun's form)?"""
-        if self.kind == "pronoun":
-            return self.head.plural
-        if self.kind != "noun":
+        if self.kind != "noun":  # (agreement reads a pronoun's number itself)
             return False
         n = self.head
         if n.mass or n.kin or n.bare_only:
@@ -80,9 +78,7 @@ class NP:
     def human(self) -> bool:
         if self.kind in ("pronoun", "name"):
             return True
-        if self.kind == "wh":
-            return self.head == "谁"
-        return self.kind == "noun" and "person" in self.head.cats
+        return self.kind == "noun" and "person" in self.head.cats  # (never asked of a wh word)
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ import torch
 from tinymt.checkpoint import file_sha256
 from tinymt.config import as_model_config
 from tinymt.ct2.convert import QUANTIZATIONS, build_spec, require_ct2
-from tinymt.ct2.export import FORMAT, META, README, meta_digest
+from tinymt.ct2.export import FORMAT, META, meta_digest
 from tinymt.decoding import check_beam, max_output_length
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json
@@ -91,7 +91,7 @@ def _shape_problem(meta: dict) -> str | None:
     if not isinstance(files, dict) or not files:
         return "files: expected {file name: sha256}"
     for name in files:  # (a digest that is not the file's: verify_files says so)
-        if name in ("", ".", "..", META, README) or Path(name).name != name or "\\" in name:
+        if name in ("", ".", "..", META) or Path(name).name != name or "\\" in name:
             return f"files: {name!r}: expected a file name of the export"
     return None
 

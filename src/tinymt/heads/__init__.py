@@ -7,9 +7,9 @@ layer: :mod:`~tinymt.heads.pruning` its **importance** (Michel et al., 2019) and
 from the diagonal and, for cross-attention, the **alignment error rate** against the
 built-in corpus's gold alignments; :mod:`~tinymt.relations` the grammatical
 **relations** each self-attention head tracks (Clark et al., 2019).
-:mod:`~tinymt.heads.report` writes the figures, TensorBoard scalars, ``heads.md`` and
-``heads.json``; ``prune=<fraction>`` also writes a checkpoint whose least important heads
-have zero ``W_O`` columns (``scripts/translate.py`` loads it unchanged).
+:mod:`~tinymt.heads.report` writes the figures, ``heads.md`` and ``heads.json``;
+``prune=<fraction>`` also writes a checkpoint whose least important heads have zero
+``W_O`` columns (``scripts/translate.py`` loads it unchanged).
 """
 
 from tinymt.heads.analysis import analyze

@@ -32,8 +32,8 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     """Analyse every head of a trained run (see :mod:`tinymt.heads`); returns the numbers.
 
     ``cfg`` is a :class:`tinymt.config.AnalyzeConfig`. Writes ``<run>/heads.md``,
-    ``<run>/heads/*.png``, TensorBoard events in ``<run>`` and, with ``cfg.prune``, a
-    pruned checkpoint. For a sweep folder: every run, then ``<sweep>/heads_sweep.md``.
+    ``<run>/heads/*.png``, ``<run>/heads.json`` and, with ``cfg.prune``, a pruned
+    checkpoint. For a sweep folder: every run, then ``<sweep>/heads_sweep.md``.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     check_analyze(cfg)
@@ -111,7 +111,7 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
             f"{out_path}")
         pruned = {"path": str(out_path), "fraction": cfg.prune, "n_masked": k, "heads": heads,
                   "bleu": bleu}
-    # 5. figures, TensorBoard, report
+    # 5. figures, report
     alignment = None if counts is None else alignment_summary(counts)
     relations = None if rel_counts is None or not rel_counts.n else \
         relation_summary(rel_counts)
@@ -135,9 +135,7 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
         "json": str(run_dir / report.JSON_REPORT),
     }
     pngs = report.write_figures(result, run_dir / report.FIGURES)
-    report.write_tensorboard(run_dir, {tag: img for tag, (_, img) in pngs.items()}, result,
-                      int(run.state.get("step") or 0))
-    result["figures"] = {tag: str(p) for tag, (p, _) in pngs.items()}
+    result["figures"] = {tag: str(p) for tag, p in pngs.items()}
     write_text(report.markdown_report(result, run_dir), run_dir / report.REPORT)
     report.write_json(result, run_dir / report.JSON_REPORT)
     _log_summary(result, log)
@@ -159,4 +157,4 @@ def _log_summary(r: dict, log) -> None:
             + f"; the showcase's object in the encoder: {report.showcase_object(r)}")
     run_dir = Path(r["run_dir"])
     log(f"report: {run_dir / report.REPORT}, numbers: {run_dir / report.JSON_REPORT}  (figures "
-        f"in {run_dir / report.FIGURES}/, TensorBoard tags heads/...)")
+        f"in {run_dir / report.FIGURES}/)")

@@ -1,16 +1,13 @@
-"""The analysis's outputs: figures (PNG), TensorBoard events, the markdown report
-``heads.md``, the relation numbers ``heads.json`` and a sweep's ``heads_sweep.md``."""
+"""The analysis's outputs: figures (PNG), the markdown report ``heads.md``, the relation
+numbers ``heads.json`` and a sweep's ``heads_sweep.md``."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-from PIL import Image
-from torch.utils.tensorboard import SummaryWriter
 
 from tinymt import KINDS
 from tinymt.bench.report import table
@@ -28,9 +25,8 @@ SWEEP_REPORT = "heads_sweep.md"  # <sweep>/heads_sweep.md: its runs side by side
 
 
 # ----------------------------------------------------------------------------- figures
-def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
-    """Every figure of result ``r`` saved under ``fig_dir``: ``{tag: (png path, image
-    (H, W, 3) uint8)}``."""
+def write_figures(r: dict, fig_dir: Path) -> dict[str, Path]:
+    """Every figure of result ``r`` saved under ``fig_dir``: ``{tag: png path}``."""
     figures = {}  # tag -> matplotlib figure
     for kind in KINDS:
         for name, values, title in (
@@ -49,8 +45,9 @@ def write_figures(r: dict, fig_dir: Path) -> dict[str, tuple[Path, np.ndarray]]:
         figures[f"relations/{kind}"] = _relation_heatmap(summary, kind)
     paths = {tag: fig_dir / f"{'aer_cross' if tag == 'aer' else tag.replace('/', '_')}.png"
              for tag in figures}
-    return {tag: (paths[tag], np.asarray(Image.open(io.BytesIO(  # (H, W, 3) uint8: TensorBoard
-        save_figure(fig, paths[tag]))).convert("RGB"))) for tag, fig in figures.items()}
+    for tag, fig in figures.items():
+        save_figure(fig, paths[tag])
+    return paths
 
 
 def _heatmap(values: np.ndarray, title: str):
@@ -110,41 +107,6 @@ def _relation_heatmap(summary: dict, kind: str):
                   or ["(no relations)"], col_ticks=[*heads, "offset"])
     fig.axes[0].images[0].set_clim(0.0, 1.0)
     return fig
-
-
-# ----------------------------------------------------------------------------- TensorBoard
-def write_tensorboard(run_dir: Path, images: dict[str, np.ndarray], r: dict,
-                      step: int) -> None:
-    """Images and scalars under ``heads/...`` in an events file of their own (``*.heads``)
-    in ``run_dir``, replacing the previous analysis's: the pruning curves' steps are % masked,
-    so appending would draw them twice. Per-head numbers are in the images (and heads.md,
-    heads.json), not scalars: one analysis is one point per chart."""
-    for old in run_dir.glob("events.out.tfevents.*.heads"):
-        old.unlink()
-    writer = SummaryWriter(str(run_dir), filename_suffix=".heads")
-    try:
-        for tag, img in images.items():
-            writer.add_image(f"heads/{tag}", img, step, dataformats="HWC")
-        add = writer.add_scalar
-        pruning = r["pruning"] or {"curves": {}}
-        for curve, pts in pruning["curves"].items():
-            for n, total, b in pts:  # x axis = % of the curve's heads masked
-                add(f"heads/pruning_bleu/{curve}", b, round(100 * n / total) if total else 0)
-            add(f"heads/prunable/{curve}", pruning["prunable"][curve], step)
-        alignment = r["alignment"]
-        if alignment:
-            add("heads/aer/best", alignment["best_aer"], step)
-            add("heads/aer/average", alignment["average_aer"], step)
-        summary = r.get("relations")
-        for kind in RELATION_KINDS if summary else ():
-            for row in summary[kind]["rows"]:
-                direction = row["direction"].replace("->", "_to_")
-                pre = f"heads/relations/{kind}/{row['relation']}_{direction}"
-                add(f"{pre}/best", row["best_accuracy"], step)
-                add(f"{pre}/baseline", row["baseline"], step)
-        writer.add_text("heads/report", f"see {run_dir / REPORT}", step)
-    finally:
-        writer.close()
 
 
 # ----------------------------------------------------------------------------- markdown

@@ -22,11 +22,6 @@ from urllib.parse import parse_qsl
 from starlette.requests import Request
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's own cap
-# LibreTranslate's languages: what /detect chooses among, as LibreTranslate detects among the
-# languages it has (so Chinese is zh, never Wu or Cantonese, which py3langid also knows)
-LIBRETRANSLATE = frozenset(
-    "ar az bg bn ca cs da de el en eo es et eu fa fi fr ga gl he hi hu id it ja ko ky lt lv ms "
-    "nb nl pl pt ro ru sk sl sq sr sv th tl tr uk ur vi zh".split())
 MAX_SENTENCES = 1024  # a request's, all its items together, as the text is cut
 ALIASES = {"zh-hans": "zh", "zh-hant": "zh", "zh-cn": "zh", "zh-tw": "zh"}  # LibreTranslate's codes
 MAX_FIELDS = 16  # form fields read besides the items of a q repeated (a list, in a form)
@@ -206,11 +201,14 @@ def distinct(hyps: list[str]) -> list[str]:
 
 
 def translate_answer(req: TranslateRequest, nbests: list[list[str]],
-                     detected: list[dict] | None = None, kept: int = 0) -> dict:
+                     detected: list[dict] | None = None, kept: int = 0,
+                     doubts: list[bool] = ()) -> dict:
     """LibreTranslate's answer: each item's best translation, its alternatives when asked
     for (the next best of the n-best, none empty or twice: what it has, no error, as
-    LibreTranslate answers), ``detected`` (``source=auto``), and how many
-    segments held no word of the source language and came back as they were (``kept``)."""
+    LibreTranslate answers), ``detected`` (``source=auto``), how many
+    segments held no word of the source language and came back as they were (``kept``),
+    and, when any is, which item's translation may be made up (``uncertain``: a short input
+    of uncertain language the model finds unlikely, :func:`tinymt.translate.doubt`)."""
     best = [hyps[0] if hyps else "" for hyps in nbests]
     out: dict = {"translatedText": best[0] if req.single else best}
     if req.alternatives:
@@ -220,6 +218,8 @@ def translate_answer(req: TranslateRequest, nbests: list[list[str]],
         out["detectedLanguage"] = detected[0] if req.single else detected
     if kept:
         out["untranslatedSegments"] = kept
+    if any(doubts):
+        out["uncertain"] = doubts[0] if req.single else doubts
     return out
 
 

@@ -5,8 +5,8 @@
     POST /attention     q, api_key -> {"translatedText": [...], "view": the view data of
                         every sentence (tinymt.viewer.html.inline_data)}
     GET  /health        {"status": "ok", the model, its limits, the queue, batch counts}
-    GET  /              the page; /view.js, /page.js and /font.otf what it is made of
-                        (font.otf?text=<characters>: Noto Sans CJK SC cut to those)
+    GET  /              the page; /view.js, /page.js and /font.otf (Noto Sans CJK SC) what
+                        it is made of
 
 Every error is ``{"error": "<one line>"}`` with its status; no route takes a file path.
 ``serve(cfg)`` loads and warms up the model before the port opens (``/health`` answers only
@@ -45,18 +45,9 @@ from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tinymt.errors import TinyMTError
-from tinymt.fonts import (
-    FontBusy,
-    font_for_query,
-    font_path,
-    refuse_when_busy,
-    sc_font_file,
-    start_cutting,
-)
+from tinymt.fonts import font_path, sc_font_file
 from tinymt.serve.api import (
-    LIBRETRANSLATE,
     ApiError,
-    check_key,
     detection,
     read_fields,
     text_items,
@@ -64,6 +55,7 @@ from tinymt.serve.api import (
     translate_request,
 )
 from tinymt.serve.service import Service, settle
+from tinymt.text import LIBRETRANSLATE
 from tinymt.translate import load_translator
 from tinymt.viewer import STATIC as VIEW_STATIC
 
@@ -155,8 +147,8 @@ def create_app(service: Service) -> Starlette:
             fields = await read_fields(request, service.limits, service.keys)
             req = translate_request(fields, service.limits, service.pair)
             async with service.deadline():
-                nbests, kept, detected = await service.translate(req, arrival)
-        return JSONResponse(translate_answer(req, nbests, detected, kept))
+                nbests, kept, detected, doubts = await service.translate(req, arrival)
+        return JSONResponse(translate_answer(req, nbests, detected, kept, doubts))
 
     @_json_errors
     async def detect_language(request: Request) -> Response:  # LibreTranslate's /detect
@@ -182,21 +174,9 @@ def create_app(service: Service) -> Starlette:
         return await _held_answer(slots, service.timeout, work)
 
     @_json_errors
-    async def font(request: Request) -> Response:
-        if not request.scope["query_string"]:  # the whole font (built once, 2 s; the
-            path = await _on_daemon_thread(sc_font_file)  # source's if it cannot be)
-            return FileResponse(path or font_path(), media_type="font/otf",
-                                headers=FONT_HEADERS)
-        try:  # 0.4 s a new text; seconds for thousands of characters, so on a thread of
-            # its own that never holds up the exit (one of at most four: font_for_query)
-            refuse_when_busy(request.scope["query_string"])  # before it is parsed
-            check_key(request.query_params, service.keys)  # cutting costs: the page needs none
-            data = await _on_daemon_thread(font_for_query, request.query_params.get("text"))
-        except ValueError as e:
-            raise ApiError(400, str(e)) from None
-        except FontBusy as e:
-            raise ApiError(503, str(e)) from None
-        return Response(data, media_type="font/otf", headers=FONT_HEADERS)
+    async def font(request: Request) -> Response:  # the whole font, built once (2 s; the
+        path = await _on_daemon_thread(sc_font_file)  # source's if it cannot be)
+        return FileResponse(path or font_path(), media_type="font/otf", headers=FONT_HEADERS)
 
     routes = [
         Route("/translate", translate, methods=["POST"]),
@@ -228,7 +208,6 @@ def serve(cfg) -> dict:
         # on a thread that ends (an OpenMP team here beside the worker's: its search 3x slower)
         with concurrent.futures.ThreadPoolExecutor(1) as loader:
             run, device = loader.submit(load_translator, cfg, cfg.threads).result()
-        start_cutting()
         service = Service(run, device, cfg)
         service.start()
         connection = type("Connection", (Connection,), {
@@ -237,7 +216,7 @@ def serve(cfg) -> dict:
             create_app(service), http=connection, log_level="warning",
             access_log=cfg.access_log, limit_concurrency=cfg.max_connections,
             server_header=False, timeout_graceful_shutdown=SHUTDOWN_S,
-            h11_max_incomplete_event_size=1 << 16))  # a font.otf?text= line: up to 36 KB
+            h11_max_incomplete_event_size=1 << 16))  # a /translate?q=... request line
         host, port = sock.getsockname()[:2]
         search = "greedy" if cfg.decode.beam == 1 else f"beam {cfg.decode.beam}"
         print(f"serving {service.name} ({cfg.engine}, {service.pair.source}→"

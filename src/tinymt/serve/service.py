@@ -20,7 +20,6 @@ from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
 from tinymt.serve.api import (
-    LIBRETRANSLATE,
     MAX_SENTENCES,
     ApiError,
     Pair,
@@ -30,10 +29,12 @@ from tinymt.serve.api import (
 )
 from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
 from tinymt.serve.readers import SHORT, Readers
-from tinymt.text import CONFIDENT, assemble, one_pass, read_item
+from tinymt.text import CONFIDENT, LIBRETRANSLATE, assemble, one_pass, read_item, unsure
 from tinymt.translate import (
+    SHORT_INPUT,
     attention_documents,
     copy_spans,
+    doubt,
     hypothesis_texts,
     search,
     source_ids,
@@ -160,14 +161,15 @@ class Service:
         return units, sents, plans, kept, detected
 
     async def translate(self, req: TranslateRequest, arrival: object = None
-                        ) -> tuple[list[list[str]], int, list | None]:
+                        ) -> tuple[list[list[str]], int, list | None, list[bool]]:
         """Each item's n-best translations, best first (``alternatives`` + 1 as far as the
         beam has them), its sentences one batch (:mod:`tinymt.text`: the k-th of an item is
         each sentence's k-th; ``html``: the text between its block markup, the markup kept,
         an inline element's tags around the words that translate its own); the
         segments kept as they were (no word of the source language); with ``source=auto``
         each item's language (confidently another one: a 400 before any search). A sentence
-        longer than the model takes is cut to fit, as ``translate.py`` does."""
+        longer than the model takes is cut to fit, as ``translate.py`` does; whether each
+        item's translation is in doubt (:func:`tinymt.translate.doubt`)."""
         nbest = min(req.alternatives, self.decode.beam - 1) + 1
         units, sents, plans, kept, langs = await self.read(
             req.items, req.html, LIBRETRANSLATE if req.auto else None)
@@ -184,14 +186,20 @@ class Service:
         def text(node: list, k: int) -> str:  # a text node's k-th translation
             joined = assemble(node, kth[k], self.pair.target)
             return escape(joined, quote=False) if req.html else joined
-        plans, out = iter(plans), []
-        for parts, tags in units:
+        plans, out, short = iter(plans), [], {}
+        for item, (parts, tags) in enumerate(units):
             nodes = [next(plans) if is_text else s for is_text, s in parts]  # a plan, or markup
-            n = max((len(texts[i]) for p in nodes if isinstance(p, list) for i in p
-                     if isinstance(i, int)), default=1)  # (the n-best may be shorter)
+            mine = [i for p in nodes if isinstance(p, list) for i in p if isinstance(i, int)]
+            if len(mine) == 1 and 0 < len(ids[mine[0]]) <= SHORT_INPUT and hyps[mine[0]] \
+                    and unsure(sents[mine[0]], self.pair.source):
+                short[item] = mine[0]  # one short sentence of unsure language: made up?
+            n = max((len(texts[i]) for i in mine), default=1)  # (the n-best may be shorter)
             out.append(["".join(p if isinstance(p, str) else text(p, k) for p in nodes)
                         .translate(tags) for k in range(n)])
-        return out, kept, detected
+        doubts = (await self._wait([Job(fn=lambda: {item: doubt(
+            self.run, sents[i], ids[i], hyps[i][0][0], self.device) is not None
+            for item, i in short.items()})]))[0] if short else {}
+        return out, kept, detected, [doubts.get(item, False) for item in range(len(units))]
 
     async def attention(self, items: list[str]) -> bytes:
         """``{"translatedText": [...], "view": <view data of inline_data>}`` as JSON: the

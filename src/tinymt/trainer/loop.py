@@ -59,7 +59,7 @@ from tinymt.trainer.state import (
     write_run_files,
 )
 from tinymt.trainer.stopping import StopRequest, skip_or_stop, stop_here
-from tinymt.trainer.validation import log_hparams, log_validation, probe_sentences, validate
+from tinymt.trainer.validation import log_validation, probe_sentences, validate
 
 
 @dataclass
@@ -315,7 +315,7 @@ def save_checkpoints(t: Training, best: bool, labels: dict | None = None) -> Non
 
 # ----------------------------------------------------------------------------- 4. finish
 def finish(t: Training, stop_reason: str) -> dict:
-    """Test BLEU with ``best.pt`` (or ``avg.pt``), ``metrics.json``, hparams, summary."""
+    """Test BLEU with ``best.pt`` (or ``avg.pt``), ``metrics.json``, summary."""
     tc, state, rt = t.cfg.trainer, t.state, t.rt
     if not checkpoint_path(t.run_dir, "best").is_file():  # stopped before any validation
         state["best_bleu"] = validate(t.model, t.cfg, t.data, "valid", rt,
@@ -337,18 +337,20 @@ def finish(t: Training, stop_reason: str) -> dict:
         "steps": state["step"], "epochs": state["epoch"],
         "train_seconds": round(state["train_seconds"], 1), "wall_seconds": round(wall, 1),
         "stop_reason": stop_reason, "parameters": count_parameters(t.model),
-        "run_dir": str(t.run_dir),
+        "run_dir": str(t.run_dir), "held_out_words": test["held_out_words"],
     }
     if rt.is_main:
         write_text(json.dumps(metrics, indent=2) + "\n", t.run_dir / METRICS)
         t.writer.add_scalar("test/bleu", test["bleu"], state["step"])
         t.writer.add_scalar("test/chrf", test["chrf"], state["step"])
-        log_hparams(t.writer, t.cfg, metrics)
         t.writer.close()
         print(f"\ndone in {wall / 60:.1f} min ({stop_reason}): best valid BLEU "
               f"{state['best_bleu']:.2f}, test BLEU {test['bleu']:.2f} chrF {test['chrf']:.2f} "
               f"(beam {tc.test_beam}, {final_ckpt.name})\n"
-              f"  {test['signature']}\n"
+              f"  {test['signature']}\n" + (
+                  "" if test["held_out_words"] is None else f"  words alone: "
+                  f"{test['held_out_words']:.1%} of the dictionary's held-out words exact (beam "
+                  f"{tc.test_beam})\n") +
               f"  run dir: {t.run_dir}\n"
               f"  translate: python scripts/translate.py run={t.run_dir} \"<sentence>\"\n"
               f"  watch:     tensorboard --logdir {t.run_dir}")

@@ -8,8 +8,7 @@ score too kind); under torchrun each rank does a share and the results are gathe
 head's attention of the probe sentences (as view documents for the Attention tab,
 :mod:`tinymt.viewer`, with every head's label measured on the first
 :data:`LABEL_SENTENCES` validation pairs, :mod:`tinymt.labels`; and as PNG grids) and each
-head's mean attention entropy;
-:func:`log_hparams` the final numbers for TensorBoard's HPARAMS tab.
+head's mean attention entropy.
 """
 
 from __future__ import annotations
@@ -17,21 +16,21 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import hparams
 
 from tinymt import KINDS, runtime
 from tinymt.attention_maps import attention_figures, collect_attention
 from tinymt.batching import eval_batches
 from tinymt.corpus import SHOWCASE
+from tinymt.corpus.dictionary import HELD_OUT, WORDS
+from tinymt.corpus.pair import join_english
 from tinymt.data import PreparedData, normalize, target_language
 from tinymt.decoding import translate_ids
 from tinymt.labels import LabelSample, frame_labels, label_sample, sentence_words
 from tinymt.loss import sequence_loss
-from tinymt.metrics import attention_entropy, score
+from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.viewer.document import GOLD_COLUMNS, Probe, build_document, probe_from_pair
 from tinymt.viewer.summary import probe_summary
@@ -43,7 +42,8 @@ LABEL_SENTENCES = 64  # the validation pairs every frame's head labels are measu
 def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime.Runtime,
              limit: int = 0, beam: int = 1) -> dict:
     """Teacher-forced loss/ppl on the whole split, BLEU/chrF of translations of ``limit``
-    sentences spread evenly over it (0 = all)."""
+    sentences spread evenly over it (0 = all); with the built-in corpus's test split, the
+    share of :func:`held_out_words` translated exactly."""
     model.eval()
     ds = data.splits[split]
     limit_len = cfg.model.max_positions - 1  # valid/test are never length-filtered: clip
@@ -75,8 +75,22 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     refs = [tgt_text[i] for i in keep]
     bleu, chrf, sig = score(hyps, refs, target_language(cfg.data))
     loss = loss_sum / max(tok, 1)
+    words = held_out_words(model, data, rt, beam) if split == "test" and \
+        cfg.data.source == "builtin" and cfg.data.src_lang == "zh" else None  # (zh -> en)
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu, "chrf": chrf,
-            "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep]}
+            "signature": sig, "hyps": hyps, "refs": refs, "srcs": [src_text[i] for i in keep],
+            "held_out_words": words}
+
+
+@torch.inference_mode()
+def held_out_words(model, data: PreparedData, rt: runtime.Runtime, beam: int = 1) -> float:
+    """The share of the built-in lexicon's held-out words (:data:`HELD_OUT`: only ever seen
+    inside sentences) that ``model`` translates alone exactly as the lexicon does."""
+    words = sorted(HELD_OUT)
+    outs = translate_ids(model.eval(), [data.src_tokenizer.encode(w) for w in words],
+                         beam=beam, device=rt.device)
+    return sum(data.tgt_tokenizer.decode(o[0][0]) == join_english(WORDS[w])
+               for w, o in zip(words, outs)) / len(words)
 
 
 def probe_sentences(cfg: DictConfig, data: PreparedData) -> list[Probe]:
@@ -123,16 +137,14 @@ def log_validation(writer: SummaryWriter, model, cfg: DictConfig, data: Prepared
 def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=None,
                 full=True) -> None:
     """Every head of every probe: the view document for the Attention tab (each head's
-    label on ``sample`` in it), the PNG grids for the Images tab
-    (``trainer.attention_images``) and each head's mean entropy over the probes as scalars
-    (``full=False``, between validations: the documents, one more frame of the Attention
-    tab, and scalars only). A probe with a reference is
-    teacher-forced on it (the axes stay put from step to step). What the logging costs is
-    logged too (``logging/*``: seconds, bytes; ``probe_seconds``: all of it but the PNG
-    grids). Returns the labels ``{kind: [layer][head]}`` ({} without a sample)."""
+    label on ``sample`` in it; its maps, entropy and gold share at every frame), and at a
+    validation (``full``) the PNG grids for the Images tab (``trainer.attention_images``).
+    A probe with a reference is teacher-forced on it (the axes stay put from step to
+    step). What the logging costs is logged too (``logging/*``: seconds, bytes;
+    ``probe_seconds``: all of it but the PNG grids). Returns the labels
+    ``{kind: [layer][head]}`` ({} without a sample)."""
     src_tok, tgt_tok = data.src_tokenizer, data.tgt_tokenizer
     cap = cfg.model.max_positions - 1
-    entropy: dict[tuple[str, int], list[np.ndarray]] = {}
     start = time.perf_counter()
     labels = frame_labels(model, sample, rt.device) if sample is not None else {}
     cost = {"attention_view_seconds": 0.0, "attention_view_bytes": 0,
@@ -162,31 +174,8 @@ def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=N
                                  step, dataformats="HWC")
             cost["attention_png_seconds"] += time.perf_counter() - t1
         cost["attention_view_bytes"] += summary.ByteSize()
-        for kind, layers in attn.items():
-            for layer, w in enumerate(layers):  # w: (h, Tq, Tk)
-                entropy.setdefault((kind, layer), []).append(attention_entropy(w).mean(-1))
-        if full:
-            writer.add_text(f"attention/probe_{p}", f"{probe.sentence}  \n→ {translation}", step)
-    for (kind, layer), ents in entropy.items():
-        for h, e in enumerate(np.mean(ents, axis=0)):  # (h,)
-            writer.add_scalar(f"attention_entropy/{kind}/layer_{layer}/head_{h}", float(e), step)
     cost["probe_seconds"] = time.perf_counter() - start - cost["attention_png_seconds"]
     for name, value in cost.items():
         writer.add_scalar(f"logging/{name}", value, step)
     return labels
 
-
-def log_hparams(writer: SummaryWriter, cfg: DictConfig, metrics: dict) -> None:
-    hp = {}
-    for group in ("data", "model", "optim", "trainer"):
-        for k, v in OmegaConf.to_container(cfg[group]).items():
-            if isinstance(v, (int, float, str, bool)):
-                hp[f"{group}.{k}"] = v
-    m = {"hparam/test_bleu": metrics["test_bleu"], "hparam/best_valid_bleu":
-         metrics["best_valid_bleu"], "hparam/test_chrf": metrics["test_chrf"]}
-    exp, ssi, sei = hparams(hp, m)
-    fw = writer._get_file_writer()
-    for s in (exp, ssi, sei):
-        fw.add_summary(s)
-    for k, v in m.items():
-        writer.add_scalar(k, v, metrics["steps"])

@@ -31,6 +31,7 @@ from tinymt.data import capped_lines, normalize, read_lines, source_language, ta
 from tinymt.decoding import translate_ids
 from tinymt.errors import TinyMTError
 from tinymt.files import check_outputs, write_bytes, write_text
+from tinymt.loss import sequence_loss
 from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
@@ -239,12 +240,12 @@ def likelihood(run: LoadedRun | LoadedExport, src: Sequence[int], out: Sequence[
     if isinstance(run, LoadedExport):
         logp = run.translator.score_batch([run.src_tokenizer.pieces(src)],
                                           [run.tgt_tokenizer.pieces(out)])[0].log_probs
-    else:
-        batch = collate([list(src)], [list(out)]).to(device)
-        with torch.inference_mode():
-            logits = run.model.output_proj(run.model(batch.src, batch.tgt_in)[0])
-            logp = logits.log_softmax(-1).gather(-1, batch.tgt_out[..., None]).flatten().tolist()
-    return math.exp(sum(logp) / len(logp))
+        return math.exp(sum(logp) / len(logp))
+    batch = collate([list(src)], [list(out)]).to(device)
+    with torch.inference_mode():  # the training loss of these tokens, per token
+        nll = sequence_loss(run.model(batch.src, batch.tgt_in)[0], run.model.output_proj.weight,
+                            batch.tgt_out, run.model.pad_id)
+    return math.exp(-nll.item() / batch.n_tgt_tokens)
 
 
 def doubt(run: LoadedRun | LoadedExport, text: str, src: Sequence[int], out: Sequence[int],

@@ -216,6 +216,13 @@ TINY_TRAIN_OVERRIDES = [
 ]
 
 
+# the script run with CTranslate2 unimportable, as where the extra is not installed (the
+# child's import of it raises ImportError; it imported none before: the check is real)
+NO_CT2 = ("import runpy, sys; assert 'ctranslate2' not in sys.modules; "
+          "sys.modules['ctranslate2'] = None; sys.argv = sys.argv[1:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def compose_train(tmp_path, *overrides):
     """The real train config, composed by Hydra, made tiny and pointed into tmp_path."""
     from hydra import compose, initialize_config_dir

@@ -243,6 +243,7 @@ def _serve(ctl: socket.socket) -> None:
         if module.name not in _NOT_PRELOADED:
             importlib.import_module(module.name)
     importlib.import_module("tensorboard.default")  # (tensorboard's own plugins)
+    importlib.import_module("datasets")  # (tinymt.data imports it where it prepares data)
     from tinymt.bench.serve_speed import ServerProcess
     ServerProcess.popen = staticmethod(popen)  # a benchmark's servers: forked here too
 

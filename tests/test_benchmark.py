@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.util
 import io
 import json
 import os
@@ -27,7 +26,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import REPO_ROOT
+from conftest import NO_CT2, REPO_ROOT
 from tinymt.bench import measure
 from tinymt.bench.measure import MIB, MemoryMeter, proc_status, tensor_mib, timed
 
@@ -524,8 +523,10 @@ def test_a_server_is_up_once_it_answers_on_the_port_it_printed(tmp_path, monkeyp
 
 # --------------------------------------------------------------------------- the script
 def benchmark(*args: str, cwd=REPO_ROOT, timeout=600) -> subprocess.CompletedProcess:
-    """The script with one torch thread (a test per core: a second thread only waits)."""
-    return forked.run([sys.executable, str(REPO_ROOT / "scripts" / "benchmark.py"), *args],
+    """The script with one torch thread (a test per core: a second thread only waits), where
+    CTranslate2 is not installed (its servers' rows: tests/test_serve.py)."""
+    return forked.run([sys.executable, "-c", NO_CT2, str(REPO_ROOT / "scripts" / "benchmark.py"),
+                       *args],
                       cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                       env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -608,12 +609,11 @@ def test_merge_keeps_what_was_not_measured_and_the_page_keeps_its_prose(monkeypa
         page.count(text) == 1 for text in ("prose before", "new figures", "prose after"))
 
 
-@pytest.mark.slow  # a tiny race, the trained run decoded, five servers
+@pytest.mark.slow  # a tiny race, the trained run decoded, two servers
 def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     """One run of scripts/benchmark.py, every section at its smallest: the pieces wired, the
     rows sane and consistent with each other (what each row is measured right by: the tests
-    above)."""
-    ct2 = importlib.util.find_spec("ctranslate2") is not None  # the optional extra .[ct2]
+    above). Without CTranslate2: its serving rows are skipped, saying why."""
     n, requests = 6, 4
     proc = benchmark("--quick", "--device", "cpu", "--sections", "training", "decoding", "serve",
                      "--run", str(tiny_run), "--steps", "2", "--warmup", "0", "--max-tokens", "512",
@@ -644,8 +644,8 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
         assert greedy[method]["output_tokens"] == greedy["ours_cache"]["output_tokens"]
     serve = res["serve"]
     assert {(r["engine"], r["method"], r["clients"]) for r in serve["rows"]} == {
-        (e, m, 2) for e in ("torch", "ct2")[:1 + ct2]
-        for m in ("one_at_a_time", "micro_batching")}
+        ("torch", m, 2) for m in ("one_at_a_time", "micro_batching")}
+    assert serve["skipped"] == {"ct2": "CTranslate2 is not installed: pip install -e '.[ct2]'"}
     for r in serve["rows"]:  # every answer arrived
         assert r["errors"] == 0 and r["requests"] == requests
         assert 0 < r["p50_ms"] <= r["p99_ms"] and r["sentences_per_s"] > 0

@@ -172,7 +172,7 @@ def test_bf16_training_on_cpu(bf16_run, capsys):
 def test_compile_on_cpu(tmp_path, monkeypatch):
     """``trainer.compile=true`` trains like eager: the same losses to float rounding,
     finite, falling; its checkpoint loads without compile's parameter names. Over a whole
-    epoch (about 100 batches of as many shapes) it compiles two graphs: the first batch's
+    epoch (about 35 batches of as many shapes) it compiles two graphs: the first batch's
     shapes, then sizes left dynamic (and a third for a batch of one sentence, where an
     epoch has one: torch specializes a size of 1), never one per batch.
 
@@ -183,21 +183,23 @@ def test_compile_on_cpu(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     # no dropout: compiled code draws its dropout masks from another random stream
-    common = ["trainer.device=cpu", "model.dropout=0.0", "trainer.attention_images=true"]
+    # (a third of the tiny corpus: an epoch of about 35 batches; one data cache for both)
+    common = ["trainer.device=cpu", "model.dropout=0.0", "trainer.attention_images=true",
+              "data.train_size=1000", f"data.cache_dir={tmp_path / 'cache'}"]
     seconds = {}
     for name, extra in (("eager", ("trainer.max_steps=12", "trainer.valid_every=12")),
                         ("compiled", ("trainer.compile=true", "trainer.max_epochs=1",
-                                      "trainer.max_steps=100000", "trainer.valid_every=50"))):
+                                      "trainer.max_steps=100000", "trainer.valid_every=20"))):
         counters.clear()
         start = time.perf_counter()
         metrics = train(compose_train(tmp_path / name, *extra, *common))
         seconds[name] = time.perf_counter() - start
     print(f"eager: 12 steps + validation + test {seconds['eager']:.1f} s; compiled: an epoch "
           f"of {metrics['steps']} steps, {seconds['compiled']:.1f} s")
-    assert metrics["stop_reason"] == "max_epochs" and metrics["steps"] > 50
+    assert metrics["stop_reason"] == "max_epochs" and metrics["steps"] > 25
     assert counters["stats"]["unique_graphs"] in (2, 3)
     eager, _ = _losses(tmp_path / "eager" / "run")
     compiled, _ = _losses(tmp_path / "compiled" / "run")
     assert compiled[:12] == pytest.approx(eager, rel=1e-4)
     _check_trained_run(tmp_path / "compiled" / "run", metrics["steps"],
-                       saved_step=metrics["steps"] // 50 * 50)  # the last validation's
+                       saved_step=metrics["steps"] // 20 * 20)  # the last validation's

@@ -63,7 +63,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
-TORCH_THREADS = torch.get_num_threads()  # this process's default, before any test sets it
 
 # the servers the tests start are forked from a process that has imported torch and the
 # rest (tests/forked.py): a plain start spends 2-3 s of CPU on the imports, ~40 times
@@ -262,8 +261,9 @@ def tiny_run(tmp_path_factory) -> Path:
 # A briefly but truly trained run: the built-in corpus, a smaller tiny model (2 encoder + 1
 # decoder layers, d_ff 256), TRAINED_STEPS steps of 1,024-token batches. It translates
 # held-out sentences exactly (proved by tests/test_tour.py); the tour runs on it. Measured
-# alone on two threads: 24 s; 59 of 124 short held-out sentences right (48 %), test BLEU
-# 58.5, 19 of the 85 held-out dictionary words; (an earlier corpus, without the dictionary:
+# alone on one thread, as make test trains it: 42 s; 58 of 124 short held-out sentences
+# right (47 %), test BLEU 57.8, 14 of the 85 held-out dictionary words (on two threads: 24 s;
+# 59, 58.5, 19); (an earlier corpus, without the dictionary:
 # 300 steps: 24 % / 30 %; 650 steps (40 s): 81 %); a
 # causal mask that lets a word see the next one: 0 right. The 2,000-piece vocabulary does
 # most of it (12 target pieces a sentence, not 19): at 1,000, 2+1 layers got 36 % at 650
@@ -281,7 +281,9 @@ TRAINED_OVERRIDES = [
     # no test reads the probes' frames or the PNG grids
     "trainer.probe_every=0", "trainer.attention_images=false", "trainer.log_every=100",
     "optim.lr=3e-3", "optim.schedule=cosine", "optim.warmup_steps=100",
-    "trainer.device=cpu",
+    # one thread, as make test gives each worker (two beside the other worker's tests wait
+    # on each other: 96 s, not 48, beside the browser tests)
+    "trainer.device=cpu", "trainer.num_threads=1",
 ]
 
 
@@ -296,14 +298,7 @@ def trained_run(tmp_path_factory):
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
         cfg = compose(config_name="train", overrides=[
             *TRAINED_OVERRIDES, f"data.cache_dir={tmp / 'cache'}", f"run_dir={tmp / 'run'}"])
-    # every core, as a user's run: the tiny runs before it (trainer.num_threads=1) leave
-    # torch at one thread, which would make this one take half as long again
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    try:
-        return tmp / "run", cfg, train(cfg)
-    finally:
-        torch.set_num_threads(threads)
+    return tmp / "run", cfg, train(cfg)
 
 
 # ----------------------------------------------------------------------------- heads

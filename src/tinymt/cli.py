@@ -48,8 +48,8 @@ def _last_words(kind, e, tb) -> None:
     """``sys.excepthook``: an exception that ends the script anywhere is one line."""
     if os.environ.get(TRACEBACK) == "1":
         sys.__excepthook__(kind, e, tb)
-    else:
-        _say(e)
+    elif _say(e) == 130 and not isinstance(e, KeyboardInterrupt):  # (Python: -SIGINT for it)
+        os._exit(130)  # a Ctrl-C whose cleanup failed on its way out: 130, not Python's 1
 
 
 sys.excepthook = _last_words

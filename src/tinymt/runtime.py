@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -101,10 +102,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
 def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -> Runtime:
     """Pick the device and precision; join the process group under torchrun."""
     if num_threads > 0:
@@ -117,7 +114,8 @@ def setup(device: str = "auto", precision: str = "auto", num_threads: int = 0) -
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         # a rank that dies makes the others fail within the timeout instead of hanging
-        dist.init_process_group(backend_for(dev), timeout=timedelta(minutes=10))
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo",
+                                timeout=timedelta(minutes=10))
     return Runtime(dev, pick_precision(precision, dev), rank, world_size, distributed=joined)
 
 
@@ -133,6 +131,8 @@ def rank_lost(rt: Runtime, e: BaseException) -> str | None:
 
 def teardown(rt: Runtime) -> None:
     if rt.distributed and dist.is_initialized():
+        # once a rank ends, torchrun's agent SIGTERMs the others: this one is ending already
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (with its one line, not killed mute)
         dist.destroy_process_group()
 
 

@@ -410,7 +410,7 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
         f"(d_model={cfg.model.d_model}, heads={cfg.model.n_heads}, "
         f"layers={cfg.model.n_encoder_layers}+{cfg.model.n_decoder_layers}); device {rt.device}"
         + (f", {rt.world_size} process{'es' if rt.world_size > 1 else ''} "
-           f"({runtime.backend_for(rt.device)})" if rt.distributed else ""))
+           f"({torch.distributed.get_backend()})" if rt.distributed else ""))
     optimizer, scheduler = build_optimizer(model, oc, tc.max_steps, rt.device)
     segments = TrainSegments(data, cfg.data.sampling_alpha, cfg.data.sampling_nbest_size,
                              tc.seed, max_len=cfg.model.max_positions - 1)

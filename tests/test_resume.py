@@ -74,8 +74,9 @@ def _same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+# (before ckpt.pt is after last.pt: at the step after the best one nothing comes between)
 POINTS = [(name, when) for name in ("last.pt", "best.pt", "ckpt.pt", "metrics.json")
-          for when in ("before", "after")]
+          for when in ("before", "after") if (name, when) != ("ckpt.pt", "before")]
 
 
 @pytest.mark.slow

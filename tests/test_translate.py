@@ -9,7 +9,6 @@ one line and exit status 2 is tests/test_cli_errors.py's.
 import io
 import re
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -86,9 +85,11 @@ def test_bad_utf8_on_stdin(tiny_run):
 
 @pytest.mark.slow
 def test_bad_utf8_as_argument(tiny_run):
-    """Python decodes argv itself (bytes kept as surrogates): a real process."""
-    r = subprocess.run([sys.executable.encode(), SCRIPT.encode(), f"run={tiny_run}".encode(),
-                        b"\xff\xfe"], capture_output=True, cwd=ROOT)
+    """Bytes that are not UTF-8 as an argument: the script gets them as Python decodes
+    argv (each byte kept as a lone surrogate, PEP 383)."""
+    arg = b"\xff\xfe".decode(errors="surrogateescape")  # what sys.argv holds for them
+    r = forked.run([sys.executable, SCRIPT, f"run={tiny_run}", arg], capture_output=True,
+                   cwd=ROOT)
     assert r.returncode == 2
     assert r.stderr.decode().strip().splitlines() == ["error: argument 1 is not valid UTF-8"]
 

@@ -166,6 +166,40 @@ def test_reading_any_text_ends_within_its_time(unit, times, html, auto):
     assert time.process_time() - start < text.READ_S + 0.1
 
 
+def test_a_short_plain_item_is_read_whatever_other_threads_compute(monkeypatch):
+    """The server reads a short plain one-pass item on its own event loop, beside the
+    batcher thread's model: that item's reading is bounded before it starts, so the
+    process's CPU clock (other threads' work included) stops nothing. Any other item keeps
+    its deadline. Here a thread hashes (C code, off the GIL) while the main thread reads."""
+    import hashlib
+    import threading
+
+    from tinymt import text
+
+    text.read_item("猫。", 1, "zh", False, True, frozenset({"zh", "en"}))  # loaded: not timed
+    monkeypatch.setattr(text, "READ_S", 0.002)
+    monkeypatch.setattr(text, "READ_S_PER_CHAR", 0.0)
+    busy, block = threading.Event(), b"x" * (64 << 20)
+
+    def compute():  # another thread's CPU, as the model's
+        while not busy.is_set():
+            hashlib.sha256(block)
+
+    other = threading.Thread(target=compute)
+    other.start()
+    try:
+        time.sleep(0.05)  # (it computes)
+        for _ in range(20):
+            parts, sents, *_ = text.read_item("他喜欢猫吗？", 1, "zh", False, True, frozenset({"zh"}))
+            assert sents == ["他喜欢猫吗？"]
+        with pytest.raises(TinyMTError, match="^q item 2: reading its"):
+            for _ in range(20):  # markup: read against the clock, which the thread runs down
+                text.read_item("<b>他喜欢猫吗？</b>" * 50, 2, "zh", True, True, None)
+    finally:
+        busy.set()
+        other.join()
+
+
 MALFORMED = ('<a ' * 1667)[:5000]  # html.parser reads it in quadratic time: ~0.4 s, 4x: 7 s
 
 

@@ -51,15 +51,16 @@ INLINE = frozenset("a abbr b bdi bdo cite data dfn em font i kbd mark q s samp s
 # The time reading a text (segmenting, language ID, HTML parsing) may take: pysbd reads
 # prose at 5-10 us a character, punctuation runs ("。" * 5000) at up to ~180 us
 READ_S, READ_S_PER_CHAR = 0.25, 200e-6
+SHORT = 1000  # characters: plain one-pass text this short is read in bounded time
 
 
 @contextlib.contextmanager
-def within(text: str, what: str = "a text"):
-    """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time of CPU (a
-    busy machine refuses no text): :data:`READ_S` + :data:`READ_S_PER_CHAR` a character
-    (SIGPROF: ``re`` and the parsers in Python check signals). Main thread only, the outermost
-    deadline alone counts: the server reads client text on :mod:`tinymt.serve.readers`."""
-    if threading.current_thread() is not threading.main_thread() or \
+def within(text: str, what: str = "a text", bounded: bool = False):
+    """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time of the
+    process's CPU: :data:`READ_S` + :data:`READ_S_PER_CHAR` a character (SIGPROF: ``re`` and
+    the parsers check signals). Main thread only, the outermost deadline alone counts; none
+    for a ``bounded`` text (the server's own threads' CPU would count: it reads such here)."""
+    if bounded or threading.current_thread() is not threading.main_thread() or \
             signal.getitimer(signal.ITIMER_PROF)[0]:
         yield
         return
@@ -304,7 +305,7 @@ def read_item(item: str, n: int, source: str, html: bool, cut: bool,
     its parts and tags (``html``: :func:`html_parts`, else the one text), the :func:`plan`
     of its text, and its language among ``among`` (:func:`detect`; None: not asked)."""
     _identifier(), _segmenter(source)  # loaded outside the item's time
-    with within(item, f"q item {n}"):
+    with within(item, f"q item {n}", not html and len(item) <= SHORT and one_pass(item)):
         parts, tags = html_parts(item) if html else ([(True, item)], {})
         sents, plans, kept = plan([s for is_text, s in parts if is_text], source, cut)
         return (parts, tags), sents, plans, kept, detect(item, among) if among else None

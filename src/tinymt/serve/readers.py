@@ -15,9 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from tinymt.serve.api import ApiError
-from tinymt.text import read_item, start_reader
-
-SHORT = 1000  # characters: a reader is kept for items this short (read in 0.45 s at most)
+from tinymt.text import SHORT, read_item, start_reader
 
 
 class Readers:

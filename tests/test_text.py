@@ -190,7 +190,7 @@ def test_a_short_plain_item_is_read_whatever_other_threads_compute(monkeypatch):
     try:
         time.sleep(0.05)  # (it computes)
         for _ in range(20):
-            parts, sents, *_ = text.read_item("他喜欢猫吗？", 1, "zh", False, True, frozenset({"zh"}))
+            _, sents, *_ = text.read_item("他喜欢猫吗？", 1, "zh", False, True, frozenset({"zh"}))
             assert sents == ["他喜欢猫吗？"]
         with pytest.raises(TinyMTError, match="^q item 2: reading its"):
             for _ in range(20):  # markup: read against the clock, which the thread runs down

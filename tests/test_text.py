@@ -2,6 +2,7 @@
 what holds no word of the model's language is kept as it is."""
 
 import resource
+import signal
 import time
 
 import pytest
@@ -166,38 +167,28 @@ def test_reading_any_text_ends_within_its_time(unit, times, html, auto):
     assert time.process_time() - start < text.READ_S + 0.1
 
 
-def test_a_short_plain_item_is_read_whatever_other_threads_compute(monkeypatch):
+def test_a_short_plain_item_is_read_with_no_clock(monkeypatch):
     """The server reads a short plain one-pass item on its own event loop, beside the
-    batcher thread's model: that item's reading is bounded before it starts, so the
-    process's CPU clock (other threads' work included) stops nothing. Any other item keeps
-    its deadline. Here a thread hashes (C code, off the GIL) while the main thread reads."""
-    import hashlib
-    import threading
-
+    batcher thread's model, where the process's CPU clock counts that thread's work too: such
+    text is bounded before it starts, so no clock runs while it is read (neither the item's
+    nor its line's: a 13-character request was refused on a busy CPU). Markup, a longer text
+    or one pysbd cuts is read against the clock."""
     from tinymt import text
 
-    text.read_item("猫。", 1, "zh", False, True, frozenset({"zh", "en"}))  # loaded: not timed
-    monkeypatch.setattr(text, "READ_S", 0.002)
-    monkeypatch.setattr(text, "READ_S_PER_CHAR", 0.0)
-    busy, block = threading.Event(), b"x" * (64 << 20)
+    clocks, real = [], text.sentences
 
-    def compute():  # another thread's CPU, as the model's
-        while not busy.is_set():
-            hashlib.sha256(block)
+    def sentences(line, lang):  # (as each line is cut: is a clock running?)
+        clocks.append(signal.getitimer(signal.ITIMER_PROF)[0] > 0)
+        return real(line, lang)
 
-    other = threading.Thread(target=compute)
-    other.start()
-    try:
-        time.sleep(0.05)  # (it computes)
-        for _ in range(20):
-            _, sents, *_ = text.read_item("他喜欢猫吗？", 1, "zh", False, True, frozenset({"zh"}))
-            assert sents == ["他喜欢猫吗？"]
-        with pytest.raises(TinyMTError, match="^q item 2: reading its"):
-            for _ in range(20):  # markup: read against the clock, which the thread runs down
-                text.read_item("<b>他喜欢猫吗？</b>" * 50, 2, "zh", True, True, None)
-    finally:
-        busy.set()
-        other.join()
+    monkeypatch.setattr(text, "sentences", sentences)
+    text.read_item("他喜欢猫吗？", 1, "zh", False, True, frozenset({"zh"}))
+    text.plan(["他喜欢猫吗？"], "zh")
+    text.read_item("<b>他喜欢猫吗？</b>", 2, "zh", True, True, None)
+    text.read_item("他喜欢猫" * 300, 3, "zh", False, True, None)  # 1,200 characters
+    text.read_item("他喜欢猫。她喜欢狗。", 4, "zh", False, True, None)
+    assert clocks == [False, False, True, True, True]
+    assert signal.getitimer(signal.ITIMER_PROF)[0] == 0
 
 
 MALFORMED = ('<a ' * 1667)[:5000]  # html.parser reads it in quadratic time: ~0.4 s, 4x: 7 s

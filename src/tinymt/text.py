@@ -55,13 +55,14 @@ SHORT = 1000  # characters: plain one-pass text this short is read in bounded ti
 
 
 @contextlib.contextmanager
-def within(text: str, what: str = "a text", bounded: bool = False):
+def within(text: str, what: str = "a text", plain: bool = True):
     """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time of the
     process's CPU: :data:`READ_S` + :data:`READ_S_PER_CHAR` a character (SIGPROF: ``re`` and
     the parsers check signals). Main thread only, the outermost deadline alone counts; none
-    for a ``bounded`` text (the server's own threads' CPU would count: it reads such here)."""
-    if bounded or threading.current_thread() is not threading.main_thread() or \
-            signal.getitimer(signal.ITIMER_PROF)[0]:
+    for plain :func:`one_pass` text of at most :data:`SHORT` characters, bounded before it
+    starts (the server reads such on its event loop, where its other threads' CPU counts)."""
+    if plain and len(text) <= SHORT and one_pass(text) or signal.getitimer(signal.ITIMER_PROF)[0] \
+            or threading.current_thread() is not threading.main_thread():
         yield
         return
     seconds = READ_S + READ_S_PER_CHAR * len(text)
@@ -305,7 +306,7 @@ def read_item(item: str, n: int, source: str, html: bool, cut: bool,
     its parts and tags (``html``: :func:`html_parts`, else the one text), the :func:`plan`
     of its text, and its language among ``among`` (:func:`detect`; None: not asked)."""
     _identifier(), _segmenter(source)  # loaded outside the item's time
-    with within(item, f"q item {n}", not html and len(item) <= SHORT and one_pass(item)):
+    with within(item, f"q item {n}", plain=not html):
         parts, tags = html_parts(item) if html else ([(True, item)], {})
         sents, plans, kept = plan([s for is_text, s in parts if is_text], source, cut)
         return (parts, tags), sents, plans, kept, detect(item, among) if among else None

@@ -121,9 +121,9 @@ def _length_filter(cfg, cols: Columns, left: list[int]) -> Columns:
     """The max_len and max_len_ratio filters, in that order, on a chunk of the train split
     (valid/test pairs are never dropped for length); ``left`` counts the pairs before the
     filters and after each."""
-    ratio = cfg.max_len_ratio
+    ratio, most = cfg.max_len_ratio, cfg.max_len  # (read once: a DictConfig's read is ~35 us)
     lens = [(len(s), len(t)) for s, t in zip(cols["src_ids"], cols["tgt_ids"])]
-    short = [i for i, n in enumerate(lens) if cfg.max_len <= 0 or max(n) <= cfg.max_len]
+    short = [i for i, n in enumerate(lens) if most <= 0 or max(n) <= most]
     keep = [i for i in short if ratio <= 0 or max(lens[i]) <= ratio * max(1, min(lens[i]))]
     for k, n in enumerate((len(lens), len(short), len(keep))):
         left[k] += n

@@ -509,6 +509,9 @@ def test_a_server_is_up_once_it_answers_on_the_port_it_printed(tmp_path, monkeyp
 
     (tmp_path / "serve.py").write_text(STAND_IN)
     monkeypatch.setattr(serve_speed, "SERVE_SCRIPT", tmp_path / "serve.py")
+    # started plainly, as the benchmark starts it: the stand-in imports no torch, and a
+    # fork server (tests/forked.py) costs ~4 s to start where no other test needs one
+    monkeypatch.setattr(serve_speed.ServerProcess, "popen", subprocess.Popen)
     server = serve_speed.ServerProcess(["a=1"])
     try:
         assert server.base == f"http://127.0.0.1:{server.port}" and server.port > 0

@@ -613,6 +613,7 @@ def test_hostile_load_is_bounded_and_sigterm_is_quick(tiny_run):
     assert not load["traceback"] and load["stderr_lines"] <= 8, load["stderr_tail"]
 
 
+@pytest.mark.slow  # the script in its own process
 def test_help_shows_the_examples_and_every_setting():
     r = forked.run([sys.executable, str(REPO_ROOT / "scripts" / "serve.py"), "--help"],
                    capture_output=True, text=True, timeout=120)

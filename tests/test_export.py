@@ -22,10 +22,16 @@ import forked
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import tinymt.config  # noqa: F401  (registers the schemas)
-from conftest import NO_CT2, REPO_ROOT, make_pairs, run_script_in_process, sample_pairs
+from conftest import (
+    NO_CT2,
+    REPO_ROOT,
+    compose_translate,
+    make_pairs,
+    run_script_in_process,
+    sample_pairs,
+)
 from tinymt.batching import collate
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
@@ -62,11 +68,6 @@ def one_error_line(r: subprocess.CompletedProcess) -> str:
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
     return lines[0]
-
-
-def translate_cfg(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
-        return compose(config_name="translate", overrides=["device=cpu", *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -255,13 +256,13 @@ def test_translate_engine_ct2_files_and_ref(tiny_run, exports, tmp_path):
     r = cli("translate", "engine=ct2", f"model_dir={exports['none']}", f"input={src}",
             f"output={out}", f"ref={ref}")
     assert r.returncode == 0, r.stderr[-2000:]
-    torch_engine = translate(translate_cfg(f"run={tiny_run}", f"input={src}", f"ref={ref}"))
+    torch_engine = translate(compose_translate(f"run={tiny_run}", f"input={src}", f"ref={ref}"))
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == torch_engine["translations"]
     assert f"BLEU {torch_engine['bleu']:.2f}" in r.stderr
 
 
 def test_translate_engine_ct2_nbest(exports, capsys):
-    res = translate(translate_cfg("engine=ct2", f"model_dir={exports['none']}",
+    res = translate(compose_translate("engine=ct2", f"model_dir={exports['none']}",
                                   "decode.beam=3", "decode.nbest=3"), ["他喜欢猫吗？", ""])
     out = capsys.readouterr().out.split("\n")
     scores = [float(line.split("\t")[0]) for line in out[:3]]
@@ -287,7 +288,7 @@ def test_without_ctranslate2_one_line_and_tinymt_still_works(tiny_run, exports, 
     with monkeypatch.context() as m:  # (in this process: an import of it fails the same way)
         m.setitem(sys.modules, "ctranslate2", None)
         with pytest.raises(TinyMTError) as e:
-            translate(translate_cfg("engine=ct2", f"model_dir={exports['none']}"), ["他喜欢猫吗？"])
+            translate(compose_translate("engine=ct2", f"model_dir={exports['none']}"), ["他喜欢猫吗？"])
     assert str(e.value) == "CTranslate2 is not installed: pip install -e '.[ct2]'"
     # the torch engine is lazy about it
     r = cli("translate", f"run={tiny_run}", "device=cpu", "他喜欢猫吗？", prefix=("-c", NO_CT2))

@@ -17,14 +17,13 @@ import forked
 import numpy as np
 import pytest
 import sacrebleu
-from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 import tinymt.config  # noqa: F401
 import tinymt.translate
-from conftest import run_script_in_process
+from conftest import compose_translate, run_script_in_process
 from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import TranslateConfig
 from tinymt.data import normalize
@@ -38,12 +37,6 @@ from tinymt.translate import _place_tags, likelihood, translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "translate.py")
-
-
-def cfg_for(run, *overrides):
-    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
-        return compose(config_name="translate", overrides=[f"run={run}", "device=cpu",
-                                                          *overrides])
 
 
 def cli(*args, stdin=None):
@@ -66,20 +59,20 @@ def test_sentences_as_arguments(tiny_run, capsys):
     assert status == 0, err
     out = capsys.readouterr().out.splitlines()
     # the script prints what the library translates, in order, one line each
-    assert out == translate(cfg_for(tiny_run), [*sentences, "x=1", "他喜欢猫吗？"])["translations"]
+    assert out == translate(compose_translate(f"run={tiny_run}"), [*sentences, "x=1", "他喜欢猫吗？"])["translations"]
     assert len(out) == 5
 
 
 def test_input_is_normalised_like_the_training_text(tiny_run):
     """Full-width punctuation and extra spaces: NFKC and collapsed spaces, as data.normalize."""
-    plain = translate(cfg_for(tiny_run), ["他喜欢猫吗?"])["translations"]
-    assert translate(cfg_for(tiny_run), ["  他喜欢猫吗？ "])["translations"] == plain
+    plain = translate(compose_translate(f"run={tiny_run}"), ["他喜欢猫吗?"])["translations"]
+    assert translate(compose_translate(f"run={tiny_run}"), ["  他喜欢猫吗？ "])["translations"] == plain
 
 
 def test_bad_utf8_on_stdin(tiny_run):
     stdin = piped("他喜欢猫吗？\n".encode() + b"\xff\xfe\x00garbage\n")
     with pytest.raises(TinyMTError) as e:
-        translate(cfg_for(tiny_run), stdin=stdin, stdout=io.StringIO())
+        translate(compose_translate(f"run={tiny_run}"), stdin=stdin, stdout=io.StringIO())
     assert str(e.value) == "stdin: line 2 is not valid UTF-8"
 
 
@@ -101,10 +94,10 @@ def test_failed_translation_leaves_an_existing_output_file(tiny_run, tmp_path):
     bad.write_bytes("他喜欢猫吗？\n".encode())
     ref = tmp_path / "missing.en"
     with pytest.raises(TinyMTError):
-        translate(cfg_for(tiny_run, f"input={bad}", f"output={out}", f"ref={ref}"))
+        translate(compose_translate(f"run={tiny_run}", f"input={bad}", f"output={out}", f"ref={ref}"))
     with pytest.raises(TinyMTError):  # fails while translating: attention= one file, 2 lines
         bad.write_bytes("他喜欢猫吗？\n我们每天去学校。\n".encode())
-        translate(cfg_for(tiny_run, f"input={bad}", f"output={out}",
+        translate(compose_translate(f"run={tiny_run}", f"input={bad}", f"output={out}",
                           f"attention={tmp_path / 'one.png'}"))
     assert out.read_text(encoding="utf-8") == "precious\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.zh", "out.en"]
@@ -112,13 +105,13 @@ def test_failed_translation_leaves_an_existing_output_file(tiny_run, tmp_path):
 
 def test_stdin_pipe_keeps_line_count_with_empty_lines(tiny_run):
     out = io.StringIO()
-    res = translate(cfg_for(tiny_run), stdout=out, stdin=piped(
+    res = translate(compose_translate(f"run={tiny_run}"), stdout=out, stdin=piped(
         "他喜欢猫吗？\n\n   \n那只小猫昨天在公园里追了一只蝴蝶。\n".encode()))
     lines = out.getvalue().split("\n")[:-1]
     assert len(lines) == 4
     assert lines[1] == "" and lines[2] == ""
     assert lines[0] and lines[3]
-    assert [lines[0], lines[3]] == translate(cfg_for(tiny_run), [
+    assert [lines[0], lines[3]] == translate(compose_translate(f"run={tiny_run}"), [
         "他喜欢猫吗？", "那只小猫昨天在公园里追了一只蝴蝶。"])["translations"]
     assert res["translations"] == lines
 
@@ -127,7 +120,7 @@ def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
     src = tmp_path / "in.zh"
     src.write_text("我昨天在公园里看了一本书。\n\n他们会去上海。\n\n", encoding="utf-8")
     out = tmp_path / "out.en"
-    res = translate(cfg_for(tiny_run, f"input={src}", f"output={out}", "decode.beam=3"))
+    res = translate(compose_translate(f"run={tiny_run}", f"input={src}", f"output={out}", "decode.beam=3"))
     got = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(got) == 4 and got[1] == "" and got[3] == ""
     assert got == res["translations"]
@@ -136,7 +129,7 @@ def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
 def test_overlong_sentence_is_truncated_with_a_warning(tiny_run):
     long_line = "我请李雷帮我订了去北京的机票，" * 20  # one sentence, far over max_positions=64
     warnings, out = [], io.StringIO()
-    translate(cfg_for(tiny_run), stdin=piped(f"他喜欢猫吗？\n{long_line}\n".encode()),
+    translate(compose_translate(f"run={tiny_run}"), stdin=piped(f"他喜欢猫吗？\n{long_line}\n".encode()),
               stdout=out, warn=warnings.append)
     assert len(warnings) == 1 and "sentence 2" in warnings[0] and "truncat" in warnings[0]
     assert len(out.getvalue().splitlines()) == 2
@@ -162,12 +155,12 @@ def test_a_short_line_of_uncertain_language_translated_unlikely_is_flagged(tiny_
     out = translate_ids(run.model, [src])[0][0][0]
     assert likelihood(run, src, out, "cpu") < tinymt.translate.LIKELY  # (a 40-step model)
     warnings = []
-    translate(cfg_for(tiny_run), lines, stdout=io.StringIO(), warn=warnings.append)
+    translate(compose_translate(f"run={tiny_run}"), lines, stdout=io.StringIO(), warn=warnings.append)
     assert len(warnings) == 1 and warnings[0].startswith(
         "line 1: '猫' is short, of uncertain language (sr 4%), and the model finds its "
         "translation unlikely"), warnings
     monkeypatch.setattr(tinymt.translate, "LIKELY", 0.0)
-    translate(cfg_for(tiny_run), lines, stdout=io.StringIO(), warn=warnings.append)
+    translate(compose_translate(f"run={tiny_run}"), lines, stdout=io.StringIO(), warn=warnings.append)
     assert len(warnings) == 1
 
 
@@ -175,15 +168,15 @@ def test_characters_outside_the_vocabulary_do_not_crash(tiny_run):
     run = load_run(str(tiny_run))
     assert UNK_ID in run.src_tokenizer.encode("龘靐齉爩 🙂")  # really unknown to the model
     warnings = []
-    res = translate(cfg_for(tiny_run), ["龘靐齉爩 🙂 ǅ", "他喜欢猫吗？"], warn=warnings.append)
+    res = translate(compose_translate(f"run={tiny_run}"), ["龘靐齉爩 🙂 ǅ", "他喜欢猫吗？"], warn=warnings.append)
     assert warnings == []  # unknown characters are no reason to warn, only to map to <unk>
     assert len(res["translations"]) == 2
-    assert res["translations"][1] == translate(cfg_for(tiny_run), ["他喜欢猫吗？"])[
+    assert res["translations"][1] == translate(compose_translate(f"run={tiny_run}"), ["他喜欢猫吗？"])[
         "translations"][0]  # the batch neighbour is unaffected
 
 
 def test_nbest_output(tiny_run, capsys):
-    translate(cfg_for(tiny_run, "decode.beam=3", "decode.nbest=3"), ["他喜欢猫吗？", ""])
+    translate(compose_translate(f"run={tiny_run}", "decode.beam=3", "decode.nbest=3"), ["他喜欢猫吗？", ""])
     out = capsys.readouterr().out.split("\n")
     # 3 scored lines + blank for the sentence, then one empty-hypothesis block
     scores = [float(line.split("\t")[0]) for line in out[:3]]
@@ -199,7 +192,7 @@ def test_beam_rule_reaches_the_search(tiny_run, capsys):
     ids = [run.src_tokenizer.encode(normalize(s)) for s in lines]
     printed = {}
     for rule in ("shrink", "full"):
-        translate(cfg_for(tiny_run, "decode.beam=4", "decode.nbest=4",
+        translate(compose_translate(f"run={tiny_run}", "decode.beam=4", "decode.nbest=4",
                           f"decode.beam_rule={rule}"), lines)
         printed[rule] = capsys.readouterr().out
         want = translate_ids(run.model, ids, beam=4, nbest=4, beam_rule=rule)
@@ -209,7 +202,7 @@ def test_beam_rule_reaches_the_search(tiny_run, capsys):
             assert [x for x, _ in got] == pytest.approx([s for _, s in hyps], abs=1e-4)
             assert [x for _, x in got] == [run.tgt_tokenizer.decode(h) for h, _ in hyps]
     assert printed["shrink"] != printed["full"]  # scores differ at least (normalisers)
-    translate(cfg_for(tiny_run, "decode.beam=4", "decode.nbest=4"), lines)
+    translate(compose_translate(f"run={tiny_run}", "decode.beam=4", "decode.nbest=4"), lines)
     assert capsys.readouterr().out == printed["shrink"]  # the torch engine's own rule
 
 
@@ -217,7 +210,7 @@ def test_ref_prints_sacrebleu(tiny_run, tmp_path, capsys):
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     src.write_text("他喜欢猫吗？\n我们每天去学校。\n", encoding="utf-8")
     ref.write_text("Does he like cats?\nWe go to school every day.\n", encoding="utf-8")
-    res = translate(cfg_for(tiny_run, f"input={src}", f"ref={ref}"))
+    res = translate(compose_translate(f"run={tiny_run}", f"input={src}", f"ref={ref}"))
     expected = sacrebleu.corpus_bleu(res["translations"],
                                      [["Does he like cats?", "We go to school every day."]])
     assert res["bleu"] == pytest.approx(expected.score)
@@ -258,15 +251,15 @@ def test_a_killed_translations_temp_file_is_harmless(tiny_run, tmp_path, capsys)
 
 def test_attention_figure_file_and_folder(tiny_run, tmp_path):
     png = tmp_path / "one.png"
-    translate(cfg_for(tiny_run, f"attention={png}"), ["我请李雷帮我订了去北京的机票。"])
+    translate(compose_translate(f"run={tiny_run}", f"attention={png}"), ["我请李雷帮我订了去北京的机票。"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     folder = tmp_path / "maps"
-    translate(cfg_for(tiny_run, f"attention={folder}",
+    translate(compose_translate(f"run={tiny_run}", f"attention={folder}",
                       "attention_kinds=[cross,decoder_self,encoder_self]"),
               ["他喜欢猫吗？", "", "我们每天去学校。他喜欢猫吗？"])
     assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.1.png", "line3.2.png"]
     with pytest.raises(TinyMTError, match="give a folder"):
-        translate(cfg_for(tiny_run, f"attention={png}"), ["他喜欢猫吗？", "我们每天去学校。"])
+        translate(compose_translate(f"run={tiny_run}", f"attention={png}"), ["他喜欢猫吗？", "我们每天去学校。"])
 
 
 def test_run_latest_picks_the_newest(tiny_run, tmp_path):
@@ -288,11 +281,11 @@ def error_of(cfg, sentences=("他喜欢猫吗？",)) -> str:
 
 
 def test_missing_run_dir_is_a_clear_error(tmp_path):
-    assert error_of(cfg_for(tmp_path / "nope")) == f"run dir {tmp_path / 'nope'} does not exist"
+    assert error_of(compose_translate(f"run={tmp_path / 'nope'}")) == f"run dir {tmp_path / 'nope'} does not exist"
 
 
 def test_missing_checkpoint_names_the_expected_path(tiny_run):
-    assert str(tiny_run / "checkpoints" / "avg.pt") in error_of(cfg_for(tiny_run,
+    assert str(tiny_run / "checkpoints" / "avg.pt") in error_of(compose_translate(f"run={tiny_run}",
                                                                          "checkpoint=avg"))
 
 
@@ -300,7 +293,7 @@ def test_missing_tokenizer_is_a_clear_error(tiny_run, tmp_path):
     broken = tmp_path / "run"
     shutil.copytree(tiny_run, broken)
     shutil.rmtree(broken / "tokenizer")
-    assert str(broken / "tokenizer") in error_of(cfg_for(broken))
+    assert str(broken / "tokenizer") in error_of(compose_translate(f"run={broken}"))
 
 
 def test_truncated_checkpoint_is_a_clear_error(tiny_run, tmp_path):
@@ -308,7 +301,7 @@ def test_truncated_checkpoint_is_a_clear_error(tiny_run, tmp_path):
     shutil.copytree(tiny_run, broken)
     best = broken / "checkpoints" / "best.pt"
     best.write_bytes(best.read_bytes()[:1000])
-    assert "damaged or truncated" in error_of(cfg_for(broken))
+    assert "damaged or truncated" in error_of(compose_translate(f"run={broken}"))
 
 
 def _resized(state: dict, size: int) -> None:
@@ -330,23 +323,23 @@ def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path, for
     forge(state)
     other = tmp_path / "other.pt"
     save_checkpoint(state, other)
-    message = error_of(cfg_for(tiny_run, f"checkpoint={other}"))
+    message = error_of(compose_translate(f"run={tiny_run}", f"checkpoint={other}"))
     assert message.startswith(f"{other} was trained with {words}")
     assert message.endswith("the checkpoint belongs to another run")
 
 
 def test_bad_decode_options(tiny_run):
     with pytest.raises(TinyMTError, match="nbest"):
-        translate(cfg_for(tiny_run, "decode.beam=2", "decode.nbest=3"), ["他喜欢猫吗？"])
+        translate(compose_translate(f"run={tiny_run}", "decode.beam=2", "decode.nbest=3"), ["他喜欢猫吗？"])
 
 
 def test_input_file_errors(tiny_run, tmp_path):
     with pytest.raises(TinyMTError, match="file not found: .*missing.txt"):
-        translate(cfg_for(tiny_run, f"input={tmp_path / 'missing.txt'}"))
+        translate(compose_translate(f"run={tiny_run}", f"input={tmp_path / 'missing.txt'}"))
     bad = tmp_path / "bad.txt"
     bad.write_bytes("他喜欢猫吗？\n".encode() + b"\xff\xfe broken\n")
     with pytest.raises(TinyMTError, match="line 2 is not valid UTF-8"):
-        translate(cfg_for(tiny_run, f"input={bad}"))
+        translate(compose_translate(f"run={tiny_run}", f"input={bad}"))
 
 
 @pytest.mark.slow
@@ -358,7 +351,7 @@ def test_help_shows_the_examples_and_every_option():
     help_ = OmegaConf.load(ROOT / "configs" / "translate.yaml").hydra.help
     assert r.stdout.startswith(help_.header) and help_.footer.strip() in r.stdout
     config = r.stdout.split("== Config ==", 1)[1]
-    composed = cfg_for("latest")
+    composed = compose_translate("run=latest")
     for key in TranslateConfig.__dataclass_fields__:
         assert f"\n{key}:" in config, key
     assert f"  beam: {composed.decode.beam}\n" in config
@@ -371,9 +364,9 @@ def test_a_paragraph_is_translated_sentence_by_sentence(tiny_run):
     from conftest import sample_pairs
 
     sents = [p.zh for _, p in sample_pairs(3, 4)]
-    alone = translate(cfg_for(tiny_run), sents)["translations"]
+    alone = translate(compose_translate(f"run={tiny_run}"), sents)["translations"]
     warnings, out = [], io.StringIO()
-    res = translate(cfg_for(tiny_run), ["".join(sents[:3]), f"{sents[3]} 123 :)", "https://x.org"],
+    res = translate(compose_translate(f"run={tiny_run}"), ["".join(sents[:3]), f"{sents[3]} 123 :)", "https://x.org"],
                     stdout=out, warn=warnings.append)
     assert res["translations"] == [" ".join(alone[:3]), f"{alone[3]} 123 :)", "https://x.org"]
     assert out.getvalue().splitlines() == res["translations"]
@@ -411,7 +404,7 @@ def test_a_span_the_vocabulary_cannot_spell_replaces_the_word_that_looks_at_it(t
         lead, _, trail = re.fullmatch(r"(\W*)(.*?)(\W*)", texts[best]).groups()
         texts[best] = f"{lead}{n + 7}{trail}"  # the word replaced, its punctuation kept
         expected.append(" ".join(texts))
-    got = translate(cfg_for(tiny_run), [*lines, "请看 https://x.org/a?b=1 的机票。"])
+    got = translate(compose_translate(f"run={tiny_run}"), [*lines, "请看 https://x.org/a?b=1 的机票。"])
     assert got["translations"][:-1] == expected
     assert "https://x.org/a?b=1" in got["translations"][-1]
 
@@ -429,7 +422,7 @@ def test_every_number_and_url_comes_back(tiny_run, spans, at):
     would keep only the last), and with no word to place them on they follow the text."""
     zh = "我请李雷帮我订了去北京的机票。"
     line = zh[:at] + " ".join(spans) + zh[at:]
-    got = translate(cfg_for(tiny_run), [line], stdout=io.StringIO())["translations"][0]
+    got = translate(compose_translate(f"run={tiny_run}"), [line], stdout=io.StringIO())["translations"][0]
     assert Counter(m.group() for m in SPAN.finditer(got)) >= Counter(spans), (line, got)
 
 

@@ -28,8 +28,8 @@ from tinymt.serve.api import (
     distinct,
 )
 from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
-from tinymt.serve.readers import SHORT, Readers
-from tinymt.text import CONFIDENT, LIBRETRANSLATE, assemble, one_pass, read_item, unsure
+from tinymt.serve.readers import Readers
+from tinymt.text import CONFIDENT, LIBRETRANSLATE, SHORT, assemble, one_pass, read_item, unsure
 from tinymt.translate import (
     SHORT_INPUT,
     attention_documents,

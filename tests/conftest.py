@@ -257,14 +257,22 @@ TINY_FRAMES = list(range(2, 41, 2))  # the steps tiny_run records its probes at 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny run dir (40 steps, validations at 20 and 40, a frame of the probes
-    every 2 steps, step checkpoints kept). Each worker trains its own: the tests that check
-    a refused command changed nothing compare copies made by the process that trained it."""
+    every 2 steps, step checkpoints kept). Trained once a session, by the first worker to
+    ask (the others wait for it: ~11 s of CPU); each worker gets a copy of its own, so
+    that a test that checks a refused command changed nothing sees no other worker's."""
+    from filelock import FileLock
+
     from tinymt.trainer import train
 
-    tmp = tmp_path_factory.mktemp("tiny_run")
-    train(compose_train(tmp, "trainer.max_steps=40", "trainer.valid_every=20", "trainer.probe_every=2",
-                        "trainer.keep_last=2", "trainer.attention_images=true"))
-    return tmp / "run"
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base  # this session's
+    with FileLock(shared / "tiny_run.lock"):
+        if not (shared / "tiny_run" / "run" / "metrics.json").exists():
+            shutil.rmtree(shared / "tiny_run", ignore_errors=True)  # a worker that failed
+            train(compose_train(shared / "tiny_run", "trainer.max_steps=40",
+                                "trainer.valid_every=20", "trainer.probe_every=2",
+                                "trainer.keep_last=2", "trainer.attention_images=true"))
+    return copy_run(shared / "tiny_run" / "run", tmp_path_factory.mktemp("tiny_run") / "run")
 
 
 # A briefly but truly trained run: the built-in corpus, a smaller tiny model (2 encoder + 1

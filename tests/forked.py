@@ -10,7 +10,7 @@ what an interpreter reads as it starts (``PYTHON*`` variables, the locale, OpenM
 the allocator's settings, a fresh hash seed): a run whose environment changes one of those
 starts plainly (:func:`forkable`), and so do the tests whose point is a fresh interpreter
 (the same draws in *another* process, a Ctrl-C while it imports, a closed stdout at its
-exit, the tour's kernel, ``torchrun``).
+exit, the tour's kernel, ``torchrun``'s ranks: ``torchrun`` itself is forked).
 
 The server is one per pytest process, started on first use; it ends when that process
 closes its end of the control socket.
@@ -244,6 +244,9 @@ def _serve(ctl: socket.socket) -> None:
             importlib.import_module(module.name)
     importlib.import_module("tensorboard.default")  # (tensorboard's own plugins)
     importlib.import_module("datasets")  # (tinymt.data imports it where it prepares data)
+    importlib.import_module("torch._dynamo")  # (an optimizer's first use imports it: 1.3 s)
+    from tinymt.text import plan
+    plan(["warm-up. 热身。"], "zh")  # py3langid's model, decompressed (~1 s a reading child)
     from tinymt.bench.serve_speed import ServerProcess
     ServerProcess.popen = staticmethod(popen)  # a benchmark's servers: forked here too
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -68,9 +69,9 @@ def test_torchrun_two_processes_matches_single_process(tmp_path, capsys):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     train(compose_train(tmp_path, *COMMON, cache, f"run_dir={single}"))  # one process: this one
 
-    r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "scripts/train.py",
-                        *COMMON, cache, f"run_dir={ddp}", f"hydra.run.dir={ddp}"],
-                       capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600)
+    r = forked.run([sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2",
+                    "scripts/train.py", *COMMON, cache, f"run_dir={ddp}", f"hydra.run.dir={ddp}"],
+                   capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 processes" in r.stdout
 
@@ -159,8 +160,9 @@ def test_a_killed_rank_leaves_one_line_from_the_other(tmp_path):
     traceback, and last.pt loads."""
     run, log = tmp_path / "run", tmp_path / "torchrun.log"
     with log.open("w") as f:
-        proc = subprocess.Popen(
-            [str(TORCHRUN), "--standalone", "--nproc_per_node=2", "scripts/train.py", *COMMON,
+        proc = forked.popen(
+            [sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2",
+             "scripts/train.py", *COMMON,
              "trainer.max_steps=100000", "trainer.valid_every=3",
              f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}", f"hydra.run.dir={run}"],
             cwd=ROOT, env=_env(), stdout=f, stderr=subprocess.STDOUT)
@@ -236,8 +238,8 @@ def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
                   f"run_dir={tmp_path / 'run'}"]
     log = tmp_path / "torchrun.log"
     with log.open("w") as f:  # a file, not a pipe: ranks that outlive torchrun cannot block
-        proc = subprocess.Popen(
-            [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
+        proc = forked.popen(
+            [sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
              str(ROOT / "configs"), str(tmp_path), *overrides], cwd=ROOT,
             env=_env(), stdout=f, stderr=subprocess.STDOUT)
         try:

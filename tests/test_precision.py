@@ -184,12 +184,13 @@ def test_compile_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
     # no dropout: compiled code draws its dropout masks from another random stream
     # (a third of the tiny corpus: an epoch of about 35 batches; one data cache for both)
-    common = ["trainer.device=cpu", "model.dropout=0.0", "trainer.attention_images=true",
+    common = ["trainer.device=cpu", "model.dropout=0.0",
               "data.train_size=1000", f"data.cache_dir={tmp_path / 'cache'}"]
     seconds = {}
     for name, extra in (("eager", ("trainer.max_steps=12", "trainer.valid_every=12")),
                         ("compiled", ("trainer.compile=true", "trainer.max_epochs=1",
-                                      "trainer.max_steps=100000", "trainer.valid_every=20"))):
+                                      "trainer.max_steps=100000", "trainer.valid_every=20",
+                                      "trainer.attention_images=true"))):  # (read below)
         counters.clear()
         start = time.perf_counter()
         metrics = train(compose_train(tmp_path / name, *extra, *common))

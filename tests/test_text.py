@@ -170,7 +170,7 @@ def test_reading_any_text_ends_within_its_time(unit, times, html, auto):
 def test_a_deadline_dropped_once_is_raised_again(monkeypatch):
     """Python drops an exception raised in a weakref callback or ``__del__`` ("Exception
     ignored in ..."; a library's ``except Exception`` would too): the deadline fires again
-    0.05 s of CPU later, until its error lands. Seen once in the suite: a GC callback took
+    0.01 s of CPU later, until its error lands. Seen in the suite: a GC callback took
     the first, and translate.py read 12,000 characters on past its time."""
     from tinymt import text
 

@@ -58,7 +58,7 @@ SHORT = 1000  # characters: plain one-pass text this short is read in bounded ti
 def within(text: str, what: str = "a text", plain: bool = True):
     """Reading ``text`` stopped by a one-line :class:`TinyMTError` past its time of the
     process's CPU: :data:`READ_S` + :data:`READ_S_PER_CHAR` a character (SIGPROF, which ``re``
-    and the parsers check; again every 0.05 s: Python drops a raise in a weakref callback).
+    and the parsers check; again every 0.01 s: Python drops a raise in a weakref callback).
     Main thread only, the outermost deadline alone counts; untimed: plain :func:`one_pass`
     text of at most :data:`SHORT` characters (the server reads it amid its threads' CPU)."""
     if plain and len(text) <= SHORT and one_pass(text) or signal.getitimer(signal.ITIMER_PROF)[0] \
@@ -71,7 +71,7 @@ def within(text: str, what: str = "a text", plain: bool = True):
         raise TinyMTError(f"{what}: reading its {len(text):,} characters took over "
                           f"{seconds:.2f} s (sentences, language, markup); send plainer text")
     old = signal.signal(signal.SIGPROF, stop)
-    signal.setitimer(signal.ITIMER_PROF, seconds, 0.05)
+    signal.setitimer(signal.ITIMER_PROF, seconds, 0.01)
     try:
         yield
     finally:

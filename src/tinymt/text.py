@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from html import escape
@@ -66,10 +67,12 @@ def within(text: str, what: str = "a text", plain: bool = True):
         yield
         return
     seconds = READ_S + READ_S_PER_CHAR * len(text)
+    error = TinyMTError(f"{what}: reading its {len(text):,} characters took over "
+                        f"{seconds:.2f} s (sentences, language, markup); send plainer text")
 
-    def stop(*_):
-        raise TinyMTError(f"{what}: reading its {len(text):,} characters took over "
-                          f"{seconds:.2f} s (sentences, language, markup); send plainer text")
+    def stop(*_):  # (not while it is on its way out: the finally disarms the timer there)
+        if sys.exc_info()[1] is not error:
+            raise error
     old = signal.signal(signal.SIGPROF, stop)
     signal.setitimer(signal.ITIMER_PROF, seconds, 0.01)
     try:

@@ -181,19 +181,16 @@ def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
     return h.hexdigest()
 
 
-def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> Path:
+def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> None:
     """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model."""
-    folder = Path(folder)
     pairs = [(src, JOINT_MODEL)] if src is tgt else [(src, SRC_MODEL), (tgt, TGT_MODEL)]
     for tok, name in pairs:
         dest = folder / name
         write_bytes(tok.sp.serialized_model_proto(), dest)  # = its file's bytes
-    return folder
 
 
 def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:
     """``(src, tgt)`` from ``folder``; the same object twice for a joint vocabulary."""
-    folder = Path(folder)
     if (folder / JOINT_MODEL).is_file():
         tok = Tokenizer.load(folder / JOINT_MODEL)
         return tok, tok

@@ -10,7 +10,10 @@ what an interpreter reads as it starts (``PYTHON*`` variables, the locale, OpenM
 the allocator's settings, a fresh hash seed): a run whose environment changes one of those
 starts plainly (:func:`forkable`), and so do the tests whose point is a fresh interpreter
 (the same draws in *another* process, a Ctrl-C while it imports, a closed stdout at its
-exit, the tour's kernel, ``torchrun``'s ranks: ``torchrun`` itself is forked).
+exit, the tour's kernel). ``torchrun`` is forked, and so are its ranks (:func:`_rank_popen`:
+a plain rank spends ~7 of its ~9 s of CPU importing); test_sampling.py checks that a fresh
+interpreter draws a rank's pieces, and each rank's losses are compared with a run in the
+test's own process, whose hash seed and random state are not the server's.
 
 The server is one per pytest process, started on first use; it ends when that process
 closes its end of the control socket.
@@ -32,6 +35,8 @@ _STARTUP = ("PYTHON", "LC_", "LANG", "OMP_", "GOMP_", "KMP_", "MKL_", "MALLOC", 
 # ...but these: the child applies the first two itself (_child); the last is read when a
 # compile writes its cache
 _REDONE = ("PYTHONUNBUFFERED", "OMP_NUM_THREADS", "TORCHINDUCTOR_CACHE_DIR")
+# ...nor these, which torch.distributed reads as a rank joins (torchrun sets them for each)
+_AT_JOIN = ("TORCHELASTIC_", "TORCH_NCCL_")
 _SET_BY_CLI = {"GOMP_SPINCOUNT": "10000"}  # tinymt.cli's default, set before torch is imported
 # what the scripts import, preloaded: not tinymt.cli (its first lines set the environment
 # and sys.excepthook, which a script's own import of it must do)
@@ -48,7 +53,7 @@ def forkable(args: list, env: dict | None) -> bool:
     started = _the_server().env  # what the server's interpreter started with
     env, started = {**_SET_BY_CLI, **env}, {**_SET_BY_CLI, **started}
     return all(env.get(k) == started.get(k) for k in set(env) | set(started)
-               if k.startswith(_STARTUP) and k not in _REDONE)
+               if k.startswith(_STARTUP) and k not in _REDONE and not k.startswith(_AT_JOIN))
 
 
 class _Server:
@@ -71,10 +76,10 @@ class _Server:
         self.ctl = mine
 
     def start(self, argv: list[str], cwd: str | None, env: dict | None,
-              fds: tuple[int, int, int]) -> socket.socket:
+              fds: tuple[int, int, int], session: bool = False) -> socket.socket:
         """The child's status socket; it first sends the child's pid."""
         status, theirs = socket.socketpair()
-        request = json.dumps({"argv": argv, "cwd": cwd or os.getcwd(),
+        request = json.dumps({"argv": argv, "cwd": cwd or os.getcwd(), "session": session,
                               "env": dict(os.environ if env is None else env)}).encode()
         with self.lock:
             socket.send_fds(self.ctl, [request], [theirs.fileno(), *fds])
@@ -98,12 +103,17 @@ class ForkedPopen(subprocess.Popen):
     """``subprocess.Popen([sys.executable, script, *args], ...)`` through the fork server
     (``python -c code`` too)."""
 
+    def __init__(self, args, *, start_new_session: bool = False, **kwargs):
+        self._session = start_new_session  # (the child calls setsid)
+        super().__init__(args, **kwargs)
+
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
                        startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
                        errread, errwrite, *rest):
         fds = tuple(i if fd == -1 else fd for i, fd in enumerate((p2cread, c2pwrite, errwrite)))
         self._status = _the_server().start([os.fsdecode(a) for a in args[1:]],
-                                           os.fsdecode(cwd) if cwd else None, env, fds)
+                                           os.fsdecode(cwd) if cwd else None, env, fds,
+                                           self._session)
         self._child_created = True
         self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
         self.pid = int.from_bytes(self._recv(4), "little")
@@ -167,6 +177,8 @@ def _child(request: dict, fds: list[int]) -> None:
     import io
     import runpy
 
+    if request["session"]:
+        os.setsid()
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
     for fd in fds:
@@ -247,8 +259,11 @@ def _serve(ctl: socket.socket) -> None:
     importlib.import_module("torch._dynamo")  # (an optimizer's first use imports it: 1.3 s)
     from tinymt.text import plan
     plan(["warm-up. 热身。"], "zh")  # py3langid's model, decompressed (~1 s a reading child)
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
+
     from tinymt.bench.serve_speed import ServerProcess
     ServerProcess.popen = staticmethod(popen)  # a benchmark's servers: forked here too
+    SubprocessHandler._popen = _rank_popen  # torchrun's ranks: forked here too
 
     _ADDRESS = f"\0tinymt-tests-fork-{os.getpid()}"  # (abstract: no file to clean up)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -278,6 +293,16 @@ def _serve(ctl: socket.socket) -> None:
                 _middle(json.loads(msg), *fds)
             for fd in fds:
                 os.close(fd)
+
+
+def _rank_popen(self, args: tuple, env: dict) -> subprocess.Popen:
+    """torchrun's start of a rank, ``python -u script ...`` in a session of its own (torchrun
+    stops a rank's process group), forked when :func:`forkable`."""
+    args, env = list(args), dict(env)
+    if args[1:2] == ["-u"]:
+        del args[1]
+        env["PYTHONUNBUFFERED"] = "1"
+    return popen(args, env=env, stdout=self._stdout, stderr=self._stderr, start_new_session=True)
 
 
 def _middle(request: dict, status: int, *child_fds: int) -> None:

@@ -799,12 +799,13 @@ def run_script_with_fault(script: str, args: list[str], fault: str, cwd=REPO_ROO
 # ----------------------------------------------------------------------------- order
 # the longest files first, longest to shortest (make test keeps this order:
 # --no-loadscope-reorder), so none of them runs alone at the end while the other workers wait
-FIRST = ("test_tour.py", "test_viewer_overview.py", "test_resume.py", "test_distributed.py",
-         "test_benchmark.py", "test_serve.py", "test_viewer_browser.py", "test_export.py",
-         "test_viewer.py", "test_precision.py", "test_viewer_fonts.py", "test_loaders.py",
-         "test_rundir.py", "test_sampling.py", "test_trainer.py", "test_cli_errors.py",
-         "test_head_relations.py", "test_translate.py", "test_libretranslate_page.py",
-         "test_config.py", "test_data.py", "test_fuzz.py")
+FIRST = ("test_tour.py", "test_viewer_overview.py", "test_serve.py", "test_resume.py",
+         "test_viewer_browser.py", "test_precision.py", "test_benchmark.py",
+         "test_cli_errors.py", "test_viewer.py", "test_export.py", "test_config.py",
+         "test_loaders.py", "test_sampling.py", "test_distributed.py",
+         "test_libretranslate_page.py", "test_trainer.py", "test_viewer_fonts.py",
+         "test_decoding.py", "test_data.py", "test_translate.py", "test_head_relations.py",
+         "test_heads.py", "test_rundir.py", "test_fuzz.py")
 
 
 # a test that reads a trained run is end to end: it waits for the training (`-m "not slow"`

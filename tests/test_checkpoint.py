@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from hypothesis import given, settings
@@ -155,7 +156,7 @@ def test_sigkill_during_save_leaves_previous_checkpoint(tmp_path):
         checkpoint.torch.save = slow_save
         checkpoint.save_checkpoint({{"model": {{"w": torch.ones(3)}}, "step": 2}}, path)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = forked.popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "writing"
         os.kill(proc.pid, signal.SIGKILL)

@@ -128,24 +128,12 @@ def open_tab(browser, base: str):
     return page, page.frame_locator(frame), errors
 
 
-def test_the_attention_tab_in_tensorboard(browser, tensorboard, tmp_path):
-    page, view, errors = open_tab(browser, tensorboard)
-    steps = json.loads(http_get(f"{tensorboard}/{ROUTE}/steps?run=.&tag=probe_0")[1])["steps"]
-
-    def fetch_doc(step):
-        return json.loads(http_get(f"{tensorboard}/{ROUTE}/step?run=.&tag=probe_0&step={step}")[1])
-
-    measured = drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab")
-    assert "我请李雷帮我订了去北京的机票" in view.locator("#sentence").inner_text()
-    print(f"\nthe tab showed one step in {measured['render_ms']:.0f} ms (request to drawn)")
-    assert not errors, errors
-    page.close()
-
-
 def test_the_tab_beside_a_hostile_run(browser, hostile_tensorboard, tmp_path):
     """TensorBoard on the good run and a run of forged records (conftest.hostile_records):
     the tab opens on the hostile run and says, in its status line, why a record cannot be
-    shown; markup in a record never reaches the page; the good run's tab works as above."""
+    shown; markup in a record never reaches the page; then, on the good run (the tiny
+    run's events), :func:`drive` (every cell, a hover, a head off, the step slider). The tab
+    on a run at the logdir's root: test_viewer_overview.py's Play test."""
     base, _ = hostile_tensorboard
     page, view, errors = open_tab(browser, base)
     root = view.locator("#tinymt-attention[data-error]")
@@ -165,15 +153,16 @@ def test_the_tab_beside_a_hostile_run(browser, hostile_tensorboard, tmp_path):
     assert view.locator("img").count() == 0
     tab = page.frame(url=lambda url: "plugin_entry.html?name=tinymt_attention" in url)
     assert tab.evaluate("() => window.__pwned") is None
-    # the good run, chosen in the tab, as the tab test checks it
+    # the good run, chosen in the tab
     view.locator("#run").select_option("good")
     steps = json.loads(http_get(f"{base}/{ROUTE}/steps?run=good&tag=probe_0")[1])["steps"]
 
     def fetch_doc(step):
         return json.loads(http_get(f"{base}/{ROUTE}/step?run=good&tag=probe_0&step={step}")[1])
 
-    drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab_hostile")
+    measured = drive(page, view, fetch_doc, steps, screenshot_dir(tmp_path), "attention_tab")
     assert "我请李雷帮我订了去北京的机票" in view.locator("#sentence").inner_text()
+    print(f"\nthe tab showed one step in {measured['render_ms']:.0f} ms (request to drawn)")
     assert not errors, errors
     page.close()
 

@@ -220,6 +220,32 @@ def test_any_other_exception_is_one_line(kind, message, on_ctrl_c):
         one_line_errors(fails)()
 
 
+# a Hydra composition whose cleanup failed on a Ctrl-C's way out: Hydra's error, its cause
+# OmegaConf's (seen once: "'NoneType' object has no attribute '_invalidate_flags_cache'")
+COMPOSING_ON_CTRL_C = """
+from tinymt.cli import run_hydra
+from hydra.errors import ConfigCompositionException
+def main():
+    try:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+    except AttributeError as e:
+        raise ConfigCompositionException("Error merging overrides") from e
+run_hydra(main)
+"""
+
+
+@pytest.mark.slow  # a process of its own (forked)
+def test_a_ctrl_c_inside_hydra_s_composition_is_interrupted():
+    """A Ctrl-C whose cleanup failed inside Hydra's composition ends as any Ctrl-C does:
+    ``interrupted``, exit 130 (not Hydra's error, exit 2)."""
+    r = forked.run([sys.executable, "-c", COMPOSING_ON_CTRL_C], capture_output=True, text=True,
+                   env=_no_traceback())
+    assert (r.returncode, r.stderr) == (130, "interrupted\n")
+
+
 @pytest.mark.slow  # a script in its own process, a few times: ~15 s
 @settings(max_examples=8, deadline=None)
 @given(after=st.floats(0.0, 2.0))

@@ -23,6 +23,11 @@ TRACEBACK = "TINYMT_TRACEBACK"  # set to 1: an internal fault shows its tracebac
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
+def _interrupted(e: BaseException | None) -> bool:
+    """A Ctrl-C on ``e``'s way: a library's cleanup may fail on it, a Ctrl-C all the same."""
+    return e is not None and (isinstance(e, KeyboardInterrupt) or _interrupted(e.__context__))
+
+
 def _say(e: BaseException) -> int:
     """One line on stderr for an exception nothing else handled; the exit status it means.
     An ``OSError`` is the machine's (a full disk, a closed pipe: ``| head``), not a fault
@@ -31,10 +36,7 @@ def _say(e: BaseException) -> int:
         sys.stdout.flush()
     except OSError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    cause = e  # (a library's cleanup may fail on a Ctrl-C's way out: a Ctrl-C all the same)
-    while cause is not None and not isinstance(cause, KeyboardInterrupt):
-        cause = cause.__context__
-    if cause is not None:
+    if _interrupted(e):
         print("interrupted", file=sys.stderr)
         return 130
     if not isinstance(e, BrokenPipeError):
@@ -166,8 +168,8 @@ def run_hydra(main: Callable[[], Any]) -> Any:
             sys.exit(2)
         return result
     except (HydraException, ValueError) as e:  # ValueError: Hydra's flags in conflict
-        if not isinstance(e, HydraException) and not str(e).startswith(
-                "Only one of --run, --multirun, --cfg"):  # ("-m ... --cfg job")
+        if _interrupted(e) or not isinstance(e, HydraException) and not str(e).startswith(
+                "Only one of --run, --multirun, --cfg"):  # ("-m ... --cfg job"; a Ctrl-C: _say)
             raise
         print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)

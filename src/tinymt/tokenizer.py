@@ -65,7 +65,6 @@ class Tokenizer:
     def train(cls, sentences: Iterable[str], model_path: Path, vocab_size: int,
               model_type: str = "bpe", character_coverage: float = 1.0) -> Tokenizer:
         """Train a model on ``sentences`` and write it to ``model_path`` (``*.model``)."""
-        model_path = Path(model_path)
         spm.set_random_generator_seed(SPM_SEED)  # sentence sampling: same corpus, same model
         written = io.BytesIO()  # in memory: sentencepiece's own writer ignores a full disk
         try:
@@ -90,7 +89,6 @@ class Tokenizer:
 
     @classmethod
     def load(cls, model_path: Path) -> Tokenizer:
-        model_path = Path(model_path)
         processor = spm.SentencePieceProcessor()
         try:
             processor.Load(str(model_path))

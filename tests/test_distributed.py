@@ -136,6 +136,21 @@ def test_a_collective_failing_is_one_line_naming_the_rank():
     assert rank_lost(Runtime(torch.device("cpu"), None), gloo) is None
 
 
+def _torchrun_logged(log: Path, *args: str) -> int:
+    """``torchrun --nproc_per_node=2 <args>`` (its ranks' output into ``log``: a file, not a
+    pipe, which ranks that outlive torchrun could block); its exit status, or the test
+    fails with the log's end after 300 s."""
+    with log.open("w") as f:
+        proc = forked.popen([sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2",
+                             *args], cwd=ROOT, env=_env(), stdout=f, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks
+            proc.wait(timeout=60)
+            pytest.fail(f"the ranks hung (stopped after 300 s):\n{log.read_text()[-3000:]}")
+
+
 # scripts/train.py under torchrun, rank 1 SIGKILLed (as the kernel's OOM killer would: no
 # cleanup, no word) once the first checkpoint is published and the ranks have met after it
 KILL_RANK_1 = """
@@ -162,21 +177,13 @@ def test_a_killed_rank_leaves_one_line_from_the_other(tmp_path):
     prints a traceback, and last.pt loads."""
     run, log, driver = tmp_path / "run", tmp_path / "torchrun.log", tmp_path / "kill.py"
     driver.write_text(KILL_RANK_1)
-    with log.open("w") as f:  # a file, not a pipe: ranks that outlive torchrun cannot block
-        proc = forked.popen(
-            [sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
-             "scripts/train.py", *COMMON, "trainer.max_steps=100000", "trainer.valid_every=3",
-             f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}", f"hydra.run.dir={run}"],
-            cwd=ROOT, env=_env(), stdout=f, stderr=subprocess.STDOUT)
-        try:
-            proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks
-            proc.wait(timeout=60)
-            pytest.fail(f"rank 0 hung (stopped after 300 s):\n{log.read_text()[-3000:]}")
+    code = _torchrun_logged(log, str(driver), "scripts/train.py", *COMMON,
+                            "trainer.max_steps=100000", "trainer.valid_every=3",
+                            f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}",
+                            f"hydra.run.dir={run}")
     out = log.read_text()
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert proc.returncode != 0 and len(errors) == 1, out[-3000:]
+    assert code != 0 and len(errors) == 1, out[-3000:]
     assert errors[0].startswith("error: rank 0: another rank stopped (") and \
         f"{run}/checkpoints/last.pt is intact" in errors[0], errors
     # torch prefixes a rank's traceback with [rank<r>]:; torchrun's own report may stay
@@ -234,18 +241,8 @@ def test_torchrun_ranks_share_one_clock_for_the_budget(tmp_path):
                   "trainer.test_beam=1", f"data.cache_dir={tmp_path / 'cache'}",
                   f"run_dir={tmp_path / 'run'}"]
     log = tmp_path / "torchrun.log"
-    with log.open("w") as f:  # a file, not a pipe: ranks that outlive torchrun cannot block
-        proc = forked.popen(
-            [sys.executable, str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(driver),
-             str(ROOT / "configs"), str(tmp_path), *overrides], cwd=ROOT,
-            env=_env(), stdout=f, stderr=subprocess.STDOUT)
-        try:
-            proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)  # torchrun stops its ranks
-            proc.wait(timeout=60)
-            pytest.fail(f"the ranks hung (stopped after 300 s):\n{log.read_text()[-3000:]}")
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    code = _torchrun_logged(log, str(driver), str(ROOT / "configs"), str(tmp_path), *overrides)
+    assert code == 0, log.read_text()[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [m["stop_reason"] for m in ranks] == ["max_minutes"] * 2
     assert ranks[0]["steps"] == ranks[1]["steps"] > 5

@@ -22,6 +22,7 @@ os.environ["TINYMT_TESTS_CACHE"] = (os.environ.get("TINYMT_TESTS_CACHE")
 os.environ["XDG_CACHE_HOME"] = os.environ["TINYMT_TESTS_CACHE"]
 
 import contextlib
+import gc
 import importlib.util
 import json
 import random
@@ -67,6 +68,22 @@ if WORKERS > 1:
 # the servers the tests start are forked from a process that has imported torch and the
 # rest (tests/forked.py): a plain start spends 2-3 s of CPU on the imports, ~40 times
 ServerProcess.popen = staticmethod(forked.popen)
+
+
+def pytest_configure(config):
+    """Under ``make test`` one fork server for every worker (tests/forked.py), started by
+    pytest-xdist's controller before it starts them."""
+    if getattr(config.option, "numprocesses", None) and not config.option.collectonly \
+            and "PYTEST_XDIST_WORKER" not in os.environ:
+        forked.share()
+
+
+def pytest_collection_finish(session):
+    """What is alive once the suite is collected (torch, the libraries, the test modules)
+    lives to the end: frozen out of the cyclic GC, whose full passes would walk it again
+    and again (~0.3 s each, ~30 a worker; and a reading deadline counts that CPU too)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_unconfigure(config):

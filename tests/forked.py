@@ -9,14 +9,16 @@ those of a real process running the script as ``__main__``. What a fork cannot g
 what an interpreter reads as it starts (``PYTHON*`` variables, the locale, OpenMP's and
 the allocator's settings, a fresh hash seed): a run whose environment changes one of those
 starts plainly (:func:`forkable`), and so do the tests whose point is a fresh interpreter
-(the same draws in *another* process, a Ctrl-C while it imports, a closed stdout at its
-exit, the tour's kernel). ``torchrun`` is forked, and so are its ranks (:func:`_rank_popen`:
-a plain rank spends ~7 of its ~9 s of CPU importing); test_sampling.py checks that a fresh
+(the same draws in *another* process, a Ctrl-C while it imports, the tour's kernel). The
+child ends as Python ends: its exit functions, the last flush of stdout (a failed one: exit
+status 120). ``torchrun`` is forked, and so are its ranks (:func:`_rank_popen`: a plain
+rank spends ~7 of its ~9 s of CPU importing); test_sampling.py checks that a fresh
 interpreter draws a rank's pieces, and each rank's losses are compared with a run in the
 test's own process, whose hash seed and random state are not the server's.
 
-The server is one per pytest process, started on first use; it ends when that process
-closes its end of the control socket.
+The server is one per pytest process, started on first use, or one for all of
+pytest-xdist's workers, started by their controller (:func:`share`); it ends when the
+process that started it closes its end of the control socket.
 """
 
 from __future__ import annotations
@@ -62,10 +64,11 @@ class _Server:
 
     def __init__(self) -> None:
         self.lock, self.proc = threading.Lock(), None
-        if _ADDRESS:  # a child of the server: its own connection to it
+        address = _ADDRESS or (_address(int(os.environ[SHARED])) if SHARED in os.environ else "")
+        if address:  # a child of the server, or an xdist worker: its own connection to it
             self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            self.ctl.connect(_ADDRESS)
-            self.env = _STARTED_WITH
+            self.ctl.connect(address)
+            self.env = json.loads(self.ctl.recv(1 << 20))  # what the server started with
             return
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.env = os.environ.copy()
@@ -88,7 +91,7 @@ class _Server:
 
 
 _ADDRESS = ""  # the server's own address, set in its children (a benchmark's servers)
-_STARTED_WITH: dict = {}  # ...and its environment as it started
+SHARED = "TINYMT_TESTS_FORK_SERVER"  # the pid of the server xdist's workers share (share)
 _server: _Server | None = None
 
 
@@ -97,6 +100,16 @@ def _the_server() -> _Server:
     if _server is None or (_server.proc and _server.proc.poll() is not None):
         _server = _Server()
     return _server
+
+
+def share() -> None:
+    """Start the server here (pytest-xdist's controller, which runs no test) for the worker
+    processes started after it: one server's imports (~8 s of CPU), not one a worker."""
+    os.environ[SHARED] = str(_the_server().proc.pid)
+
+
+def _address(pid: int) -> str:
+    return f"\0tinymt-tests-fork-{pid}"  # (abstract: no file to clean up)
 
 
 class ForkedPopen(subprocess.Popen):
@@ -228,8 +241,8 @@ def _child(request: dict, fds: list[int]) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except Exception:
-            code = code or 120
+        except Exception:  # as Python's end (Py_RunMain): 120, whatever the script's status
+            code = code if code == -2 else 120
     if code == -2:  # as the interpreter ends on a Ctrl-C it did not handle
         import signal
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -241,14 +254,19 @@ def _serve(ctl: socket.socket) -> None:
     """The server's loop: each request on ``ctl`` (or on a connection of a child's, at
     ``_ADDRESS``) forks a middle process, which forks the child, reports its pid, waits for
     it and reports its status."""
-    global _ADDRESS, _STARTED_WITH
+    global _ADDRESS
+    import gc
     import importlib
     import pkgutil
     import signal
 
+    _ADDRESS = _address(os.getpid())  # bound first: a client may connect while it imports
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(_ADDRESS)
+    listener.listen()
+    started_with = json.dumps(dict(os.environ)).encode()
     import tinymt
 
-    _STARTED_WITH = os.environ.copy()
     for key, value in _SET_BY_CLI.items():  # as a script's first import sets them
         os.environ.setdefault(key, value)
     for module in pkgutil.walk_packages(tinymt.__path__, "tinymt."):
@@ -264,17 +282,18 @@ def _serve(ctl: socket.socket) -> None:
     from tinymt.bench.serve_speed import ServerProcess
     ServerProcess.popen = staticmethod(popen)  # a benchmark's servers: forked here too
     SubprocessHandler._popen = _rank_popen  # torchrun's ranks: forked here too
+    # what is imported lives on in every child: out of the cyclic GC's full passes, which
+    # would walk it in each child (~0.26 s a pass); as the gc docs advise before a fork
+    gc.collect()
+    gc.freeze()
 
-    _ADDRESS = f"\0tinymt-tests-fork-{os.getpid()}"  # (abstract: no file to clean up)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(_ADDRESS)
-    listener.listen()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the middles
     clients = [ctl]
     while True:
         ready, _, _ = select.select([listener, *clients], [], [])
         if listener in ready:
             clients.append(listener.accept()[0])
+            clients[-1].send(started_with)  # (the client's forkable compares with it)
         for client in (c for c in ready if c is not listener):
             try:
                 msg, fds, _, _ = socket.recv_fds(client, 1 << 20, 4)

@@ -25,7 +25,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -751,7 +750,7 @@ print(json.dumps({"warm": warmed, "bombs": out, "control_kib": control}))
 """
 
 
-@pytest.mark.slow  # a child process, a 512 MiB zip bomb made: ~15 s on 2 cores
+@pytest.mark.slow  # a (forked) child process, a 512 MiB zip bomb made: ~3 s
 def test_size_bombs_are_refused_in_bounded_memory(good_ckpt, run_config, cache_entry, tmp_path):
     """Each bomb in a child process, its peak memory (VmHWM) measured from a reset to the
     present just before it (each loader ran once on a good file first); every bomb's peak
@@ -789,8 +788,8 @@ def test_size_bombs_are_refused_in_bounded_memory(good_ckpt, run_config, cache_e
         ("cache: COMPLETE 1 GiB (sparse)", "cache", str(marker)),
         ("export: tinymt_export.json 1 GiB (sparse)", "export", str(export)),
     ]
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps([warm, bombs])],
-                       capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    r = forked.run([sys.executable, "-c", CHILD, json.dumps([warm, bombs])],
+                   capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(report["warm"].values()) == {"loaded"}, report["warm"]

@@ -34,8 +34,8 @@ from nbclient import NotebookClient
 
 from conftest import REPO_ROOT, TRAINED_STEPS, compose_translate
 from tinymt import KINDS
-from tinymt.corpus import generate_splits
 from tinymt.corpus.dictionary import HELD_OUT, WORDS
+from tinymt.data import prepare
 from tinymt.errors import TinyMTError
 from tinymt.translate import translate
 
@@ -132,19 +132,21 @@ def test_trained_model_translates_held_out_sentences(trained_run):
     run_dir, cfg, metrics = trained_run
     tcfg = compose_translate(f"run={run_dir}", "decode.beam=5")
 
-    d = cfg.data
-    splits = generate_splits(seed=d.split_seed, train_size=d.train_size,
-                             valid_size=d.valid_size, test_size=d.test_size)
-    seen = {p.zh for p in splits["train"]} | {p.en for p in splits["train"]}
-    held_out = [p for p in splits["test"] if p.zh not in seen and p.en not in seen]
-    assert len(held_out) == len(splits["test"])  # never seen in training, either side
-    short = [p for p in held_out if len(p.en_words) <= SHORT]
+    # the splits the run trained and was tested on, from its data cache
+    splits = prepare(cfg.data, log=lambda _: None).splits
+    train, test = splits["train"], splits["test"]
+    seen = set(train["src"]) | set(train["tgt"])
+    held_out = [(zh, en) for zh, en in zip(test["src"], test["tgt"], strict=True)
+                if zh not in seen and en not in seen]
+    assert len(held_out) == len(test)  # never seen in training, either side
+    short = [(zh, en) for (zh, en), words in zip(held_out, test["tgt_words"], strict=True)
+             if len(words) <= SHORT]
     assert len(short) >= 100
 
     out = io.StringIO()
-    hyps = translate(tcfg, [p.zh for p in short], stdout=out)["translations"]
+    hyps = translate(tcfg, [zh for zh, _ in short], stdout=out)["translations"]
     assert out.getvalue().splitlines() == hyps
-    wrong = [(p.zh, p.en, h) for p, h in zip(short, hyps, strict=True) if h != p.en]
+    wrong = [(zh, en, h) for (zh, en), h in zip(short, hyps, strict=True) if h != en]
     print(f"{len(short) - len(wrong)} of {len(short)} short held-out sentences exactly right; "
           f"test BLEU {metrics['test_bleu']:.1f} after {TRAINED_STEPS} steps")
     # measured: 70 of 124 right (56 %; seeds 2 and 3: 56 %, 56 %); 30 % leaves room for

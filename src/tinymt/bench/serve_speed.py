@@ -69,8 +69,8 @@ class ServerProcess:
                           f"{START_TIMEOUT_S:g} s: {err}")
 
     def health(self) -> dict:
-        """``GET /health`` (raises until the server answers 200)."""
-        return httpx2.get(f"{self.base}/health", timeout=10, trust_env=False
+        """``GET /health`` (raises until it answers 200; no TLS context: ~40 ms of CPU)."""
+        return httpx2.get(f"{self.base}/health", timeout=10, trust_env=False, verify=False
                           ).raise_for_status().json()
 
     def rss_mib(self) -> float | None:
@@ -102,7 +102,7 @@ async def _load(base: str, payloads: list[dict], clients: int) -> dict:
     answers: list[str | None] = [None] * len(payloads)
     latencies, errors = [], []
     async with httpx2.AsyncClient(base_url=base, limits=limits, timeout=120,
-                                  trust_env=False) as http:
+                                  trust_env=False, verify=False) as http:
         async def ask(payload: dict) -> str | None:
             try:
                 r = await http.post("/translate", json=payload)
@@ -278,7 +278,7 @@ async def hostile_load(port: int, seconds: float, rss: Callable[[], float], *, f
         with contextlib.suppress(httpx2.HTTPError):
             r = httpx2.request(method, f"http://{HOST}:{port}{path}", content=body,
                                headers={"Content-Type": "application/json"}, timeout=10,
-                               trust_env=False)
+                               trust_env=False, verify=False)
             return (time.perf_counter() - t0) * 1000 if r.is_success else None
         return None
 

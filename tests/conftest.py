@@ -72,8 +72,10 @@ ServerProcess.popen = staticmethod(forked.popen)
 
 def pytest_configure(config):
     """Under ``make test`` one fork server for every worker (tests/forked.py), started by
-    pytest-xdist's controller before it starts them."""
+    pytest-xdist's controller before it starts them (not for ``-m "not slow"``: no test
+    there starts a script)."""
     if getattr(config.option, "numprocesses", None) and not config.option.collectonly \
+            and "not slow" not in config.option.markexpr \
             and "PYTEST_XDIST_WORKER" not in os.environ:
         forked.share()
 
@@ -240,15 +242,29 @@ NO_CT2 = ("import runpy, sys; assert 'ctranslate2' not in sys.modules; "
 
 
 def compose_train(tmp_path, *overrides):
-    """The real train config, composed by Hydra, made tiny and pointed into tmp_path."""
+    """The real train config, composed by Hydra, made tiny and pointed into tmp_path: a copy
+    of the one composed for these overrides, its data cache and run dir then set where the
+    overrides do not set them (a composition costs ~0.2 s of CPU; the suite asks ~100 times,
+    for a few dozen distinct ones)."""
+    import copy
+
+    cfg = copy.deepcopy(_composed_train(overrides))
+    given = {o.split("=", 1)[0] for o in overrides}
+    if "data.cache_dir" not in given:
+        cfg.data.cache_dir = str(tmp_path / "cache")
+    if "run_dir" not in given:
+        cfg.run_dir = str(tmp_path / "run")
+    return cfg
+
+
+@cache
+def _composed_train(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
 
     import tinymt.config  # noqa: F401
 
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO_ROOT / "configs")):
-        return compose(config_name="train", overrides=[
-            *TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}",
-            f"run_dir={tmp_path / 'run'}", *overrides])
+        return compose(config_name="train", overrides=[*TINY_TRAIN_OVERRIDES, *overrides])
 
 
 def compose_translate(*overrides: str):

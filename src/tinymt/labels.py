@@ -113,6 +113,21 @@ def add_rows(stats: AttentionStats, attn: dict[str, list[torch.Tensor]], batch: 
         stats.rows[kind] = stats.rows.get(kind, 0) + np.array(layers[-1][1:])
 
 
+def attention_batches(model, batches, device, stats: AttentionStats, arrays: bool = True):
+    """Each ``(idx, batch)`` of ``batches`` teacher-forced through ``model``, its rows added
+    to ``stats``; with ``arrays``, yielded as ``idx``, the attention ``{kind: (B, L, h, T_q,
+    T_k)}`` in numpy and the unpadded lengths ``(B,)`` of the source (EOS included) and of the
+    target (BOS included). Draw it to the end even without: that fills ``stats``."""
+    with eval_mode(model, inference=True):
+        for idx, batch in batches:
+            batch = batch.to(device)
+            _, attn = model(batch.src, batch.tgt_in, need_weights=True)
+            add_rows(stats, attn, batch)
+            if arrays:
+                found = {k: torch.stack(attn[k], 1).float().cpu().numpy() for k in KINDS}
+                yield idx, found, (~batch.src_pad_mask).sum(1), (~batch.tgt_pad_mask).sum(1)
+
+
 def head_labels(means: dict[str, np.ndarray], kind: str, detail: bool = False
                 ) -> list[list[str]]:
     """A word per head ``[layer][head]``: previous / self / next (self-attention with at
@@ -211,22 +226,15 @@ def frame_labels(model, sample: LabelSample, device) -> dict[str, list[list[str]
     teacher-forced, batch by batch."""
     stats, counts = AttentionStats(), None
     mass, n_rows = 0.0, 0  # cross-attention: the weight on each place, of n_rows rows
-    with eval_mode(model, inference=True):
-        for k, (idx, batch) in enumerate(sample.batches):
-            batch = batch.to(device)
-            _, attn = model(batch.src, batch.tgt_in, need_weights=True)
-            add_rows(stats, attn, batch)
-            if sample.words is None:
-                continue
-            arrays = {kind: torch.stack(attn[kind], 1).float().cpu().numpy() for kind in KINDS}
-            counts = counts or RelationCounts({kind: arrays[kind].shape[1:3] for kind in KINDS})
-            n_src, n_tgt = (~batch.src_pad_mask).sum(1), (~batch.tgt_pad_mask).sum(1)
-            for b, i in enumerate(idx):
-                if sample.words["src_weights"][i] is not None:
-                    counts.add_sentence(arrays, b, sample.words, i, int(n_src[b]), int(n_tgt[b]))
-            places = sample.places[k]  # (B, places, T, S)
-            mass = mass + np.einsum("blhts,bpts->lhp", arrays["cross"], places)
-            n_rows += int(places[:, 0].any(-1).sum())
+    for k, (idx, arrays, n_src, n_tgt) in enumerate(attention_batches(
+            model, sample.batches, device, stats, arrays=sample.words is not None)):
+        counts = counts or RelationCounts({kind: arrays[kind].shape[1:3] for kind in KINDS})
+        for b, i in enumerate(idx):
+            if sample.words["src_weights"][i] is not None:
+                counts.add_sentence(arrays, b, sample.words, i, int(n_src[b]), int(n_tgt[b]))
+        places = sample.places[k]  # (B, places, T, S)
+        mass = mass + np.einsum("blhts,bpts->lhp", arrays["cross"], places)
+        n_rows += int(places[:, 0].any(-1).sum())
     means = stats.means()
     labels = {kind: head_labels(m, kind, detail=True) for kind, m in means.items()}
     if counts is not None:

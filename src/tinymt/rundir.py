@@ -116,13 +116,6 @@ def find_run(run: str, outputs_root: str = "outputs") -> Path:
     return path
 
 
-def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
-    """``best`` / ``last`` / ``avg`` / ``pruned`` -> that file of the run; anything else is
-    a path."""
-    # (load_checkpoint says when there is no such file: "checkpoint <path> does not exist")
-    return checkpoint_path(run_dir, checkpoint) if checkpoint in NAMED else Path(checkpoint)
-
-
 @dataclass
 class LoadedRun:
     model: Transformer
@@ -138,7 +131,9 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
              outputs_root: str = "outputs") -> LoadedRun:
     """A run's tokenizer(s) and the model of one of its checkpoints, in eval mode."""
     run_dir = find_run(run, outputs_root)
-    ckpt_path = resolve_checkpoint(run_dir, checkpoint)
+    # best / last / avg / pruned: that file of the run, anything else a path (load_checkpoint
+    # says when there is no such file: "checkpoint <path> does not exist")
+    ckpt_path = checkpoint_path(run_dir, checkpoint) if checkpoint in NAMED else Path(checkpoint)
     state = load_checkpoint(ckpt_path, map_location="cpu")
     tok_dir = run_dir / TOKENIZER
     src_tok, tgt_tok = load_tokenizers(tok_dir)

@@ -183,8 +183,7 @@ def save_tokenizers(folder: Path, src: Tokenizer, tgt: Tokenizer) -> None:
     """Copy the model(s) into ``folder``: ``spm.model`` when joint, else src/tgt.model."""
     pairs = [(src, JOINT_MODEL)] if src is tgt else [(src, SRC_MODEL), (tgt, TGT_MODEL)]
     for tok, name in pairs:
-        dest = folder / name
-        write_bytes(tok.sp.serialized_model_proto(), dest)  # = its file's bytes
+        write_bytes(tok.sp.serialized_model_proto(), folder / name)  # = its file's bytes
 
 
 def load_tokenizers(folder: Path) -> tuple[Tokenizer, Tokenizer]:

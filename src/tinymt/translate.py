@@ -297,8 +297,8 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
     texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
-    for n, parts in enumerate(plans):  # a line of one short sentence: made up?
-        one = [i for i in parts if isinstance(i, int)]
+    of_line = [[i for i in parts if isinstance(i, int)] for parts in plans]  # each line's sentences
+    for n, one in enumerate(of_line):  # a line of one short sentence: made up?
         if len(one) == 1 and nbests[one[0]] and (why := doubt(
                 run, sents[one[0]], ids[one[0]], nbests[one[0]][0][0], device)):
             warn(f"line {first_line + n}: {why}")
@@ -310,7 +310,6 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
             print(f"{s:.4f}\t{t}", file=out_f)
         print("", file=out_f)
     if cfg.attention:  # a figure per sentence: line<n>.png, or line<n>.<k>.png for several
-        of_line = [[p for p in parts if isinstance(p, int)] for parts in plans]
         names = {i: f"line{first_line + n}" + (f".{k}" if len(idx) > 1 else "")
                  for n, idx in enumerate(of_line) for k, i in enumerate(idx, 1)}
         _save_attention(run, cfg, sents, ids, nbests, device, names, shown)

@@ -29,7 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tinymt.bench.measure import REPO_ROOT, log, machine_info, proc_status
-from tinymt.config import DataConfig
+from tinymt.config import DataConfig, as_typed
 from tinymt.ct2 import export_run
 from tinymt.data import prepare, source_language, target_language
 from tinymt.errors import TinyMTError
@@ -178,20 +178,15 @@ def _bench_engine(engine: str, overrides: list[str], payloads: list[dict],
     return rows
 
 
-def run_sentences(run, n: int) -> list[str]:
-    """The first ``n`` source sentences of the run's own test split (prepared as the
-    trainer prepared it: normally a cache hit)."""
-    test = prepare(OmegaConf.merge(OmegaConf.structured(DataConfig), run.config["data"]),
-                   log=lambda msg: log(f"  {msg}")).splits["test"]  # (never empty: prepare)
-    return list(test["src"][:n])
-
-
 def bench_serve(args: argparse.Namespace, device: torch.device, argv: list[str]) -> dict:
     """The serve section: ``{"machine", "settings", "rows", "skipped", "hostile"}``."""
     run = load_run(args.run, args.checkpoint, "cpu")
     levels = {c: max(args.serve_requests, c) if args.serve_requests else max(40, 4 * c)
               for c in args.serve_clients}
-    texts = run_sentences(run, max(levels.values()))
+    # the run's own test split, prepared as the trainer prepared it (normally a cache hit)
+    test = prepare(as_typed(DataConfig, run.config["data"]),
+                   log=lambda msg: log(f"  {msg}")).splits["test"]  # (never empty: prepare)
+    texts = list(test["src"][:max(levels.values())])
     data = run.config.get("data", {})
     pair = {"source": source_language(data), "target": target_language(data)}
     payloads = [{"q": t, **pair} for t in texts]

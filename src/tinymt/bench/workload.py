@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.peer import PeerTransformer
-from tinymt.config import DataConfig, ModelConfig
+from tinymt.config import DataConfig, ModelConfig, as_typed
 from tinymt.data import PreparedData, prepare
 from tinymt.model import Transformer
 
@@ -41,8 +41,7 @@ def load_data(data_path: str | None, cache_dir: str, quick: bool) -> tuple[Prepa
 def model_config(size: str) -> ModelConfig:
     """``configs/model/<size>.yaml`` over the ``ModelConfig`` defaults."""
     path = REPO_ROOT / "configs" / "model" / f"{size}.yaml"  # (a name of --sizes' choices)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
-                                               OmegaConf.load(path)))
+    return OmegaConf.to_object(as_typed(ModelConfig, OmegaConf.load(path)))
 
 
 def build_pair(cfg: ModelConfig, data_info: dict, device: torch.device

@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 
 from tinymt import __version__
-from tinymt.checkpoint import file_sha256
 from tinymt.ct2.convert import build_spec, require_ct2
+from tinymt.data.cache import digests
 from tinymt.errors import TinyMTError
 from tinymt.files import check_output, write_folder, write_text
 from tinymt.rundir import LoadedRun
@@ -52,8 +52,7 @@ def export_run(run: LoadedRun, out: str | Path, quantization: str = "none") -> P
         spec.save(str(tmp))
         save_tokenizers(tmp, run.src_tokenizer, run.tgt_tokenizer)
         # every file but this one: all that decides the export's output
-        signed = {**meta, "files": {f.name: file_sha256(f) for f in sorted(tmp.iterdir())
-                                    if f.is_file() and f.name != META}}
+        signed = {**meta, "files": digests(tmp, META)}
         signed["meta_sha256"] = meta_digest(signed)
         write_text(json.dumps(signed, indent=2) + "\n", tmp / META)
 

@@ -37,18 +37,13 @@ def _stat(path: Path) -> list:
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
 
 
-def _corpus_fingerprint() -> dict:
-    folder = Path(corpus.__file__).parent
-    digest = hashlib.sha256()
-    for f in sorted(folder.rglob("*.py")):
-        digest.update(f.relative_to(folder).as_posix().encode())
-        digest.update(f.read_bytes())
-    return {"corpus_source": digest.hexdigest()}
-
-
 def _source_fingerprint(cfg) -> Any:
-    if cfg.source == "builtin":
-        return _corpus_fingerprint()
+    if cfg.source == "builtin":  # the generator's code: its sentences change with it
+        folder, digest = Path(corpus.__file__).parent, hashlib.sha256()
+        for f in sorted(folder.rglob("*.py")):
+            digest.update(f.relative_to(folder).as_posix().encode())
+            digest.update(f.read_bytes())
+        return {"corpus_source": digest.hexdigest()}
     if cfg.source == "text":
         return {split: [_stat(a), _stat(b)] for split, (a, b) in _text_files(cfg).items()}
     if cfg.source == "tsv":
@@ -97,10 +92,10 @@ def load_complete(final: Path, log: Log) -> PreparedData | None:
     return load_prepared(final, cache_hit=True)
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    """sha256 of every file of an entry (the marker aside), by relative path."""
+def digests(folder: Path, marker: str = COMPLETE) -> dict[str, str]:
+    """sha256 of every file under ``folder`` but its ``marker`` (their record), by relative path."""
     return {f.relative_to(folder).as_posix(): file_sha256(f) for f in sorted(folder.rglob("*"))
-            if f.is_file() and f.name != COMPLETE}
+            if f.is_file() and f.name != marker}
 
 
 def entry_damage(folder: Path) -> str | None:
@@ -113,7 +108,7 @@ def entry_damage(folder: Path) -> str | None:
         return str(e)
     if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
         return f"{folder / COMPLETE} holds no {{file: sha256}} record"
-    found = _digests(folder)
+    found = digests(folder)
     if found.keys() != recorded.keys():
         return "files are missing or were added"
     changed = next((name for name, h in found.items() if recorded[name] != h), None)
@@ -122,7 +117,7 @@ def entry_damage(folder: Path) -> str | None:
 
 def mark_complete(tmp: Path) -> None:
     """Write ``COMPLETE``: the digest of every file of the entry built in ``tmp``."""
-    write_text(json.dumps({"files": _digests(tmp)}, indent=1) + "\n", tmp / COMPLETE)
+    write_text(json.dumps({"files": digests(tmp)}, indent=1) + "\n", tmp / COMPLETE)
 
 
 def replaceable(final: Path, found: float | None) -> bool:

@@ -18,7 +18,6 @@ import numpy as np
 
 from tinymt.data.cache import cache_path, config_dict, load_complete, mark_complete, replaceable
 from tinymt.data.prepared import (
-    TOKENIZER_DIR,
     PreparedData,
     SplitWriter,
     load_prepared,
@@ -36,7 +35,7 @@ from tinymt.data.sources import (
     select,
 )
 from tinymt.errors import TinyMTError
-from tinymt.files import write_folder
+from tinymt.files import TOKENIZER, write_folder
 from tinymt.tokenizer import UNK_ID, Tokenizer
 
 
@@ -175,7 +174,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
         for split in SPLITS}
     t_load = time.perf_counter()
 
-    src_tok, tgt_tok = _train_tokenizers(cfg, texts["train"], tmp / TOKENIZER_DIR)
+    src_tok, tgt_tok = _train_tokenizers(cfg, texts["train"], tmp / TOKENIZER)
     t_tok = time.perf_counter()
     sizes = "" if cfg.joint_vocab else f"/{tgt_tok.vocab_size}"
     log(f"data: trained {'joint ' if cfg.joint_vocab else ''}{cfg.tokenizer_type} tokenizer "

@@ -21,13 +21,12 @@ import pyarrow as pa
 
 from tinymt.checkpoint import file_sha256
 from tinymt.data.sources import SPLITS, ChunkWriter
-from tinymt.files import load_json, write_text
+from tinymt.files import TOKENIZER, load_json, write_text
 from tinymt.tokenizer import Tokenizer, load_tokenizers
 
 if TYPE_CHECKING:  # datasets: imported where used (tinymt.data.sources says why)
     import datasets
 
-TOKENIZER_DIR = "tokenizer"
 SPLITS_DIR = "splits"
 DATA_FILE = "data-00000-of-00001.arrow"  # a split's one shard
 
@@ -165,10 +164,10 @@ def load_prepared(folder: Path, cache_hit: bool) -> PreparedData:
     import datasets
     stats = load_json(folder / "stats.json", "the data stats")
     splits = {s: datasets.load_from_disk(str(folder / SPLITS_DIR / s)) for s in SPLITS}
-    src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER_DIR)
+    src_tok, tgt_tok = load_tokenizers(folder / TOKENIZER)
     stats["cache_hit"] = cache_hit
     stats["cache_dir"] = str(folder)
-    return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER_DIR, stats)
+    return PreparedData(splits, src_tok, tgt_tok, folder / TOKENIZER, stats)
 
 
 def side_stats(lens: np.ndarray, unk: int) -> dict:

@@ -136,8 +136,8 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
     }
     pngs = report.write_figures(result, run_dir / report.FIGURES)
     result["figures"] = {tag: str(p) for tag, p in pngs.items()}
-    write_text(report.markdown_report(result, run_dir), run_dir / report.REPORT)
-    report.write_json(result, run_dir / report.JSON_REPORT)
+    write_text(report.markdown_report(result, run_dir), result["report"])
+    report.write_json(result, result["json"])
     _log_summary(result, log)
     return result
 
@@ -155,6 +155,5 @@ def _log_summary(r: dict, log) -> None:
         log("relations with a head beating the best fixed offset: " + "; ".join(
             f"{kind} {report.tracked(v)}" for kind, v in r["relations"].items())
             + f"; the showcase's object in the encoder: {report.showcase_object(r)}")
-    run_dir = Path(r["run_dir"])
-    log(f"report: {run_dir / report.REPORT}, numbers: {run_dir / report.JSON_REPORT}  (figures "
-        f"in {run_dir / report.FIGURES}/)")
+    log(f"report: {r['report']}, numbers: {r['json']}  (figures in "
+        f"{Path(r['run_dir']) / report.FIGURES}/)")

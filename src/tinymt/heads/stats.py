@@ -15,15 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from tinymt import KINDS
 from tinymt.batching import eval_batches
 from tinymt.heads.gates import head_shapes
-from tinymt.labels import AttentionStats, add_rows
+from tinymt.labels import AttentionStats, attention_batches
 from tinymt.model import Transformer
 from tinymt.relations import RelationCounts
-from tinymt.runtime import eval_mode, progress_bar
+from tinymt.runtime import progress_bar
 
 _TIE = 1e-6  # word masses this close (relatively) to the maximum count as a tie
 
@@ -119,27 +117,18 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
     shapes = head_shapes(model)
     counts = AlignmentCounts.zeros(*shapes["cross"]) if words is not None else None
     relations = RelationCounts(shapes) if words and "src_relations" in words else None
-    batches = eval_batches(src_ids, tgt_ids, batch_tokens)
-    with eval_mode(model, inference=True):
-        for idx, batch in progress_bar(batches, desc="attention", unit="batch",
-                                       disable=not progress):
-            batch = batch.to(device)
-            _, attn = model(batch.src, batch.tgt_in, need_weights=True)
-            add_rows(stats, attn, batch)
-            if counts is None:
+    batches = progress_bar(eval_batches(src_ids, tgt_ids, batch_tokens), desc="attention",
+                           unit="batch", disable=not progress)
+    for idx, stacked, src_len, tgt_len in attention_batches(model, batches, device, stats,
+                                                            arrays=counts is not None):
+        for b, i in enumerate(idx):  # the gold words of each sentence
+            src_w, tgt_w = words["src_weights"][i], words["tgt_weights"][i]
+            if src_w is None:
                 continue
-            src_len = (~batch.src_pad_mask).sum(1)  # (B,) eos included
-            tgt_len = (~batch.tgt_pad_mask).sum(1)  # (B,) bos included
-            stacked = {k: torch.stack(attn[k], 1).float().cpu().numpy()  # (B, L, h, T_q, T_k)
-                       for k in KINDS}
-            for b, i in enumerate(idx):  # the gold words of each sentence
-                src_w, tgt_w = words["src_weights"][i], words["tgt_weights"][i]
-                if src_w is None:
-                    continue
-                n_t, n_s = int(tgt_len[b]), int(src_len[b])
-                counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w,
-                           words["alignment"][i])
-                if relations is not None:
-                    relations.add_sentence(stacked, b, words, i, n_s, n_t)
+            n_t, n_s = int(tgt_len[b]), int(src_len[b])
+            counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w,
+                       words["alignment"][i])
+            if relations is not None:
+                relations.add_sentence(stacked, b, words, i, n_s, n_t)
     return stats, counts, relations
 

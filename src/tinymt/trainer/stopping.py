@@ -67,8 +67,7 @@ def stop_here(t, signum: int) -> None:
             ckpt["stopped"] = True
             save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
         t.writer.flush()
-        name = signal.Signals(signum).name
-        message = (f"stopped by {name} after step {step}: saved in "
+        message = (f"stopped by {signal.Signals(signum).name} after step {step}: saved in "
                    f"{checkpoint_path(t.run_dir, 'last')}; go on with: "
                    f"python scripts/train.py trainer.resume={t.run_dir}")
     runtime.barrier(t.rt)

@@ -143,7 +143,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
     @_route
     def _trend(self, request):
         """Every head's entropy and gold share across the steps of ``run=`` / ``tag=``
-        (:func:`_record_trend`), each record decoded for the answer::
+        (:func:`_trend_of`), each record decoded for the answer::
 
             {"steps": [s, ...], "logged": n,
              "kinds": {kind: {"entropy": [per step: [layer][head] | null],
@@ -160,8 +160,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
         picked = np.unique(np.linspace(0, len(logged) - 1, TREND_STEPS).round().astype(int))
         steps, trends, numbers = [], [], 0
         for step in (logged[i] for i in picked):
-            trend = _trend_of(series[step])
-            numbers += _numbers(trend)
+            trend = _trend_of(series[step])  # its numbers (an unreadable record's reason: 1)
+            numbers += 1 if isinstance(trend, str) else sum(
+                e.size + (0 if g is None else g.size) for e, g in trend.values())
             if numbers > TREND_NUMBERS and steps:
                 break
             steps.append(step)
@@ -193,27 +194,17 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
 
 def _trend_of(datum) -> dict | str:
-    """What :func:`_record_trend` makes of a logged record, or why it could not (one line)."""
+    """``{kind: (entropy, gold)}`` of a logged record, each a float64 (layers, heads) array
+    rounded to 4 decimals: the header's entropy, and :func:`_gold_share` (``None`` for a
+    kind without gold cells); or why the record could not be read (one line)."""
     try:
-        return _record_trend(decode(_record(datum.numpy)))
+        doc = decode(_record(datum.numpy))
+        with np.errstate(over="ignore"):  # an entropy near the float range: inf (null in JSON)
+            return {kind: (np.asarray(view["entropy"], np.float64).round(4),
+                           _gold_share(view["weights"], view["gold"]))
+                    for kind, view in doc["kinds"].items()}
     except ValueError as e:
         return f"unreadable record: {first_line(e)}"
-
-
-def _numbers(trend: dict | str) -> int:
-    """How many numbers a record's trend holds (its reason, if it has none: 1)."""
-    return 1 if isinstance(trend, str) else sum(e.size + (0 if g is None else g.size)
-                                                for e, g in trend.values())
-
-
-def _record_trend(doc: dict) -> dict:
-    """``{kind: (entropy, gold)}`` of a decoded record, each a float64 (layers, heads)
-    array rounded to 4 decimals: the header's entropy, and :func:`_gold_share` (``None``
-    for a kind without gold cells)."""
-    with np.errstate(over="ignore"):  # an entropy near the float range: inf (null in JSON)
-        return {kind: (np.asarray(view["entropy"], np.float64).round(4),
-                       _gold_share(view["weights"], view["gold"]))
-                for kind, view in doc["kinds"].items()}
 
 
 def _gold_share(w: np.ndarray, gold: list):

@@ -220,7 +220,7 @@ class TrainerConfig:
     precision: str = _r("auto", ("auto", "fp32", "bf16"))
     compile: bool = False
     seed: int = _r(1, SEED)
-    num_threads: int = _r(0, between(0, MAX_THREADS, note="0 = torch's default"))
+    num_threads: int = _r(0, between(0, MAX_THREADS, note="0 = the cores left idle"))
     max_tokens: int = _r(2048, BATCH_TOKENS)
     accumulate: int = _r(1, between(1, MAX_ACCUMULATE, note="micro-batches per step"))
     max_steps: int = _r(1200, POSITIVE)

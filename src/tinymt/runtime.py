@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -94,6 +95,36 @@ def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
     native = device.type == "cuda" and torch.cuda.is_available() and (
         bool(torch.version.hip) or torch.cuda.get_device_capability(device)[0] >= 8)
     return torch.bfloat16 if native else None
+
+
+class CoreShare:
+    """torch's CPU threads: as many as the cores other processes leave idle (one at least,
+    torch's default at most), looked at every few seconds in ``/proc/stat`` (Linux; elsewhere
+    the default stays). Two trainings on 2 cores then run a thread each, where four threads
+    would take turns on two cores: 1.2-1.8x the time alone, not 2.4-3.2x (docs/speed.md)."""
+
+    def __init__(self, on: bool = True, every: float = 2.0):
+        self.every, self.most, self.cores = every, torch.get_num_threads(), os.cpu_count() or 1
+        self.last = self._read() if on else None  # off: torch's threads stay as they are
+
+    @staticmethod
+    def _read() -> tuple[float, float, float] | None:
+        """``(now, seconds all CPUs were busy, seconds this process ran)``."""
+        try:
+            with open("/proc/stat") as f:  # cpu  user nice system idle iowait irq softirq
+                user, nice, system, _, _, irq, softirq = map(int, f.readline().split()[1:8])
+        except (OSError, ValueError):
+            return None
+        busy, own = (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK"), os.times()
+        return time.monotonic(), busy, own.user + own.system
+
+    def __call__(self) -> None:
+        if self.last is None or time.monotonic() - self.last[0] < self.every:
+            return
+        now = self._read()
+        wall, busy, own = (a - b for a, b in zip(now, self.last))
+        self.last, others = now, max(0.0, busy - own) / wall  # the cores others kept busy
+        torch.set_num_threads(max(1, min(self.most, round(self.cores - others))))
 
 
 def seed_everything(seed: int) -> None:

@@ -144,6 +144,7 @@ def run_loop(t: Training) -> str:
     until :func:`read_steps` reads them all at once, at a log, a validation or a stop."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
+    share = runtime.CoreShare(on=t.rt.device.type == "cpu" and not tc.num_threads)
     batches = global_batches(t)
     pending: list[tuple[torch.Tensor, int, float]] = []  # ((loss, grad norm), tokens, seconds)
     window: list[tuple[float, int, float, float]] = []  # the same, read, since the last log
@@ -156,6 +157,7 @@ def run_loop(t: Training) -> str:
             if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s:
                 window += read_steps(t, pending)
                 return "max_epochs" if state["epoch"] >= tc.max_epochs else "max_minutes"
+            share()  # the CPU's threads: the cores other processes leave idle
             t0 = time.monotonic()
             loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             grad_norm = optimizer_step(t)

@@ -4,7 +4,7 @@ Examples:
     python scripts/train.py                                   # built-in zh->en, tiny model
     python scripts/train.py model=small trainer.max_minutes=30
     python scripts/train.py experiment=multi30k_de_en data.path=../shared/data/multi30k-hub-layout
-    python scripts/train.py -m model.n_heads=1,2,4,8          # four runs side by side
+    python scripts/train.py -m model.n_heads=1,2,4,8          # four runs, one after another
     python scripts/train.py trainer.resume=outputs/2026-11-22/10-00-00   # continue exactly
     torchrun --nproc_per_node=2 scripts/train.py               # data-parallel (DDP)
 

@@ -200,12 +200,13 @@ def _child(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if os.environ.get("PYTHONUNBUFFERED"):  # as python -u: the binary layer unbuffered
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            old = getattr(sys, name)
-            setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
-                                                encoding=old.encoding, errors=old.errors,
-                                                write_through=True))
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))  # python -u, whatever the server's
+    for fd, name in ((1, "stdout"), (2, "stderr")):  # as Python makes them at its start
+        old, raw = getattr(sys, name), io.FileIO(fd, "w", closefd=False)
+        setattr(sys, name, io.TextIOWrapper(  # else: a buffer, by lines on a tty and on stderr
+            raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding,
+            errors=old.errors, write_through=unbuffered,
+            line_buffering=not unbuffered and (name == "stderr" or raw.isatty())))
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:  # read by OpenMP as torch was imported
         import torch

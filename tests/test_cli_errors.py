@@ -275,17 +275,19 @@ def test_a_ctrl_c_at_any_moment_is_one_line(tiny_run, after):
 def test_a_full_or_closed_stdout_is_one_line_or_quiet(tiny_run):
     """Output to a full disk (``/dev/full``): one ``error:`` line naming it, exit 1, from
     the translation and from Hydra's ``--help``; to a pipe closed before the answer (``|
-    head`` done): nothing on stderr, exit 1. (Forked children end as Python ends: a last
-    flush of stdout that fails is exit status 120.)"""
+    head`` done): nothing on stderr, exit 1. Not Python's own end: a last flush of stdout
+    that fails, ``Exception ignored ...`` and exit status 120 (forked children end so too)."""
     translate = [sys.executable, str(ROOT / "scripts" / "translate.py")]
+    # stdout buffered, as in a user's shell (-u or PYTHONUNBUFFERED would write at once)
+    buffered = {k: v for k, v in _no_traceback().items() if k != "PYTHONUNBUFFERED"}
     for args in ([f"run={tiny_run}", SENTENCE], ["--help"]):
         with open("/dev/full", "w") as full:
             r = forked.run(translate + args, stdout=full, stderr=subprocess.PIPE,
-                           text=True, env=_no_traceback())
+                           text=True, env=buffered)
         assert r.returncode == 1 and r.stderr == "error: [Errno 28] No space left on device\n", \
             r.stderr[-2000:]
     p = forked.popen(translate + [f"run={tiny_run}", SENTENCE],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_no_traceback())
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=buffered)
     p.stdout.close()  # the reader is gone before the first line
     assert p.wait(timeout=120) == 1 and p.stderr.read() == b""
 

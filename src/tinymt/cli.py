@@ -175,3 +175,4 @@ def run_hydra(main: Callable[[], Any]) -> Any:
         sys.exit(2)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+        one_line_errors(sys.stdout.flush)()  # --help, --cfg: their text out here, not at exit

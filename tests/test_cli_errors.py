@@ -274,16 +274,18 @@ def test_a_ctrl_c_at_any_moment_is_one_line(tiny_run, after):
 @pytest.mark.slow  # scripts in their own processes: ~3 s
 def test_a_full_or_closed_stdout_is_one_line_or_quiet(tiny_run):
     """Output to a full disk (``/dev/full``): one ``error:`` line naming it, exit 1, from
-    the translation and from Hydra's ``--help``; to a pipe closed before the answer (``|
-    head`` done): nothing on stderr, exit 1. Not Python's own end: a last flush of stdout
-    that fails, ``Exception ignored ...`` and exit status 120 (forked children end so too)."""
+    the translation, from Hydra's ``--help`` and from argparse's (the benchmark's); to a
+    pipe closed before the answer (``| head`` done): nothing on stderr, exit 1. Not Python's
+    own end: a last flush of stdout that fails, ``Exception ignored ...`` and exit status
+    120 (forked children end so too), nor argparse's: the help dropped, exit 0."""
     translate = [sys.executable, str(ROOT / "scripts" / "translate.py")]
+    benchmark = [sys.executable, str(ROOT / "scripts" / "benchmark.py")]  # argparse, not Hydra
     # stdout buffered, as in a user's shell (-u or PYTHONUNBUFFERED would write at once)
     buffered = {k: v for k, v in _no_traceback().items() if k != "PYTHONUNBUFFERED"}
-    for args in ([f"run={tiny_run}", SENTENCE], ["--help"]):
+    for cmd in (translate + [f"run={tiny_run}", SENTENCE], translate + ["--help"],
+                benchmark + ["--help"]):
         with open("/dev/full", "w") as full:
-            r = forked.run(translate + args, stdout=full, stderr=subprocess.PIPE,
-                           text=True, env=buffered)
+            r = forked.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, env=buffered)
         assert r.returncode == 1 and r.stderr == "error: [Errno 28] No space left on device\n", \
             r.stderr[-2000:]
     p = forked.popen(translate + [f"run={tiny_run}", SENTENCE],

@@ -22,6 +22,7 @@ from tinymt.config import ModelConfig
 from tinymt.decoding import beam_search, greedy_decode, greedy_search
 from tinymt.model import Transformer, causal_mask
 from tinymt.rundir import checkpoint_path, load_run
+from tinymt.runtime import pick_device
 from tinymt.trainer import train
 from tinymt.translate import translate
 
@@ -71,6 +72,26 @@ def random_model(seed=0, vocab=300):
     with torch.no_grad():
         model.output_proj.weight.mul_(4.0)  # peaked distributions: a non-trivial search
     return model
+
+
+def test_new_shapes_run_fused_attention_but_not_cudnns():
+    """Attention's shapes change with every batch and every decoded token, and cuDNN's
+    attention (first in torch's order on Hopper and later GPUs) builds a plan for each new
+    one: tens of ms of host a shape. On the device :func:`pick_device` sets up, training
+    steps on five shapes and a cached greedy search run a fused kernel, never cuDNN's."""
+    pick_device("cuda")
+    model = random_model().train()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for b, s, t in [(3, 7, 9), (5, 11, 4), (2, 30, 17), (8, 5, 5), (1, 13, 21)]:
+            src, tgt = (torch.randint(4, 300, (b, n), device=CUDA) for n in (s, t))
+            with bf16():
+                hidden, _ = model(src, tgt)  # (b, t, d)
+            hidden.float().square().mean().backward()
+        greedy_search(model, src)
+    ops = {e.key for e in prof.key_averages()}
+    assert {"aten::_scaled_dot_product_efficient_attention",
+            "aten::_scaled_dot_product_flash_attention"} & ops, sorted(ops)
+    assert not [op for op in ops if "cudnn" in op and "attention" in op]
 
 
 def test_kv_cache_decoding_equals_full_decoding_on_gpu():

@@ -65,13 +65,10 @@ def progress_bar(it, **kw):
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     """``auto`` = cuda -> mps -> cpu; anything else (spelt as the config's rule allows) is
-    checked to exist."""
+    checked to exist. The one place a job's device is chosen, and set up (CUDA: below)."""
     if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        mps = getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise TinyMTError(f"device={name} asked for, but torch sees no CUDA GPU (use device=auto)")
@@ -82,6 +79,10 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
                           f"CUDA GPU(s) (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise TinyMTError(f"device={name} asked for, but MPS is not available (use device=auto)")
+    if device.type == "cuda":  # cuDNN's attention, first on Hopper and later, builds a plan
+        # for every new shape (tens of ms of host each); ours change with every batch and
+        # every decoded token. Flash or memory-efficient attention then, with no plan to build
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return device
 
 

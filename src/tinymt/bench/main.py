@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from tinymt import runtime
 from tinymt.bench.decode_speed import bench_decoding
 from tinymt.bench.measure import REPO_ROOT, log
 from tinymt.bench.report import into_page, render
@@ -47,6 +48,10 @@ names the commit it measured (and whether the working tree had uncommitted chang
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, as every script's errors
         raise TinyMTError(message)
+
+    def _print_message(self, message: str, file=None):  # argparse ignores a failed write:
+        if message:  # --help to a full disk is then one error line, as in every script
+            print(message, end="", file=file or sys.stderr, flush=True)
 
 
 def count(least: int = 1):
@@ -161,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise TinyMTError("--device cuda: torch sees no CUDA GPU (use --device cpu)")
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    device = torch.device("cuda" if cuda else "cpu")
+    device = runtime.pick_device("cuda" if cuda else "cpu")
     if cuda:
         torch.set_float32_matmul_precision("high")
     defaults = {**DEFAULTS[device.type], **(DEFAULTS["quick"] if args.quick else {})}

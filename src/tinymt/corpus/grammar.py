@@ -311,10 +311,7 @@ def _relative(r, n: L.Noun):
         subj = _simple_human(r)
         t = _pick(r, _TIMES_BY_TENSE["past"]) if r.random() < 0.4 else None
         return RelClause("object", v, subj=subj, time=t)
-    if "person" in n.cats:
-        cands = _SUBJ_REL_VERBS_HUMAN
-    else:
-        cands = _SUBJ_REL_VERBS_ANIMAL[n.zh]
+    cands = _SUBJ_REL_VERBS_HUMAN if "person" in n.cats else _SUBJ_REL_VERBS_ANIMAL[n.zh]
     v = _pick(r, cands)
     obj = None
     if v.frame != "intrans":
@@ -354,8 +351,7 @@ def _subject(r, v: L.Verb | None, tense: str, human: bool | None = None) -> NP:
         human = can_human and (not animals or r.random() < 0.75)
     if not human:
         return noun_np(r, _pick(r, animals), tense, "subj")
-    x = r.random()
-    if x < 0.65:
+    if r.random() < 0.65:
         return _simple_human(r)
     return noun_np(r, _pick(r, _PERSONS), tense, "subj")
 

@@ -109,12 +109,9 @@ class Adverb:
 
 
 def _rows(table: str) -> list[list[str]]:
-    rows = []
-    for line in table.strip().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            rows.append([c.strip() for c in line.split("|")])
-    return rows
+    lines = (line.strip() for line in table.strip().splitlines())
+    return [[c.strip() for c in line.split("|")] for line in lines
+            if line and not line.startswith("#")]
 
 
 def _t(s: str) -> tuple[str, ...]:
@@ -651,27 +648,16 @@ def _load():
             )
         )
     times = tuple(Time(zh, _t(en), frozenset(t.split())) for zh, en, t in _rows(TIMES_TABLE))
-    verbs = []
-    for zh, base, s3, past, ing, frame, obj, subj, loc in _rows(VERBS_TABLE):
-        verbs.append(
-            Verb(
-                zh,
-                _t(base),
-                _t(s3),
-                _t(past),
-                _t(ing),
-                frame,
-                frozenset(obj.split()),
-                frozenset(subj.split()),
-                frozenset(loc.split()),
-                to=(zh != "让"),
-            )
-        )
+    verbs = tuple(
+        Verb(zh, _t(base), _t(s3), _t(past), _t(ing), frame, frozenset(obj.split()),
+             frozenset(subj.split()), frozenset(loc.split()), to=(zh != "让"))
+        for zh, base, s3, past, ing, frame, obj, subj, loc in _rows(VERBS_TABLE)
+    )
     adjectives = tuple(
         Adjective(zh, en, "" if attr == "-" else attr, pred == "y", frozenset(cats.split()))
         for zh, en, attr, pred, cats in _rows(ADJECTIVES_TABLE)
     )
-    return pronouns, names, tuple(nouns), tuple(places), times, tuple(verbs), adjectives
+    return pronouns, names, tuple(nouns), tuple(places), times, verbs, adjectives
 
 
 PRONOUNS, NAMES, NOUNS, PLACES, TIMES, VERBS, ADJECTIVES = _load()

@@ -146,16 +146,13 @@ def _render_noun(np: NP, g: tuple, ctx: _Ctx):
     """A common noun's phrase: -> (zh tokens, en tokens)."""
     n = np.head
     zh: list = []
-    en: list = []
     if n.kin:  # 我妈妈 my mother / 李雷的妈妈 Li Lei's mother
         pzh, pen, d = _possessor(np.possessor, g, ctx)
         zh += pzh
         if np.possessor.kind != "pronoun":
             zh.append(("的", (d,)))
         zh.append((n.zh, g))
-        en += pen
-        en += [(w, g) for w in n.en]
-        return zh, en
+        return zh, pen + [(w, g) for w in n.en]
 
     plural = np.plural
     words = n.plural if plural else n.en
@@ -413,16 +410,8 @@ def render_clause(c: Clause, ctx: _Ctx):
                 main = [eadv] + main
 
     # Chinese: [time] subj [time] markers [在 place] VP [吗]
-    zh = []
-    if c.time_first:
-        zh += tzh
-    zh += szh
-    if not c.time_first:
-        zh += tzh
-    zh += pre
-    zh += pzh
-    zh += post_zh
-    zh += vzh
+    zh = [*tzh, *szh] if c.time_first else [*szh, *tzh]
+    zh += [*pre, *pzh, *post_zh, *vzh]
     if q is not None:
         zh.append(("吗", q + (qk,)))
 
@@ -529,12 +518,9 @@ def render(s: Sentence) -> Pair:
     p = (ctx.new(),)
     if isinstance(s, Clause):
         zh, en = render_clause(s, ctx)
-        if s.mood != "declarative":
-            zh.append(("？", p))
-            en.append(("?", p))
-        else:
-            zh.append(("。", p))
-            en.append((".", p))
+        question = s.mood != "declarative"
+        zh.append(("？" if question else "。", p))
+        en.append(("?" if question else ".", p))
     elif isinstance(s, Because):  # 因为 C1，所以 C2。 -> C2 because C1.
         b = (ctx.new(),)
         zh1, en1 = render_clause(s.cause, ctx)

@@ -264,7 +264,7 @@ class DecodeConfig:
     max_len_a: float = _r(1.5, between(0, 10_000))
     max_len_b: int = _r(10, between(0, 10**6))
     nbest: int = _r(1, BEAM)
-    batch_tokens: int = _r(4096, BATCH_TOKENS)
+    batch_tokens: int = _r(0, between(0, MAX_BATCH_TOKENS, note="0 = by device"))
     beam_rule: str | None = _r(None, ("shrink", "full"))  # None: the engine's own
 
 

@@ -35,7 +35,7 @@ from tinymt.loss import sequence_loss
 from tinymt.metrics import score
 from tinymt.plotting import figure_to_array
 from tinymt.rundir import LoadedRun, load_run
-from tinymt.runtime import pick_device
+from tinymt.runtime import pick_batch_tokens, pick_device
 from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan, unsure
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
@@ -268,14 +268,15 @@ def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, 
     """Per id list, ``decode.nbest`` ``(ids, score)`` best first, by the engine ``run`` is
     (:func:`tinymt.decoding.translate_ids` or :func:`tinymt.ct2.translate_export_ids`, with
     the settings of a ``decode`` config node); an empty list gives no hypothesis."""
-    d = decode
+    d, export = decode, isinstance(run, LoadedExport)
     todo = [i for i, t in enumerate(ids) if t]
+    on = torch.device(run.translator.device if export else device)  # ct2: its own device
     kw = {"beam": d.beam, "len_penalty": d.len_penalty, "max_len_a": d.max_len_a,
-          "max_len_b": d.max_len_b, "nbest": d.nbest, "batch_tokens": d.batch_tokens,
-          "progress": progress}
+          "max_len_b": d.max_len_b, "nbest": d.nbest,
+          "batch_tokens": pick_batch_tokens(d.batch_tokens, on, d.beam), "progress": progress}
     if d.beam_rule:  # None: the engine's own rule
         kw["beam_rule"] = d.beam_rule
-    if isinstance(run, LoadedExport):  # the decoding step is the only difference
+    if export:  # the decoding step is the only difference
         outs = translate_export_ids(run, [ids[i] for i in todo], **kw)
     else:
         outs = translate_ids(run.model, [ids[i] for i in todo], device=device, **kw)

@@ -32,7 +32,8 @@ def _workload(args: argparse.Namespace, device: torch.device, data: PreparedData
               data_info: dict, n: int) -> tuple[list[list[int]], dict, dict, LoadedRun | None, str]:
     """The source ids, the length rule's keywords, the models by label, the trained run
     (or None) and the rule in words."""
-    kw = {"max_len_a": 1.5, "max_len_b": 10, "batch_tokens": 4096}  # translate.py's defaults
+    kw = {"max_len_a": 1.5, "max_len_b": 10,  # translate.py's defaults
+          "batch_tokens": runtime.pick_batch_tokens(0, device, max(SEARCHES.values()))}
     if args.run:
         run = load_run(args.run, args.checkpoint, device)
         src_ids = source_ids(run, data.splits["test"]["src"][:n], copy=False)[1]  # as translate.py

@@ -100,9 +100,9 @@ def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
 
 
 def pick_batch_tokens(asked: int, device: torch.device, beam: int = 1) -> int:
-    """Source tokens a decoding batch: ``asked``, or for 0 what suits ``device``: 4,096 on
-    a CPU; 16,384 on a GPU, where a token step is launch-bound (it costs about as much for
-    a hundred sentences as for a thousand); hypotheses within ``MAX_BEAM_TOKENS``."""
+    """Source tokens a decoding batch: ``asked``, or for 0 what suits ``device``: 16,384 on
+    a CUDA GPU, where a token step is launch-bound (it costs about as much for a hundred
+    sentences as for a thousand), else 4,096; hypotheses within ``MAX_BEAM_TOKENS``."""
     if asked:
         return asked
     return min(16_384 if device.type == "cuda" else 4_096, MAX_BEAM_TOKENS // beam)

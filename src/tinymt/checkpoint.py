@@ -82,8 +82,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if state.get("format") != FORMAT:
         raise TinyMTError(f"{path} is not checkpoint format {FORMAT}, the one this tinymt "
                           "reads: retrain, or translate with the tinymt version that wrote it")
-    problem = _weights_problem(state["model"]) or _fields_problem(state)
-    if problem:
+    if problem := _weights_problem(state["model"]) or _fields_problem(state):
         raise TinyMTError(f"checkpoint {path} is not one tinymt wrote: {problem}; use another "
                           "checkpoint of the run (last.pt / best.pt)")
     vocab = state["vocab"]
@@ -173,8 +172,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike], run: Path | None = N
         if None not in (run_id, ids[-1]) and run_id != ids[-1]:  # (None: a checkpoint without)
             raise TinyMTError(f"{p} is a checkpoint of another run than {run or paths[-1]} "
                               "(its run id): cannot average (only checkpoints of one run)")
-        why = _differs(s, states[-1])
-        if why:
+        if why := _differs(s, states[-1]):
             raise TinyMTError(f"{p} is from a different model than {paths[-1]}: "
                               f"{why}; cannot average (only checkpoints of one run)")
     out = {k: v for k, v in states[-1].items() if k not in TRAINING_STATE[1:]}  # trainer_state kept

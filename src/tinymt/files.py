@@ -75,8 +75,7 @@ def real_location(path: str | os.PathLike) -> Path:
 def check_output(value: Any, what: str, *, folder: bool = False) -> Path:
     """The file (``folder=True``: new folder) the user's ``what=value`` names, checked
     before any work, or one line saying why not."""
-    why = output_problem(value, folder=folder)
-    if why:
+    if why := output_problem(value, folder=folder):
         raise TinyMTError(f"{what}={_short(str(value))!s}: {why} (nothing was written)")
     return Path(str(value)).expanduser()
 
@@ -84,8 +83,7 @@ def check_output(value: Any, what: str, *, folder: bool = False) -> Path:
 def output_problem(value: Any, *, folder: bool = False) -> str | None:
     """Why ``value`` may not be written (see :func:`check_output`), or None."""
     text = "" if value is None else str(value)
-    why = name_problem(text)  # (blank: the current folder, never a file to write)
-    if why:
+    if why := name_problem(text):  # (blank: the current folder, never a file to write)
         return why
     path = Path(text).expanduser()
     if folder:
@@ -96,8 +94,7 @@ def output_problem(value: Any, *, folder: bool = False) -> str | None:
     elif os.path.lexists(path) and not (path.is_symlink() or path.is_file()):
         return "not a regular file (a pipe, socket or device): name a file to write"
     real = real_location(path)
-    found = run_state_part(real)
-    if found:
+    if found := run_state_part(real):
         return (f"it is {found[1]} of the run {found[0]}: writing it would lose the run's own "
                 "state (resuming, translating); choose another file")
     base = next(p for p in [real.parent, *real.parent.parents] if os.path.lexists(p))
@@ -273,8 +270,7 @@ def path_problem(path: Path, folder: bool | None = None, missing: str | None = N
 
 def regular_file(path: str | os.PathLike, what: str) -> Path:
     """``path`` if it is a regular file (links followed), else one line naming ``what``."""
-    why = path_problem(Path(path), folder=False, missing="{path} does not exist")
-    if why:
+    if why := path_problem(Path(path), folder=False, missing="{path} does not exist"):
         raise TinyMTError(f"{what} {why}")
     return Path(path)
 

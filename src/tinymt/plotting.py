@@ -119,9 +119,7 @@ def heatmap(values: np.ndarray, title: str, row_label: str = "layer", col_label:
                     color="white" if dark else "black")
     ax.set_xticks(range(cols), labels=col_ticks)
     ax.set_yticks(range(rows), labels=row_ticks)
-    ax.set_xlabel(col_label)
-    ax.set_ylabel(row_label)
-    ax.set_title(title)
+    ax.set(xlabel=col_label, ylabel=row_label, title=title)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     return fig

@@ -28,9 +28,8 @@ def piece_word_weights(pieces: Sequence[str], words: Sequence[str]) -> np.ndarra
     next piece's row. Where the strings differ (``<unk>``, normalisation) the characters are
     matched with difflib; unmatched and special pieces get a row of zeros.
     """
-    owner: list[int] = []  # word of each character of the joined words
-    for w, word in enumerate(words):
-        owner += [w] * len(_chars(word))
+    # word of each character of the joined words
+    owner = [w for w, word in enumerate(words) for _ in _chars(word)]
     target_text = "".join(_chars(w) for w in words)
     texts = ["" if p in _SPECIAL else _chars(p) for p in pieces]
     joined = "".join(texts)

@@ -44,8 +44,8 @@ def _norm(spec, norm: nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
 
 
-def _attention(spec, mha, self_attention: bool) -> None:
-    """Our fused ``in_proj`` and ``W_O``."""
+def _attention(spec, mha, norm: nn.LayerNorm, self_attention: bool) -> None:
+    """Our fused ``in_proj`` and ``W_O``, and the layer's ``norm`` around them."""
     w, b, d = mha.in_proj.weight, mha.in_proj.bias, mha.d_model
     if self_attention:
         _linear(spec.linear[0], w, b)  # [W_Q; W_K; W_V], CTranslate2's fused layout too
@@ -53,6 +53,7 @@ def _attention(spec, mha, self_attention: bool) -> None:
         _linear(spec.linear[0], w[:d], None if b is None else b[:d])  # W_Q
         _linear(spec.linear[1], w[d:], None if b is None else b[d:])  # [W_K; W_V]
     _linear(spec.linear[-1], mha.out_proj.weight, mha.out_proj.bias)  # W_O
+    _norm(spec.layer_norm, norm)
 
 
 def _ffn(spec, ff, norm: nn.LayerNorm) -> None:
@@ -83,14 +84,11 @@ def build_spec(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer,
     _inputs(enc, model.src_embed, model.src_pos, model.max_positions)
     _inputs(dec, model.tgt_embed, model.tgt_pos, model.max_positions)
     for ls, layer in zip(enc.layer, model.encoder_layers):
-        _attention(ls.self_attention, layer.self_attn, True)
-        _norm(ls.self_attention.layer_norm, layer.norm1)
+        _attention(ls.self_attention, layer.self_attn, layer.norm1, True)
         _ffn(ls.ffn, layer.ff, layer.norm2)
     for ls, layer in zip(dec.layer, model.decoder_layers):
-        _attention(ls.self_attention, layer.self_attn, True)
-        _norm(ls.self_attention.layer_norm, layer.norm1)
-        _attention(ls.attention, layer.cross_attn, False)
-        _norm(ls.attention.layer_norm, layer.norm2)
+        _attention(ls.self_attention, layer.self_attn, layer.norm1, True)
+        _attention(ls.attention, layer.cross_attn, layer.norm2, False)
         _ffn(ls.ffn, layer.ff, layer.norm3)
     if cfg.norm_first:
         _norm(enc.layer_norm, model.encoder_norm)

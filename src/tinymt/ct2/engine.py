@@ -73,8 +73,7 @@ def read_meta(path: Path) -> dict:
     if meta_digest(meta) != meta.get("meta_sha256"):  # (missing or not a digest: the same)
         raise TinyMTError(f"{file} was changed after export (its contents do not match its "
                           "meta_sha256); re-export the model")
-    problem = _shape_problem(meta)
-    if problem:
+    if problem := _shape_problem(meta):
         raise TinyMTError(f"{file} is damaged ({problem}); re-export the model")
     return meta
 

@@ -28,9 +28,8 @@ COMPLETE = "COMPLETE"
 
 def config_dict(cfg) -> dict[str, Any]:
     """A ``DataConfig`` or its ``DictConfig`` (what Hydra hands over) as a plain dict."""
-    if dataclasses.is_dataclass(cfg):
-        return dataclasses.asdict(cfg)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return (dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg)
+            else OmegaConf.to_container(cfg, resolve=True))
 
 def _stat(path: Path) -> list:
     st = path.stat()

@@ -393,7 +393,19 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
     every check (data, model size, the checkpoint and tokenizer of a resumed run) passed.
     Rank 0 appends the folder a new run claims to ``claimed``."""
     tc, oc = cfg.trainer, cfg.optim
-    run_dir = _run_dir(cfg, rt, unique_run_dir, claimed)
+    # rank 0 claims a new run's folder; every rank uses its path (or the resumed run's)
+    if tc.resume:
+        run_dir = Path(tc.resume)
+        check_resumable(run_dir)
+    elif rt.is_main:
+        if cfg.run_dir is None:
+            cfg.run_dir, unique_run_dir = clock_run_dir(), True
+        run_dir = claim_run_dir(cfg.run_dir, unique_run_dir)
+        claimed.append(run_dir)
+    else:
+        run_dir = None
+    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
+    cfg.run_dir = str(run_dir)
     resume = load_checkpoint(checkpoint_path(run_dir, "last"), map_location=rt.device) \
         if tc.resume else None
     if resume is not None:  # before the data is built: an edited config.yaml changes nothing
@@ -442,20 +454,3 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
                                  purge_step=t.state["step"] + 1 if resume is not None else None)
         t.writer.add_text("config", "```\n" + OmegaConf.to_yaml(t.cfg) + "\n```", t.state["step"])
     return t
-
-
-def _run_dir(cfg: DictConfig, rt: runtime.Runtime, unique: bool, claimed: list[Path]) -> Path:
-    """Rank 0 claims a new run's folder; every rank uses its path (or the resumed run's)."""
-    if cfg.trainer.resume:
-        run_dir = Path(cfg.trainer.resume)
-        check_resumable(run_dir)
-    elif rt.is_main:
-        if cfg.run_dir is None:
-            cfg.run_dir, unique = clock_run_dir(), True
-        run_dir = claim_run_dir(cfg.run_dir, unique)
-        claimed.append(run_dir)
-    else:
-        run_dir = None
-    run_dir = Path(runtime.broadcast_object(rt, str(run_dir)))
-    cfg.run_dir = str(run_dir)
-    return run_dir

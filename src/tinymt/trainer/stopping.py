@@ -63,9 +63,8 @@ def stop_here(t, signum: int) -> None:
     step, message = t.state["step"], ""
     if t.rt.is_main:
         if t.saved_step != step:
-            ckpt = checkpoint_state(t)
-            ckpt["stopped"] = True
-            save_checkpoint(ckpt, checkpoint_path(t.run_dir, "last"))
+            save_checkpoint({**checkpoint_state(t), "stopped": True},
+                            checkpoint_path(t.run_dir, "last"))
         t.writer.flush()
         message = (f"stopped by {signal.Signals(signum).name} after step {step}: saved in "
                    f"{checkpoint_path(t.run_dir, 'last')}; go on with: "

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +57,24 @@ def _last_words(kind, e, tb) -> None:
 
 
 sys.excepthook = _last_words
+
+
+def _ctrl_c(signum, frame) -> None:
+    """SIGINT: ``KeyboardInterrupt``, as Python's own handler, except while torch is being
+    imported: one there can abort Python (a C++ exception through pybind11, or a torch half
+    made that crashes Python's teardown), so it comes again 50 ms later, until torch is in."""
+    if any(getattr(getattr(m, "__spec__", None), "_initializing", False)
+           for name, m in list(sys.modules.items()) if name.split(".")[0] == "torch"):
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        again.daemon = True  # (a process ending meanwhile does not wait for it)
+        again.start()
+        return
+    raise KeyboardInterrupt
+
+
+if threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _ctrl_c)
 
 from hydra import compose
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

@@ -4,7 +4,8 @@ other exception exit status 1 (``TINYMT_TRACEBACK=1`` shows its traceback instea
 
 Every script imports this module first: from then on, what escapes those two (a Ctrl-C
 while the script still imports, a failing write of Hydra's ``--help``) is one line too
-(:func:`_last_words`), so Hydra and the rest are imported below the hook."""
+(:func:`_last_words`), and a Ctrl-C while torch imports waits for that import
+(:func:`_ctrl_c`), so Hydra and the rest are imported below the hook and the handler."""
 
 # ruff: noqa: E402  (the hook is set before the third-party imports)
 from __future__ import annotations

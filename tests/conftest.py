@@ -353,6 +353,38 @@ def trained_run(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- heads
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+@pytest.fixture
+def host_reads(monkeypatch):
+    """Every read of a tensor on the host by tinymt's own code (each a wait for the device on
+    a GPU: ``HOST_READS``, ``if tensor:`` included), as ``"<method> in <function>"``, while
+    ``reads.on``."""
+    import tinymt
+
+    src = str(Path(tinymt.__file__).parent)
+
+    class Reads(list):
+        on = True
+
+    reads = Reads()
+
+    def counted(name):
+        real = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code
+            if reads.on and caller.co_filename.startswith(src):
+                reads.append(f"{name} in {caller.co_name}")
+            return real(self, *args, **kwargs)
+        return read
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    return reads
+
+
 QUIET = lambda *_: None  # noqa: E731  (a log= that prints nothing)
 
 

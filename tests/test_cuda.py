@@ -8,6 +8,8 @@ GPU. With a CUDA build of torch (docs/benchmarks.md, "On a CUDA GPU, step by ste
 
 import subprocess
 import sys
+import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -112,6 +114,38 @@ def test_kv_cache_decoding_equals_full_decoding_on_gpu():
         assert [s for _, s in hc] == pytest.approx([s for _, s in hf], abs=1e-4)
 
 
+def synchronizing(run, *args, **kwargs) -> int:
+    """How often ``run(*args, **kwargs)`` made the host wait for the GPU: torch's sync debug
+    mode warns at every wait (a read, a shape that depends on values, a copy from pageable
+    memory)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return sum("synchronizing" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("rule", [None, "shrink", "full"])
+def test_decoding_waits_for_the_gpu_once_a_token_step(rule, monkeypatch):
+    """Greedy and beam search (both rules) wait for the GPU once a token step (the step's
+    one read) and once a batch (the length caps): tests/test_decoding.py counts the waits
+    it can see on a CPU, this the ones only a GPU shows."""
+    import tinymt.decoding.search as search
+
+    model, src = random_model(), torch.randint(4, 300, (6, 9), device=CUDA)
+    src[1, 3:] = src[4, 6:] = model.pad_id  # sentences of other lengths leave earlier
+    steps, real = [], search.next_logits
+    monkeypatch.setattr(search, "next_logits", lambda *args: steps.append(1) or real(*args))
+    run = partial(beam_search, beam=4, nbest=2, rule=rule) if rule else greedy_search
+    run(model, src)  # torch's lazy set-up first
+    steps.clear()
+    waits = synchronizing(run, model, src)
+    assert len(steps) > 5 and waits <= len(steps) + 1, (waits, len(steps))
+
+
 # --------------------------------------------------------------------------- training
 def _scalars(run_dir):
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "images": 0})
@@ -142,6 +176,34 @@ def test_bf16_fused_adamw_compile_training_on_gpu(gpu_run):
     # the checkpoint loads on a machine without a GPU
     run = load_run(str(gpu_run), "last", "cpu")
     assert next(run.model.parameters()).device.type == "cpu"
+
+
+def test_training_waits_for_the_gpu_only_to_read_the_losses(tmp_path, monkeypatch):
+    """From the second step on (the first sets the optimizer's state up) a training step
+    never makes the host wait for the GPU: its forward and backward passes, the batch's
+    copy, clipping and the fused update. The loop waits only where it must (reading the
+    losses at a log, validating; tests/test_trainer.py counts the reads a CPU shows)."""
+    import tinymt.trainer.loop as loop
+
+    waits = {"train_step": [], "optimizer_step": []}
+
+    def counted(name):
+        real = getattr(loop, name)
+
+        def call(t, *args):
+            if not waits[name] and t.state["step"] == 0:  # the first step: not counted
+                waits[name].append(None)
+                return real(t, *args)
+            out = []
+            waits[name].append(synchronizing(lambda: out.append(real(t, *args))))
+            return out[0]
+        return call
+
+    for name in waits:
+        monkeypatch.setattr(loop, name, counted(name))
+    train(compose_train(tmp_path, "trainer.device=cuda", "trainer.max_steps=12",
+                        "trainer.valid_every=6", "trainer.log_every=4"))
+    assert waits == {name: [None] + [0] * 11 for name in waits}
 
 
 def test_translate_on_cuda(gpu_run, tmp_path, capsys):

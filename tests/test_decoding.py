@@ -4,6 +4,7 @@ against a plain one-sentence loop of it (the ``full`` rule's: CTranslate2's)."""
 
 import itertools
 import math
+import sys
 
 import pytest
 import torch
@@ -488,3 +489,45 @@ def test_a_sentence_with_no_room_gets_no_tokens():
     # CTranslate2's rule: no room is no hypothesis, nan its score; the other one searched
     (none,), (full,) = beam_search(model, src, beam=3, max_len_a=-1.0, max_len_b=4, rule="full")
     assert none[0] == [] and math.isnan(none[1]) and len(full[0]) == 3
+
+
+# --------------------------------------------------------------------------- waits
+def test_the_host_waits_for_the_device_once_a_token_step(monkeypatch, host_reads):
+    """On a GPU the host waits for the device at every read of a tensor (conftest's
+    ``host_reads``), at every op whose output's shape depends on the values (nonzero,
+    a boolean-mask index) and at every copy of host data made outside
+    :func:`tinymt.batching.to_device` (a list as an index, ``torch.tensor(...)``). Greedy
+    and beam search (both rules), sentences leaving at different steps: one read a token
+    step (its tokens; what finished and what goes on), one a batch (the length caps), no
+    other wait."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import tinymt.decoding.search as search
+
+    aten, steps, waits = torch.ops.aten, [], []
+    real = search.next_logits
+    monkeypatch.setattr(search, "next_logits", lambda *args: steps.append(1) or real(*args))
+
+    class Waits(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            indices = args[1] if func.overloadpacket in (aten.index, aten.index_put_) else []
+            frames = itertools.takewhile(bool, itertools.accumulate(
+                itertools.repeat(None), lambda f, _: f.f_back, initial=sys._getframe()))
+            if (func.overloadpacket in (aten.nonzero, aten.masked_select, aten.is_nonzero)
+                    or any(i is not None and i.dtype == torch.bool for i in indices)
+                    or func is aten.lift_fresh.default
+                    and not any(f.f_code.co_name == "to_device" for f in frames)):
+                waits.append(func)
+            return func(*args, **(kwargs or {}))
+
+    model, src = tiny_model(3), sources([5, 1, 8, 3, 6])
+    for rule in (None, "shrink", "full"):
+        host_reads.clear(), steps.clear()
+        with Waits():
+            if rule:
+                beam_search(model, src, beam=3, nbest=2, rule=rule, max_len_b=4)
+            else:
+                greedy_search(model, src, max_len_b=4)
+        name = "beam_search" if rule else "greedy_search"
+        assert host_reads == ["tolist in max_lengths"] + [f"numpy in {name}"] * len(steps)
+        assert len(steps) > 5 and not waits, (rule, waits)

@@ -106,47 +106,30 @@ def test_nan_loss_stops_naming_the_step(tmp_path):
         train(cfg)
 
 
-HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
-
-
-def test_the_host_reads_the_device_once_per_log_every_steps(tmp_path, monkeypatch):
-    """Every way our code can read a tensor on the host (each a device sync on a GPU:
-    ``HOST_READS``, ``if tensor:`` included), counted while the loop trains (validations
-    and probes, which must read, not counted): 12 steps, ``log_every=4``, one read at each
-    log (steps 4, 8, 12) and one before the validation of step 6, which waits anyway."""
-    import tinymt
+def test_the_host_reads_the_device_once_per_log_every_steps(tmp_path, monkeypatch, host_reads):
+    """Every host read of a tensor by our code (conftest's ``host_reads``), counted while
+    the loop trains (validations and probes, which must read, not counted): 12 steps,
+    ``log_every=4``, one read at each log (steps 4, 8, 12) and one before the validation
+    of step 6, which waits anyway."""
     import tinymt.trainer.loop as loop
-
-    src, reads, counting = str(Path(tinymt.__file__).parent), [], [False]
-
-    def counted(name):
-        real = getattr(torch.Tensor, name)
-
-        def read(self, *args, **kwargs):
-            caller = sys._getframe(1).f_code
-            if counting[0] and caller.co_filename.startswith(src):
-                reads.append(f"{name} in {caller.co_name}")
-            return real(self, *args, **kwargs)
-        return read
 
     def switched(real, on):
         def call(*args, **kwargs):
-            counting[0] = on
+            host_reads.on = on
             try:
                 return real(*args, **kwargs)
             finally:
-                counting[0] = not on
+                host_reads.on = not on
         return call
 
-    for name in HOST_READS:
-        monkeypatch.setattr(torch.Tensor, name, counted(name))
+    host_reads.on = False
     monkeypatch.setattr(loop, "run_loop", switched(loop.run_loop, True))
     monkeypatch.setattr(loop, "validate_and_checkpoint",
                         switched(loop.validate_and_checkpoint, False))
     monkeypatch.setattr(loop.validation, "log_probes", switched(loop.validation.log_probes, False))
     train(compose_train(tmp_path, "trainer.max_steps=12", "trainer.log_every=4",
                         "trainer.valid_every=6", "trainer.probe_every=3"))
-    assert reads == ["tolist in read_steps"] * 4
+    assert host_reads == ["tolist in read_steps"] * 4
 
 
 def test_a_non_finite_step_changes_no_weight_and_skip_goes_on(tmp_path, monkeypatch, capsys):

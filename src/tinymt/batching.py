@@ -137,10 +137,14 @@ class Batch:
         return int((self.tgt_out != PAD_ID).sum())
 
     def to(self, device) -> Batch:
-        """On a GPU through pinned memory, so that the host queues the copy, not waits for it."""
-        gpu = torch.device(device).type == "cuda"
-        return Batch(*((t.pin_memory() if gpu else t).to(device, non_blocking=gpu)
-                       for t in (self.src, self.tgt_in, self.tgt_out)))
+        return Batch(*(to_device(t, device) for t in (self.src, self.tgt_in, self.tgt_out)))
+
+
+def to_device(t: torch.Tensor | np.ndarray, device) -> torch.Tensor:
+    """A host tensor or array on ``device``; on a GPU through pinned memory, so that the host
+    queues the copy, not waits for it (a copy from pageable memory waits for the GPU)."""
+    t, gpu = torch.as_tensor(t), torch.device(device).type == "cuda"
+    return (t.pin_memory() if gpu else t).to(device, non_blocking=gpu)
 
 
 def _pad(rows: list[list[int]]) -> torch.Tensor:

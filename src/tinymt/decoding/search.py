@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from tinymt.batching import to_device
 from tinymt.decoding.cache import DecoderCache, decode_step
 from tinymt.decoding.greedy import max_lengths
 from tinymt.errors import TinyMTError
@@ -54,18 +56,18 @@ def check_beam(beam: int, nbest: int) -> None:
         raise TinyMTError(f"need beam >= 1 and 1 <= nbest <= beam, got beam={beam}, nbest={nbest}")
 
 
-def start(model: Transformer, src: Tensor, rows: list[int]) -> DecoderCache:
+def start(model: Transformer, src: Tensor, rows: np.ndarray) -> DecoderCache:
     """Encode ``src`` ``(B, S)``; a decoder cache for its sentences ``rows``."""
     src_mask = model.padding_mask(src)  # (B, 1, 1, S)
     memory, _ = model.encode(src, src_mask)  # (B, S, d)
-    index = torch.tensor(rows, device=src.device)
+    index = to_device(rows, src.device)
     return DecoderCache(model, memory.index_select(0, index), src_mask.index_select(0, index))
 
 
-def next_logits(model: Transformer, cache: DecoderCache, prefix: Tensor) -> Tensor:
-    """Float logits ``(R, V)`` of the next token of each row of ``prefix`` ``(R, t)`` (BOS
-    first), whose first ``t - 1`` tokens ``cache`` holds: only the last one is fed."""
-    logits = decode_step(model, prefix[:, -1:], cache)  # (R, V)
+def next_logits(model: Transformer, cache: DecoderCache, last: Tensor) -> Tensor:
+    """Float logits ``(R, V)`` of the next token of each row, fed its last token ``last``
+    ``(R, 1)`` (``cache`` holds the ones before)."""
+    logits = decode_step(model, last, cache)  # (R, V)
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
@@ -80,36 +82,34 @@ def logsumexp_(x: Tensor) -> Tensor:
 def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5,
                   max_len_b: int = 10) -> list[list[int]]:
     """:func:`~tinymt.decoding.greedy.greedy_decode`'s tokens, on the KV cache, with one
-    row per unfinished sentence."""
+    row per unfinished sentence; the host reads the device once a step (the new tokens)."""
     with eval_mode(model, inference=True):
-        max_lens = max_lengths(model, src, max_len_a, max_len_b)  # tokens each may produce
-        results: list[list[int]] = [[] for _ in max_lens]
-        alive = [b for b, m in enumerate(max_lens) if m > 0]  # the sentence of each row
-        if not alive:
-            return results
-        cache = start(model, src, alive)
-        row_max = torch.tensor([max_lens[b] for b in alive], device=src.device)  # (N,)
-        prefix = torch.full((len(alive), 1), BOS_ID, dtype=torch.long, device=src.device)
+        device = src.device
+        limit = np.array(max_lengths(model, src, max_len_a, max_len_b))  # tokens each may produce
+        out = np.zeros((limit.size, limit.max(initial=0)), dtype=np.int64)  # (B, longest)
+        n_out = np.zeros(limit.size, dtype=np.int64)  # tokens each produced (EOS not counted)
+        sent = np.flatnonzero(limit > 0)  # the sentence of each row
+        if not sent.size:
+            return [[] for _ in limit]
+        cache = start(model, src, sent)
+        banned = to_device(np.array([model.pad_id, BOS_ID]), device)  # never generated
+        tok = torch.full((sent.size, 1), BOS_ID, dtype=torch.long, device=device)  # (N, 1)
 
         step = 0
-        while alive:
+        while sent.size:
             step += 1
-            logits = next_logits(model, cache, prefix)  # (N, V)
-            logits[:, [model.pad_id, BOS_ID]] = float("-inf")  # never generated
-            next_tok = logits.argmax(dim=-1)  # (N,) the most likely token
-            prefix = torch.cat([prefix, next_tok[:, None]], dim=1)  # (N, step + 1)
-            hit_eos = next_tok.eq(EOS_ID)
-            done = hit_eos | row_max.le(step)  # (N,)
-            if not done.any():
-                continue
-            done_rows = done.nonzero().flatten().tolist()
-            tokens = prefix[done_rows, 1:].tolist()
-            for r, toks, ended in zip(done_rows, tokens, hit_eos[done_rows].tolist()):
-                results[alive[r]] = toks[:-1] if ended else toks
-            keep, alive, (prefix, row_max) = drop_done(done, alive, prefix, row_max)
-            if alive:
-                cache.reorder(keep)
-        return results
+            logits = next_logits(model, cache, tok).index_fill_(1, banned, float("-inf"))
+            tok = logits.argmax(dim=-1, keepdim=True)  # (N, 1) the most likely token
+            toks = tok.view(-1).numpy(force=True)  # (N,) the step's one read of the device
+            out[sent, step - 1] = toks
+            ended = toks == EOS_ID
+            done = ended | (limit[sent] <= step)  # (N,)
+            n_out[sent[done]] = step - ended[done]
+            if done.any() and (sent := sent[~done]).size:
+                index = to_device(np.flatnonzero(~done), device)
+                cache.reorder(index)
+                tok = tok[index]
+        return [row[:n].tolist() for row, n in zip(out, n_out)]
 
 
 # ----------------------------------------------------------------------------- beam
@@ -131,53 +131,56 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: flo
         searched = [b for b, hyps in enumerate(finished) if not hyps]
         if not searched:
             return finished
-        cache, device = start(model, src, searched), src.device
-        V, banned = model.tgt_vocab_size, [model.pad_id, BOS_ID]
+        cache, device = start(model, src, np.array(searched)), src.device
+        V, banned = model.tgt_vocab_size, to_device(np.array([model.pad_id, BOS_ID]), device)
         c = min(r.width * k, V)  # a hypothesis can only contribute its own c best tokens
         not_eos = torch.arange(V, device=device).ne(EOS_ID)  # (V,)
         rank = torch.arange(k, device=device)  # (k,)
 
         # Slots are (sentence, beam) pairs, N x k of them; a slot is live when its summed
-        # log-probability is finite. The decoder state and ``tokens`` hold one row per
-        # live slot, in slot order (sentence-major). At the start only beam 0 is live.
+        # log-probability is finite. The decoder state holds one row per live slot, in slot
+        # order (sentence-major); ``live`` names each row's slot. At the start only beam 0
+        # is live. The host reads the device once a step: what finished, what goes on, from
+        # which row, with which token; it keeps those two (``history``) to trace the tokens
+        # of a hypothesis back when it finishes.
         sent_ids, N = searched, len(searched)  # original sentence of each live sentence
-        last = torch.tensor([max_lens[b] + r.forces_eos for b in searched],
-                            device=device)  # (N,) each sentence's last step: + 1, a forced EOS
+        ends = np.array([max_lens[b] + r.forces_eos for b in searched])  # + 1: a forced EOS
+        last = to_device(ends, device)  # (N,) each sentence's last step
         n_done = torch.zeros(N, dtype=torch.long, device=device)  # (N,) finished hyps
         top_done = torch.zeros(N, dtype=torch.bool, device=device)  # a best candidate did
-        sums = torch.full((N, k), float("-inf"), device=device)  # (N, k) summed log p
-        sums[:, 0] = 0.0
-        tokens = torch.full((N, 1), BOS_ID, dtype=torch.long, device=device)  # (R, t)
-        cache.set_beams(None, torch.arange(N, device=device) * k, k)
+        sums = torch.zeros((N, k), device=device).masked_fill_(rank > 0, float("-inf"))  # log p
+        live = torch.arange(N, device=device) * k  # (R,) slot n*k+j of each row
+        tok = torch.full((N, 1), BOS_ID, dtype=torch.long, device=device)  # (R, 1) last tokens
+        history: list[tuple[np.ndarray, np.ndarray]] = []  # per step: parent rows, tokens
+        cache.set_beams(None, live, k)
 
         step = 0
         while sent_ids:
             step += 1
-            N = len(sent_ids)
-            live_slots = sums.isfinite().view(-1).nonzero().flatten()  # (R,) slot ids n*k+j
+            N, R = len(sent_ids), live.numel()
             at_last = last.eq(step)  # (N,)
-            logits = next_logits(model, cache, tokens)  # (R, V)
-            kept = logits[:, banned]  # (R, 2) the banned tokens' logits
-            logits[:, banned] = float("-inf")  # never generated
+            logits = next_logits(model, cache, tok)  # (R, V)
+            kept = logits.index_select(1, banned)  # (R, 2) the banned tokens' logits
+            logits.index_fill_(1, banned, float("-inf"))  # never generated
             choosable = logits  # (R, V)
-            if r.forces_eos and at_last.any():  # hypotheses of max_len tokens may only end
-                forced = at_last[live_slots // k][:, None] & not_eos  # (R, V)
+            if r.forces_eos and step in ends:  # hypotheses of max_len tokens may only end
+                forced = at_last[live // k][:, None] & not_eos  # (R, V)
                 choosable = logits.masked_fill(forced, float("-inf"))
             row_top, row_tok = choosable.topk(c, dim=1)  # (R, c) each hypothesis' best tokens
             if r.banned_in_normaliser:
-                logits[:, banned] = kept
+                logits.index_copy_(1, banned, kept)
             lse = logsumexp_(logits)  # (R, 1): log p = logits - lse
 
             # 1. every sentence's width * k best candidates over its live hypotheses x tokens
             cand = row_top.new_full((N * k, c), float("-inf"))  # dead slots stay -inf
-            cand[live_slots] = sums.view(-1)[live_slots][:, None].to(cand.dtype) + (row_top - lse)
+            cand[live] = sums.view(-1)[live][:, None].to(cand.dtype) + (row_top - lse)
             cand_tok = row_tok.new_zeros(N * k, c)
-            cand_tok[live_slots] = row_tok
+            cand_tok[live] = row_tok
             top_scores, idx = cand.view(N, k * c).topk(r.width * k, dim=1)  # sorted
-            top_slot = torch.arange(N, device=device)[:, None] * k + idx // c  # (N, width*k)
-            top_tok = cand_tok.view(N, k * c).gather(1, idx)  # (N, width*k)
             row_of = torch.full((N * k,), -1, dtype=torch.long, device=device)
-            row_of[live_slots] = torch.arange(live_slots.numel(), device=device)  # slot -> row
+            row_of[live] = torch.arange(R, device=device)  # slot -> row
+            top_row = row_of[torch.arange(N, device=device)[:, None] * k + idx // c]  # (N, width*k)
+            top_tok = cand_tok.view(N, k * c).gather(1, idx)  # (N, width*k)
 
             # 2. of the first k candidates (shrink: as many as finished ones left room for)
             # those ending in EOS finish, and at the last step all of them (shrink: EOS only)
@@ -185,40 +188,63 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: flo
             if not r.replaces:
                 taken &= rank < (k - n_done)[:, None]
             fin = taken & (top_tok[:, :k].eq(EOS_ID) | at_last[:, None])  # (N, k)
-            if fin.any():
-                n_idx, j_idx = fin.nonzero(as_tuple=True)
-                hyps = tokens[row_of[top_slot[n_idx, j_idx]], 1:].tolist()
-                for n, toks, t, s in zip(n_idx.tolist(), hyps, top_tok[n_idx, j_idx].tolist(),
-                                         top_scores[n_idx, j_idx].tolist()):
-                    # each holds `step` tokens, EOS included
-                    finished[sent_ids[n]].append((toks + [t] * (t != EOS_ID),
-                                                  s / step**len_penalty))
-                n_done += fin.sum(dim=1)
-                top_done |= fin[:, 0]
+            n_done += fin.sum(dim=1)
+            top_done |= fin[:, 0]
 
             # 3. the hypotheses that go on; sentences done leave
             if r.replaces:
-                scores, slot, tok = replace_finished(fin, top_scores, top_slot, top_tok)
+                scores, from_row, new_tok = replace_finished(fin, top_scores, top_row, top_tok)
             else:
-                scores, slot, tok = top_scores.masked_fill(~taken | fin, float("-inf")), \
-                    top_slot, top_tok
+                scores, from_row, new_tok = top_scores.masked_fill(~taken | fin, float("-inf")), \
+                    top_row, top_tok
             alive = scores.isfinite()  # (N, k)
             stop_early = r.stops_early and len_penalty == 0
             enough = top_done & n_done.ge(nbest) if stop_early else n_done.ge(k)
             done = at_last | enough | ~alive.any(dim=1)  # (N,)
-            keep, sent_ids, (last, n_done, top_done, alive, scores, slot, tok) = drop_done(
-                done, sent_ids, last, n_done, top_done, alive, scores, slot, tok)
-            if sent_ids:
-                tokens, sums = advance_beams(cache, tokens, row_of, slot, tok, scores, alive,
-                                             keep)
+            grid = torch.cat([fin, top_tok[:, :k], top_row[:, :k], top_scores[:, :k], alive,
+                              from_row, new_tok, done[:, None]], dim=1)  # (N, 7k + 1) floats
+            grid = grid.numpy(force=True)  # the step's one read of the device
+            fin_h, tok_h, row_h, score_h, alive_h, from_row_h, new_tok_h = \
+                np.split(grid[:, :-1], 7, axis=1)  # (N, k) each
+            fin_h = fin_h > 0
+            for n, toks, t, s in zip(np.nonzero(fin_h)[0], trace(history, row_h[fin_h]),
+                                     tok_h[fin_h].astype(np.int64).tolist(),
+                                     score_h[fin_h].tolist()):
+                # each holds `step` tokens, EOS included
+                finished[sent_ids[n]].append((toks + [t] * (t != EOS_ID), s / step**len_penalty))
+            stay = np.flatnonzero(grid[:, -1] == 0)  # (N',) the sentences still searching
+            sent_ids = [sent_ids[n] for n in stay]
+            if sent_ids:  # the hand-over: the hypotheses that go on become the rows
+                go = np.flatnonzero(alive_h[stay] > 0)  # (R',) their slots, in row order
+                parents = from_row_h[stay].ravel()[go].astype(np.int64)  # (R',) old rows
+                history.append((parents, new_tok_h[stay].ravel()[go].astype(np.int64)))
+                up = to_device(np.concatenate([go, parents, history[-1][1], stay]), device)
+                R = go.size
+                live, rows, tok = up[:R], up[R : 2 * R], up[2 * R : 3 * R, None]
+                keep = up[3 * R :] if stay.size < N else None
+                if keep is not None:
+                    last, n_done, top_done, alive, scores = (
+                        x[keep] for x in (last, n_done, top_done, alive, scores))
+                cache.set_beams(rows, live, k, sentences=keep)
+                sums = scores.masked_fill(~alive, float("-inf"))
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]
 
 
-def replace_finished(fin: Tensor, scores: Tensor, slots: Tensor, toks: Tensor
+def trace(history: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> list[list[int]]:
+    """The tokens (BOS left out) of the rows ``rows`` of the last step of ``history`` (per
+    step, each row's parent row in the step before, and its token)."""
+    rows, columns = rows.astype(np.int64), []
+    for parents, tokens in reversed(history):
+        columns.append(tokens[rows])
+        rows = parents[rows]
+    return np.stack(columns[::-1], axis=1).tolist() if columns else [[] for _ in rows]
+
+
+def replace_finished(fin: Tensor, scores: Tensor, rows: Tensor, toks: Tensor
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """The full rule's ``k`` candidates that go on, from the ``2k`` best (``scores``,
-    ``slots``, ``toks``, each ``(N, 2k)``) and ``fin`` ``(N, k)``, the first ``k`` that
+    ``rows``, ``toks``, each ``(N, 2k)``) and ``fin`` ``(N, k)``, the first ``k`` that
     finished: each slot keeps its own candidate, or, for the ``m``-th finished one, takes the
     ``m``-th of the candidates ``k .. 2k-1`` not ending in EOS; one with none left is dead
     (``-inf``)."""
@@ -230,30 +256,4 @@ def replace_finished(fin: Tensor, scores: Tensor, slots: Tensor, toks: Tensor
     chosen = torch.where(fin, k + spares.gather(1, rank), own)  # (N, k) index into the 2k
     found = ~fin | rank.lt(spare_ok.sum(dim=1, keepdim=True))
     return (scores.gather(1, chosen).masked_fill(~found, float("-inf")),
-            slots.gather(1, chosen), toks.gather(1, chosen))
-
-
-def drop_done(done: Tensor, sent_ids: list[int], *per_sentence: Tensor
-              ) -> tuple[Tensor | None, list[int], tuple[Tensor, ...]]:
-    """Sentences marked ``done`` ``(N,)`` leave the search: returns ``keep`` (the indices of
-    the others, None when none is done), their ``sent_ids`` and each ``per_sentence``
-    tensor (first dimension ``N``) cut to them."""
-    if not done.any():
-        return None, sent_ids, per_sentence
-    keep = (~done).nonzero().flatten()  # (N',)
-    return keep, [sent_ids[n] for n in keep.tolist()], tuple(x[keep] for x in per_sentence)
-
-
-def advance_beams(cache: DecoderCache, tokens: Tensor, row_of: Tensor, slot: Tensor,
-                  tok: Tensor, scores: Tensor, alive: Tensor, keep: Tensor | None
-                  ) -> tuple[Tensor, Tensor]:
-    """The hand-over: the hypotheses that go on (``alive`` ``(N', k)``, each the one of old
-    slot ``slot`` extended by ``tok``, summing ``scores``) become the decoder rows, in slot
-    order; ``row_of`` maps old slots to old rows, ``keep`` the sentences still searching
-    (None: all). Returns the new ``tokens`` ``(R', t + 1)`` and ``sums`` ``(N', k)``
-    (``-inf`` where no hypothesis lives)."""
-    rows = row_of[slot[alive]]  # (R',) old rows of the new live slots
-    tokens = torch.cat([tokens.index_select(0, rows), tok[alive][:, None]], 1)
-    slots = alive.view(-1).nonzero().flatten()  # (R',) in row order
-    cache.set_beams(rows, slots, alive.size(1), sentences=keep)
-    return tokens, scores.masked_fill(~alive, float("-inf"))
+            rows.gather(1, chosen), toks.gather(1, chosen))

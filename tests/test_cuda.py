@@ -135,6 +135,7 @@ def test_decoding_waits_for_the_gpu_once_a_token_step(rule, monkeypatch):
     it can see on a CPU, this the ones only a GPU shows."""
     import tinymt.decoding.search as search
 
+    pick_device("cuda")  # as every script: cuDNN's attention off
     model, src = random_model(), torch.randint(4, 300, (6, 9), device=CUDA)
     src[1, 3:] = src[4, 6:] = model.pad_id  # sentences of other lengths leave earlier
     steps, real = [], search.next_logits

@@ -155,6 +155,10 @@ def test_batched_equals_one_by_one():
     kw = {"max_len_a": 1.0, "max_len_b": 3}
     greedy = greedy_search(model, src, **kw)
     beams = beam_search(model, src, beam=3, nbest=2, **kw)
+    # ids as Python ints, for sentencepiece and JSON (a float 5.0 would compare equal)
+    full = beam_search(model, src, beam=3, nbest=2, rule="full", **kw)  # ends at the cap
+    ids = [*greedy, *(t for hyps in beams + full for t, _ in hyps)]
+    assert {type(i) for out in ids for i in out} == {int}
     for b, n in enumerate(lengths):
         alone = src[b : b + 1, :n]
         assert greedy_search(model, alone, **kw) == [greedy[b]]
@@ -516,7 +520,7 @@ def test_the_host_waits_for_the_device_once_a_token_step(monkeypatch, host_reads
             if (func.overloadpacket in (aten.nonzero, aten.masked_select, aten.is_nonzero)
                     or any(i is not None and i.dtype == torch.bool for i in indices)
                     or func is aten.lift_fresh.default
-                    and not any(f.f_code.co_name == "to_device" for f in frames)):
+                    and not any("to_device" in f.f_code.co_name for f in frames)):
                 waits.append(func)
             return func(*args, **(kwargs or {}))
 
@@ -528,6 +532,6 @@ def test_the_host_waits_for_the_device_once_a_token_step(monkeypatch, host_reads
                 beam_search(model, src, beam=3, nbest=2, rule=rule, max_len_b=4)
             else:
                 greedy_search(model, src, max_len_b=4)
-        name = "beam_search" if rule else "greedy_search"
-        assert host_reads == ["tolist in max_lengths"] + [f"numpy in {name}"] * len(steps)
+        reads = [read.split(" in ")[0] for read in host_reads]  # where: mutmut renames it
+        assert reads == ["tolist"] + ["numpy"] * len(steps), host_reads
         assert len(steps) > 5 and not waits, (rule, waits)

@@ -148,7 +148,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: flo
         last = to_device(ends, device)  # (N,) each sentence's last step
         n_done = torch.zeros(N, dtype=torch.long, device=device)  # (N,) finished hyps
         top_done = torch.zeros(N, dtype=torch.bool, device=device)  # a best candidate did
-        sums = torch.zeros((N, k), device=device).masked_fill_(rank > 0, float("-inf"))  # log p
+        sums = torch.zeros((N, k), device=device)  # (N, k) summed log p (of live slots only)
         live = torch.arange(N, device=device) * k  # (R,) slot n*k+j of each row
         tok = torch.full((N, 1), BOS_ID, dtype=torch.long, device=device)  # (R, 1) last tokens
         history: list[tuple[np.ndarray, np.ndarray]] = []  # per step: parent rows, tokens

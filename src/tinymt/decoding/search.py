@@ -202,8 +202,8 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: flo
             enough = top_done & n_done.ge(nbest) if stop_early else n_done.ge(k)
             done = at_last | enough | ~alive.any(dim=1)  # (N,)
             grid = torch.cat([fin, top_tok[:, :k], top_row[:, :k], top_scores[:, :k], alive,
-                              from_row, new_tok, done[:, None]], dim=1)  # (N, 7k + 1) floats
-            grid = grid.numpy(force=True)  # the step's one read of the device
+                              from_row, new_tok, done[:, None]], dim=1)  # (N, 7k + 1)
+            grid = grid.numpy(force=True)  # the step's one read (floats: ids < 2**24, exact)
             fin_h, tok_h, row_h, score_h, alive_h, from_row_h, new_tok_h = \
                 np.split(grid[:, :-1], 7, axis=1)  # (N, k) each
             fin_h = fin_h > 0

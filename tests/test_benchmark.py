@@ -284,20 +284,24 @@ def test_peer_has_our_parameters_and_computes_our_function(options):
     torch.testing.assert_close(peer.logits(hidden), ours.logits(hidden))
 
 
-def test_the_three_training_steps_compute_the_same_loss():
+def test_the_three_training_steps_compute_the_same_loss(host_reads):
     """ours (bit dropout, the fused loss), plain, peer: the same loss from the same weights
-    with dropout off, so the race compares the same work."""
+    with dropout off, so the race compares the same work; in training mode, as raced, none
+    reads a tensor on the host (conftest's ``host_reads``: on a GPU it would wait)."""
     from tinymt.batching import collate
     from tinymt.bench.train_speed import _step, contenders
 
-    ours, peer = pair(dtype=torch.float32)
+    ours, peer = pair(dtype=torch.float32, dropout=0.0)
     src, tgt = batch()
     b = collate([[t for t in r if t] for r in src.tolist()],
                 [[t for t in r if t][1:] for r in tgt.tolist()])
     racers = contenders(ours, peer, device=CPU)
     for c in racers.values():
-        c.model.eval()  # use_bit_dropout's new modules start in training mode
-    losses = {name: float(_step(c, b, 0, CPU)) for name, c in racers.items()}
+        c.model.train()
+    host_reads.clear()
+    losses = {name: _step(c, b, 0, CPU) for name, c in racers.items()}
+    assert not host_reads
+    losses = {name: float(loss) for name, loss in losses.items()}
     assert losses["ours"] == pytest.approx(losses["plain"], rel=1e-5)
     assert losses["peer"] == pytest.approx(losses["plain"], rel=1e-5)
 

@@ -69,13 +69,14 @@ class PeerTransformer(nn.Module):
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor,
                need_weights: bool = False) -> tuple[Tensor, None]:
-        """``(B, T)`` target tokens -> ``(hidden (B, T, d), None)``. Without padding in
-        ``tgt_in`` (decoding's prefixes) no target mask is passed: torch's causal fast path."""
+        """``(B, T)`` target tokens -> ``(hidden (B, T, d), None)``. Decoding's prefixes
+        have no padding: there no target mask is passed (torch's causal fast path); a
+        training step passes it unread, so that it does not wait for a GPU."""
         T = tgt_in.size(1)
         pad = tgt_in.eq(self.pad_id)  # (B, T)
         hidden = self.transformer.decoder(
             self.embed(tgt_in, self.tgt_embed, self.tgt_pos, "a target sentence"), memory,
             tgt_mask=torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1),
-            tgt_key_padding_mask=pad if bool(pad.any()) else None,
+            tgt_key_padding_mask=pad if self.training or bool(pad.any()) else None,
             memory_key_padding_mask=~src_mask[:, 0, 0], tgt_is_causal=True)
         return hidden, None  # (B, T, d)

@@ -65,7 +65,7 @@ def _step(c: _Contender, b: Batch, pad: int, device: torch.device) -> torch.Tens
     with runtime.autocast(device, runtime.pick_precision("auto", device)):
         hidden, _ = c.model(b.src, b.tgt_in)  # (B, T, d)
         loss = c.loss_fn(hidden, c.model.output_proj.weight, b.tgt_out, pad,
-                         LABEL_SMOOTHING) / b.n_tgt_tokens
+                         LABEL_SMOOTHING) / b.tgt_out.ne(pad).sum()  # not read: no wait
     loss.backward()
     torch.nn.utils.clip_grad_norm_(c.model.parameters(), CLIP_NORM)
     c.opt.step()

@@ -223,10 +223,10 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, len_penalty: flo
                 live, rows, tok = up[:R], up[R : 2 * R], up[2 * R : 3 * R, None]
                 keep = up[3 * R :] if stay.size < N else None
                 if keep is not None:
-                    last, n_done, top_done, alive, scores = (
-                        x[keep] for x in (last, n_done, top_done, alive, scores))
+                    last, n_done, top_done, scores = (
+                        x[keep] for x in (last, n_done, top_done, scores))
                 cache.set_beams(rows, live, k, sentences=keep)
-                sums = scores.masked_fill(~alive, float("-inf"))
+                sums = scores  # read at the live slots only
 
         return [sorted(hyps, key=lambda h: -h[1])[:nbest] for hyps in finished]
 

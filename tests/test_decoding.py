@@ -515,14 +515,18 @@ def test_the_host_waits_for_the_device_once_a_token_step(monkeypatch, host_reads
     class Waits(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             indices = args[1] if func.overloadpacket in (aten.index, aten.index_put_) else []
-            frames = itertools.takewhile(bool, itertools.accumulate(
-                itertools.repeat(None), lambda f, _: f.f_back, initial=sys._getframe()))
             if (func.overloadpacket in (aten.nonzero, aten.masked_select, aten.is_nonzero)
                     or any(i is not None and i.dtype == torch.bool for i in indices)
                     or func is aten.lift_fresh.default
-                    and not any("to_device" in f.f_code.co_name for f in frames)):
+                    and not any("to_device" in name for name in callers())):
                 waits.append(func)
             return func(*args, **(kwargs or {}))
+
+    def callers():  # the names of the functions on the stack, innermost first
+        frame = sys._getframe()
+        while frame:
+            yield frame.f_code.co_name
+            frame = frame.f_back
 
     model, src = tiny_model(3), sources([5, 1, 8, 3, 6])
     for rule in (None, "shrink", "full"):

@@ -235,7 +235,7 @@ def trace(history: list[tuple[np.ndarray, np.ndarray]], rows: np.ndarray) -> lis
     """The tokens (BOS left out) of the rows ``rows`` of the last step of ``history`` (per
     step, each row's parent row in the step before, and its token)."""
     rows, columns = rows.astype(np.int64), []
-    for parents, tokens in reversed(history):
+    for parents, tokens in reversed(history if rows.size else []):  # none: no walk back
         columns.append(tokens[rows])
         rows = parents[rows]
     return np.stack(columns[::-1], axis=1).tolist() if columns else [[] for _ in rows]

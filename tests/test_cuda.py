@@ -207,6 +207,32 @@ def test_training_waits_for_the_gpu_only_to_read_the_losses(tmp_path, monkeypatc
     assert waits == {name: [None] + [0] * 11 for name in waits}
 
 
+def test_the_training_clock_counts_what_the_gpu_has_queued(tmp_path, monkeypatch):
+    """A step does not wait for the GPU, so the host runs ahead of it; ``train_seconds``
+    (and the log's tokens/s) must still count the GPU's time. Each step here queues a
+    quarter of a second of GPU work the host does not wait for: a clock of the host's
+    time alone would count almost none of it."""
+    import tinymt.trainer.loop as loop
+
+    def gpu_seconds(cycles):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)  # a kernel that spins for this many GPU clock cycles
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000
+
+    gpu_seconds(10**6)
+    cycles = int(10**8 * 0.25 / gpu_seconds(10**8))
+    busy = gpu_seconds(cycles)
+    real = loop.optimizer_step
+    monkeypatch.setattr(loop, "optimizer_step",
+                        lambda t: (torch.cuda._sleep(cycles), real(t))[1])
+    metrics = train(compose_train(tmp_path, "trainer.device=cuda", "trainer.max_steps=12",
+                                  "trainer.valid_every=12", "trainer.log_every=1"))
+    assert metrics["train_seconds"] >= 0.9 * 12 * busy
+
+
 def test_translate_on_cuda(gpu_run, tmp_path, capsys):
     sentences = ["我请李雷帮我订了去北京的机票。", "他喜欢猫吗？", "那只小猫昨天在公园里追了一只蝴蝶。"]
     out = {}

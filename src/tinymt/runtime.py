@@ -88,10 +88,9 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """``auto``: bf16 autocast on a GPU with bf16 in hardware (Ampere / compute capability
-    8.0 and later, or ROCm; older GPUs only emulate it, slower than fp32), fp32 elsewhere;
-    ``bf16`` is bf16 autocast on any device (on CPU too: slower, but the same dtype paths
-    as on GPU)."""
+    """``auto``: bf16 autocast on a GPU with bf16 in hardware (compute capability 8.0 on, or
+    ROCm; older ones emulate it, slower than fp32), else fp32; ``bf16``: bf16 autocast on
+    any device (on a CPU slower, but the GPU's dtype paths)."""
     if name != "auto":
         return torch.bfloat16 if name == "bf16" else None
     native = device.type == "cuda" and torch.cuda.is_available() and (
@@ -103,9 +102,7 @@ def pick_batch_tokens(asked: int, device: torch.device, beam: int = 1) -> int:
     """Source tokens a decoding batch: ``asked``, or for 0 what suits ``device``: 16,384 on
     a CUDA GPU, where a token step is launch-bound (it costs about as much for a hundred
     sentences as for a thousand), else 4,096; hypotheses within ``MAX_BEAM_TOKENS``."""
-    if asked:
-        return asked
-    return min(16_384 if device.type == "cuda" else 4_096, MAX_BEAM_TOKENS // beam)
+    return asked or min(16_384 if device.type == "cuda" else 4_096, MAX_BEAM_TOKENS // beam)
 
 
 class CoreShare:

@@ -140,8 +140,8 @@ def run_loop(t: Training) -> str:
     (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
     rank's time since the last agreement), or one would stop while another waits in a
     collective.
-    Nothing in a step waits for the device: each step's loss and gradient norm stay there
-    until :func:`read_steps` reads them all at once, at a log, a validation or a stop."""
+    Nothing in a step waits for the device but a log's clock: each step's loss and gradient
+    norm stay there until :func:`read_steps` reads them at once (a log, validation, stop)."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
     share = runtime.CoreShare(on=t.rt.device.type == "cpu" and not tc.num_threads)
@@ -161,22 +161,25 @@ def run_loop(t: Training) -> str:
             t0 = time.monotonic()
             loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             grad_norm = optimizer_step(t)
+            log_step = state["step"] % tc.log_every == 0 or state["step"] == tc.max_steps
+            if log_step and t.rt.device.type != "cpu":  # its loss is read below: the clock
+                torch.accelerator.synchronize(t.rt.device)  # counts what a GPU has queued
             dt = time.monotonic() - t0
             pending.append((torch.stack([loss_sum, grad_norm.float()]), n_tokens, dt))
             bar.update(1)
             step, unclocked, signum = state["step"], unclocked + dt, 0
             # one clock for all ranks, and a signal to any rank stops them all after the same
             # step: agreed on every step, or at each log under torchrun (a collective waits)
-            if not t.rt.distributed or step % tc.log_every == 0 or step == tc.max_steps:
+            if not t.rt.distributed or log_step:
                 slowest, signum = runtime.all_reduce(t.rt, [unclocked, stop.signum], "max")
                 state["train_seconds"] += slowest
                 unclocked = 0.0
             validating = step % tc.valid_every == 0 or step == tc.max_steps or \
                 state["train_seconds"] >= budget_s
-            if step % tc.log_every == 0 or validating or signum:
+            if log_step or validating or signum:
                 window += read_steps(t, pending)
                 pending = []
-            if window and (step % tc.log_every == 0 or step == tc.max_steps):
+            if window and log_step:
                 log_train(t, bar, window)
                 window = []
             if validating:

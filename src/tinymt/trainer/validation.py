@@ -49,17 +49,16 @@ def validate(model, cfg: DictConfig, data: PreparedData, split: str, rt: runtime
     limit_len = cfg.model.max_positions - 1  # valid/test are never length-filtered: clip
     src_ids, tgt_ids = ([x[:limit_len] for x in side] for side in data.ids(split))
     n = len(src_ids)
-    loss_sum = tok = 0.0
+    losses, tok = [torch.zeros((), device=rt.device)], 0  # summed losses: read at once
     batches = eval_batches(src_ids, tgt_ids, cfg.trainer.max_tokens)
     for _, batch in batches[rt.rank::rt.world_size]:  # each rank a share of the batches
+        tok += batch.n_tgt_tokens  # counted on the host
         batch = batch.to(rt.device)
         with runtime.autocast(rt.device, rt.autocast_dtype):
             hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
-            batch_loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
-                                       model.pad_id)
-        loss_sum += batch_loss.item()
-        tok += batch.n_tgt_tokens
-    loss_sum, tok = runtime.all_reduce(rt, [loss_sum, tok])
+            losses.append(sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
+                                        model.pad_id))
+    loss_sum, tok = runtime.all_reduce(rt, [sum(torch.stack(losses).tolist()), tok])
     k = n if not limit else min(limit, n)
     keep = [i * n // k for i in range(k)]  # k indices evenly spaced over the split, increasing
     mine = keep[rt.rank::rt.world_size]

@@ -1,10 +1,15 @@
-"""Validation BLEU: which sentences it scores, and that its number is sacreBLEU's."""
+"""Validation: which sentences its BLEU scores, that its number is sacreBLEU's, and that
+its loss is every sentence's token cross-entropy."""
 
+import pytest
 import sacrebleu
+import torch
+import torch.nn.functional as F
 
 from conftest import compose_train, make_pairs, write_text_corpus
 from tinymt import runtime
 from tinymt.data import prepare
+from tinymt.tokenizer import BOS_ID, EOS_ID
 from tinymt.trainer.loop import build_model
 from tinymt.trainer.validation import validate
 
@@ -15,7 +20,8 @@ def test_bleu_subset_spans_a_split_listed_by_length(tmp_path):
     corpus = write_text_corpus(tmp_path / "corpus", {
         "train": make_pairs(200, 0), "valid": valid, "test": make_pairs(5, 2)})
     cfg = compose_train(tmp_path, "data=text_files", f"data.path={corpus}",
-                        "data.src_lang=de", "data.tgt_lang=en", "data.vocab_size=40")
+                        "data.src_lang=de", "data.tgt_lang=en", "data.vocab_size=40",
+                        "trainer.max_tokens=64")  # several padded batches
     data = prepare(cfg.data, log=lambda *a: None)
     model = build_model(cfg, data)
     rt = runtime.setup("cpu", "fp32", num_threads=1)
@@ -31,3 +37,15 @@ def test_bleu_subset_spans_a_split_listed_by_length(tmp_path):
 
     whole = validate(model, cfg, data, "valid", rt, limit=0)
     assert list(zip(whole["srcs"], whole["refs"])) == valid
+
+    # the loss over the whole split: each sentence alone (no batch, no padding), plain
+    # cross-entropy of the output projection's logits, summed over tokens
+    nll = tokens = 0
+    with torch.no_grad():
+        for src, tgt in zip(*data.ids("valid")):
+            tgt = [BOS_ID, *map(int, tgt), EOS_ID]
+            hidden, _ = model(torch.tensor([[*map(int, src), EOS_ID]]), torch.tensor([tgt[:-1]]))
+            nll += F.cross_entropy(model.output_proj(hidden)[0], torch.tensor(tgt[1:]),
+                                   reduction="sum").item()
+            tokens += len(tgt) - 1
+    assert whole["loss"] == pytest.approx(nll / tokens, rel=1e-5)

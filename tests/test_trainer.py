@@ -108,9 +108,10 @@ def test_nan_loss_stops_naming_the_step(tmp_path):
 
 def test_the_host_reads_the_device_once_per_log_every_steps(tmp_path, monkeypatch, host_reads):
     """Every host read of a tensor by our code (conftest's ``host_reads``), counted while
-    the loop trains (validations and probes, which must read, not counted): 12 steps,
-    ``log_every=4``, one read at each log (steps 4, 8, 12) and one before the validation
-    of step 6, which waits anyway."""
+    the loop trains (validations and probes, which must read, not counted): 14 steps,
+    ``log_every=4``, one read at each log (steps 4, 8, 12 and the last, 14) and one before
+    the validation of step 6, which waits anyway; the loss is logged at the logs only, each
+    over the steps since the one before."""
     import tinymt.trainer.loop as loop
 
     def switched(real, on):
@@ -127,9 +128,10 @@ def test_the_host_reads_the_device_once_per_log_every_steps(tmp_path, monkeypatc
     monkeypatch.setattr(loop, "validate_and_checkpoint",
                         switched(loop.validate_and_checkpoint, False))
     monkeypatch.setattr(loop.validation, "log_probes", switched(loop.validation.log_probes, False))
-    train(compose_train(tmp_path, "trainer.max_steps=12", "trainer.log_every=4",
+    train(compose_train(tmp_path, "trainer.max_steps=14", "trainer.log_every=4",
                         "trainer.valid_every=6", "trainer.probe_every=3"))
-    assert host_reads == ["tolist in read_steps"] * 4
+    assert host_reads == ["tolist in read_steps"] * 5
+    assert [step for step, _ in scalars(tmp_path / "run", "train/loss")] == [4, 8, 12, 14]
 
 
 def test_a_non_finite_step_changes_no_weight_and_skip_goes_on(tmp_path, monkeypatch, capsys):

@@ -222,7 +222,7 @@ def test_training_rows_report_a_known_workloads_rate_share_and_memory(clock, mon
     monkeypatch.setattr(measure, "machine_info", lambda device, argv: {})  # no git calls
     monkeypatch.setattr(measure, "gc", SimpleNamespace(collect=int))  # ~0.3 s a pass here
     data = FakeData([list(PAIR_A[0])] * 10, [list(PAIR_A[1])] * 10)  # one FLOP count a pair
-    args = SimpleNamespace(max_tokens=20, warmup=warmup, steps=steps, repeats=repeats,
+    args = SimpleNamespace(max_tokens=[20], warmup=warmup, steps=steps, repeats=repeats,
                            sizes=["test"], quick=True)
     info = {"vocab": list(FLOP_VOCAB), "shared_vocab": False}
     out = train_speed.bench_training(args, CPU, data, info, ["--quick"])
@@ -548,7 +548,8 @@ def test_help_and_bad_input(capsys, monkeypatch, tmp_path):
     assert exit_.value.code == 0 and "--sections" in out and "--merge" in out
     monkeypatch.setattr(bench_main, "measure", lambda *a: pytest.fail("measured bad input"))
     for bad in (["--steps", "0"], ["--sections", "training", "viewer"], ["--device", "tpu"],
-                ["--serve-clients", "1", "x"], ["--sizes", "huge"], ["--merge", "absent.json"]):
+                ["--serve-clients", "1", "x"], ["--sizes", "huge"], ["--merge", "absent.json"],
+                ["--sizes", "tiny", "small", "--max-tokens", "512", "256", "128"]):
         with pytest.raises(SystemExit) as exit_:
             bench_main.main(["--device", "cpu", "--out", str(tmp_path / "r.md"), *bad])
         err = capsys.readouterr().err
@@ -623,16 +624,22 @@ def test_a_run_of_every_section_writes_its_report_and_json(tiny_run, tmp_path):
     above). Without CTranslate2: its serving rows are skipped, saying why."""
     n, requests = 6, 4
     proc = benchmark("--quick", "--device", "cpu", "--sections", "training", "decoding", "serve",
-                     "--run", str(tiny_run), "--steps", "2", "--warmup", "0", "--max-tokens", "512",
+                     "--run", str(tiny_run), "--steps", "2", "--warmup", "0",
+                     "--sizes", "tiny", "small", "--max-tokens", "512", "256",  # one a size
                      "--sentences", str(n), "--serve-clients", "2", "--serve-requests",
                      str(requests), "--hostile-seconds", "0",  # (its own test: test_serve.py)
                      "--data-path", str(tmp_path / "no-multi30k"),  # the built-in corpus
                      "--cache-dir", str(tmp_path / "cache"), "--out", "r.md", "--json", "r.json",
                      cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "r.md").read_text().strip()  # (the page of any JSON: the property above)
+    page = (tmp_path / "r.md").read_text()  # (the page of any JSON: the property above)
     res = json.loads((tmp_path / "r.json").read_text())["devices"]["cpu"]
-    row = res["training"]["sizes"]["tiny"]
+    tiny, small = (res["training"]["sizes"][size] for size in ("tiny", "small"))
+    assert (tiny["max_tokens"], small["max_tokens"]) == (512, 256)  # 2 batches of each
+    assert 256 < tiny["timed_target_tokens_per_run"] <= 1024 and \
+        small["timed_target_tokens_per_run"] <= 512
+    assert "| ≤ 512 (" in page and "| ≤ 256 (" in page
+    row = tiny
     assert row["params"] > 0 and row["flops_per_target_token"] > 0
     for name in ("ours", "plain", "peer"):  # a share of the matmul peak well over 1 is wrong
         assert row[name]["tokens_per_s"] > 0 and 0 < row[name]["share_of_peak"] < 2

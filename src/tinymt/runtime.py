@@ -41,9 +41,7 @@ class Runtime:
 def autocast(device: torch.device, dtype: torch.dtype | None):
     """``torch.autocast`` to ``dtype`` on ``device``; nothing at all when ``dtype`` is None
     (fp32)."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 @contextlib.contextmanager

@@ -30,9 +30,9 @@ SIZES = sorted(p.stem for p in (REPO_ROOT / "configs" / "model").glob("*.yaml"))
 OUTPUTS = "outputs/benchmarks"  # without --out: <cwd>/outputs/benchmarks/<date>/<time>/
 DEFAULTS = {  # what --sizes, --steps, ... default to, by device; --quick over them
     "cpu": {"sizes": ["tiny", "small"], "steps": 20, "warmup": 3, "repeats": 3,
-            "sentences": 1000, "max_tokens": 4096},
+            "sentences": 1000, "max_tokens": [4096]},
     "cuda": {"sizes": ["tiny", "small", "base"], "steps": 50, "warmup": 10, "repeats": 3,
-             "sentences": 1000, "max_tokens": 16384},
+             "sentences": 1000, "max_tokens": [16384]},
     "quick": {"sizes": ["tiny"], "steps": 3, "warmup": 1, "repeats": 1, "sentences": 50},
 }
 # the paths of the command line (made absolute from the caller's folder) and their checks
@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--steps", type=count(), help=f"timed training steps per run ({default('steps')})")
     add("--warmup", type=count(0), help=f"untimed steps before each run ({default('warmup')})")
     add("--repeats", type=count(), help=f"training rounds, median ({default('repeats')})")
-    add("--max-tokens", type=count(), help=f"tokens per batch ({default('max_tokens')})")
+    add("--max-tokens", nargs="+", type=count(), help="tokens per training batch: one for "
+        f"every size, or one a size ({default('max_tokens')})")
     add("--sentences", type=count(), help=f"test sentences to decode ({default('sentences')})")
     add("--decode-repeats", type=count(), default=1, help="passes per decoding method, median")
     add("--run", help="a trained run: decode its model (+ BLEU) instead of random ones; "
@@ -173,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if len(args.max_tokens) not in (1, len(args.sizes)):
+        raise TinyMTError(f"--max-tokens: {len(args.max_tokens)} budgets for "
+                          f"{len(args.sizes)} --sizes: give one, or one a size")
     if "serve" in args.sections and not args.run:
         raise TinyMTError("--sections serve needs --run <a trained run dir>: the server "
                           "serves a trained model")

@@ -36,21 +36,21 @@ def measured_by(section: dict) -> str:
 def render_training(tr: dict) -> list[str]:
     s = tr["settings"]
     L = ["### Training throughput", "", measured_by(tr), "",
-         (f"{s['precision']}; {s['timed_batches']} "
-          f"batches of ≤ {s['max_tokens']:,} tokens ({s['timed_target_tokens_per_run']:,} "
-          f"target tokens) after {s['warmup']} warm-up steps; median of {s['repeats']} rounds; "
+         (f"{s['precision']}; {s['timed_batches']} batches of a size's token budget (padding "
+          f"counted) after {s['warmup']} warm-up steps; median of {s['repeats']} rounds; "
           f"matmul peak {s['matmul_peak_flops'] / 1e9:,.0f} GFLOP/s (median of "
           f"{len(s['matmul_peak_runs'])} {s['matmul_peak_size']}² matmuls)."), ""]
     rows = []
     for size, r in tr["sizes"].items():
         o, pl, p = r["ours"], r["plain"], r["peer"]
-        rows.append([size, f"{r['params'] / 1e6:.2f} M",
+        budget, tokens = (r.get(k, s.get(k)) for k in ("max_tokens", "timed_target_tokens_per_run"))
+        rows.append([size, f"{r['params'] / 1e6:.2f} M", f"≤ {budget:,} ({tokens:,} target)",
                      *(num(e["tokens_per_s"]) for e in (o, pl, p)),
                      f"{o['tokens_per_s'] / pl['tokens_per_s']:.2f}×",
                      f"{o['tokens_per_s'] / p['tokens_per_s']:.2f}×",
                      *(f"{e['share_of_peak']:.0%}" for e in (o, pl, p)),
                      *(num(e["peak_mib"]) for e in (o, pl, p))])
-    return L + table(["size", "params", "ours tok/s", "plain tok/s", "peer tok/s", "ours/plain",
+    return L + table(["size", "params", "tokens a batch (timed)", "ours tok/s", "plain tok/s", "peer tok/s", "ours/plain",
                       "ours/peer", "ours % of peak", "plain %", "peer %", "ours peak MiB",
                       "plain MiB", "peer MiB"], rows)
 

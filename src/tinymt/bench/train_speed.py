@@ -88,11 +88,12 @@ def _run(c: _Contender, warm: list[Batch], steps: list[Batch], pad: int,
 def bench_training(args: argparse.Namespace, device: torch.device, data: PreparedData,
                    data_info: dict, argv: list[str]) -> dict:
     """The training section: ``{"machine", "data", "settings", "sizes": {size: row}}``."""
-    batches = training_batches(data, args.max_tokens, args.warmup + args.steps, device)
-    warm, steps = batches[:args.warmup], batches[args.warmup:]
-    pad, tokens = data.tgt_tokenizer.pad_id, sum(b.n_tgt_tokens for b in steps)
-    meter, peaks, sizes = measure.MemoryMeter(device), [], {}
-    for size in args.sizes:
+    pad, meter, peaks, sizes = data.tgt_tokenizer.pad_id, measure.MemoryMeter(device), [], {}
+    budgets = args.max_tokens * len(args.sizes) if len(args.max_tokens) == 1 else args.max_tokens
+    for size, max_tokens in zip(args.sizes, budgets):  # a size's own batches at its budget
+        batches = training_batches(data, max_tokens, args.warmup + args.steps, device)
+        warm, steps = batches[:args.warmup], batches[args.warmup:]
+        tokens = sum(b.n_tgt_tokens for b in steps)
         cfg = model_config(size)
         ours, peer = build_pair(cfg, data_info, device)
         racers = contenders(ours, peer, device)
@@ -106,7 +107,8 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
                 c.runs.append(tokens / seconds)
                 measure.log(f"[train {device.type} {size}] {name} {r + 1}/{args.repeats}: "
                             f"{tokens / seconds:,.0f} target tok/s (loss {c.final_loss:.3f})")
-        row = {"params": count_parameters(ours), "flops_per_target_token": flops / tokens}
+        row = {"params": count_parameters(ours), "flops_per_target_token": flops / tokens,
+               "max_tokens": max_tokens, "timed_target_tokens_per_run": tokens}
         for name, c in racers.items():
             static = measure.tensor_mib(c.model.parameters()) + measure.tensor_mib(
                 v for s in c.opt.state.values() for v in s.values() if torch.is_tensor(v))
@@ -114,7 +116,7 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
                          "peak_mib": None if None in c.mem else static + statistics.median(c.mem),
                          "final_loss": c.final_loss}
         sizes[size] = row
-        del racers, ours, peer
+        del racers, ours, peer, batches, warm, steps
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -126,7 +128,6 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
     bf16 = runtime.pick_precision("auto", device) is not None
     return {"machine": measure.machine_info(device, argv), "data": data_info, "settings": {
         "quick": args.quick, "precision": "bf16 autocast" if bf16 else "fp32",
-        "max_tokens": args.max_tokens, "warmup": args.warmup,
-        "steps": args.steps, "repeats": args.repeats, "timed_target_tokens_per_run": tokens,
-        "timed_batches": len(steps), "matmul_peak_flops": peak, "matmul_peak_runs": peaks,
+        "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
+        "timed_batches": args.steps, "matmul_peak_flops": peak, "matmul_peak_runs": peaks,
         "matmul_peak_size": measure.PEAK_SIZE[device.type]}, "sizes": sizes}

@@ -297,9 +297,7 @@ def noun_np(r, n: L.Noun, tense: str, role: str, allow_clause: bool = True) -> N
 
 
 def _count(r, role: str) -> int:
-    if role == "obj" and r.random() < 0.55:
-        return 1
-    return 2 + int(r.random() * 9)
+    return 1 if role == "obj" and r.random() < 0.55 else 2 + int(r.random() * 9)
 
 
 def _relative(r, n: L.Noun):
@@ -372,9 +370,7 @@ def _tense(r, allowed=("present", "past", "progressive", "future")) -> str:
 
 
 def _time(r, tense: str):
-    if r.random() < _TIME_PROB[tense]:
-        return _pick(r, _TIMES_BY_TENSE[tense])
-    return None
+    return _pick(r, _TIMES_BY_TENSE[tense]) if r.random() < _TIME_PROB[tense] else None
 
 
 def sample_clause(r: random.Random, question: bool = True, embedded: bool = False) -> Clause:

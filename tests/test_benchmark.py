@@ -597,6 +597,15 @@ def test_merge_is_checked_before_anything_is_measured(devices, tmp_path_factory)
         assert written == {dev: (devices or {}).get(dev) or {} for dev in ("cpu", "cuda")}
 
 
+def test_the_published_results_still_merge():
+    """``make gpu`` merges into docs/benchmarks.json, written by earlier versions of the
+    benchmark: the report must still render every section of it."""
+    from tinymt.bench.main import merged_devices
+
+    devices = merged_devices(str(REPO_ROOT / "docs" / "benchmarks.json"))
+    assert {"training", "decoding"} <= set(devices["cpu"]) and "training" in devices["cuda"]
+
+
 def test_merge_keeps_what_was_not_measured_and_the_page_keeps_its_prose(monkeypatch, tmp_path):
     from tinymt.bench import main as bench_main
     from tinymt.bench.report import BEGIN, END

@@ -44,6 +44,25 @@ def test_a_few_steps_lower_the_loss(finished_run):
     assert metrics["steps"] == 40
 
 
+def test_metrics_give_the_target_tokens_trained_a_second(finished_run, tmp_path):
+    """``train_tokens_per_s``: the target tokens (EOS included, padding not) of the run's
+    40 batches, counted here from its data and batch order, over its training seconds (as
+    TensorBoard holds them: metrics.json rounds them to 0.1 s)."""
+    from tinymt.batching import TokenBatchSampler
+    from tinymt.data import prepare
+
+    run_dir, metrics = finished_run
+    [*_, (step, seconds)] = scalars(run_dir, "valid/train_seconds")  # unrounded, at the end
+    cfg = compose_train(tmp_path)  # the tiny run's data, batch budget and seed
+    data = prepare(cfg.data, log=lambda *a: None)
+    order = TokenBatchSampler(*data.lengths("train"), max_tokens=cfg.trainer.max_tokens,
+                              seed=cfg.trainer.seed).batches(0)
+    tgt = data.ids("train")[1]
+    tokens = sum(len(tgt[i]) + 1 for batch in order[:40] for i in batch)
+    assert step == 40 and metrics["train_tokens_per_s"] == pytest.approx(tokens / seconds,
+                                                                         abs=1)  # rounded
+
+
 def test_run_dir_layout(finished_run):
     run_dir, metrics = finished_run
     for name in ("config.yaml", "metrics.json", "tokenizer", "checkpoints/last.pt",

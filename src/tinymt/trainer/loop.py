@@ -82,7 +82,7 @@ class Training:
     state: dict = field(default_factory=lambda: {
         "run": uuid.uuid4().hex,  # the run's id: in each of its checkpoints (averaging checks it)
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
-        "train_seconds": 0.0, "skipped_steps": 0})
+        "train_seconds": 0.0, "train_tokens": 0, "skipped_steps": 0})
     t_start: float = field(default_factory=time.monotonic)
     saved_step: int = -1  # the step of the last.pt this process last published
     skips: int = 0  # non-finite steps in a row (trainer.nan_policy=skip)
@@ -166,6 +166,7 @@ def run_loop(t: Training) -> str:
                 torch.accelerator.synchronize(t.rt.device)  # counts what a GPU has queued
             dt = time.monotonic() - t0
             pending.append((torch.stack([loss_sum, grad_norm.float()]), n_tokens, dt))
+            state["train_tokens"] += n_tokens  # target tokens of the global batch
             bar.update(1)
             step, unclocked, signum = state["step"], unclocked + dt, 0
             # one clock for all ranks, and a signal to any rank stops them all after the same
@@ -341,6 +342,7 @@ def finish(t: Training, stop_reason: str) -> dict:
         "test_checkpoint": final_ckpt.name, "test_checkpoint_step": tested["step"],
         "steps": state["step"], "epochs": state["epoch"],
         "train_seconds": round(state["train_seconds"], 1), "wall_seconds": round(wall, 1),
+        "train_tokens_per_s": round(state["train_tokens"] / max(state["train_seconds"], 1e-9)),
         "stop_reason": stop_reason, "parameters": count_parameters(t.model),
         "run_dir": str(t.run_dir), "held_out_words": test["held_out_words"],
     }

@@ -175,8 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if len(args.max_tokens) not in (1, len(args.sizes)):
-        raise TinyMTError(f"--max-tokens: {len(args.max_tokens)} budgets for "
-                          f"{len(args.sizes)} --sizes: give one, or one a size")
+        raise TinyMTError("--max-tokens: give one budget, or one for each of the --sizes")
     if "serve" in args.sections and not args.run:
         raise TinyMTError("--sections serve needs --run <a trained run dir>: the server "
                           "serves a trained model")

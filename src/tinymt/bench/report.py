@@ -43,16 +43,17 @@ def render_training(tr: dict) -> list[str]:
     rows = []
     for size, r in tr["sizes"].items():
         o, pl, p = r["ours"], r["plain"], r["peer"]
-        budget, tokens = (r.get(k, s.get(k)) for k in ("max_tokens", "timed_target_tokens_per_run"))
-        rows.append([size, f"{r['params'] / 1e6:.2f} M", f"≤ {budget:,} ({tokens:,} target)",
+        # a size's budget and timed target tokens (in settings: one for all, in older results)
+        cap, n = (r.get(k, s.get(k)) for k in ("max_tokens", "timed_target_tokens_per_run"))
+        rows.append([size, f"{r['params'] / 1e6:.2f} M", f"≤ {cap:,} ({n:,} target)",
                      *(num(e["tokens_per_s"]) for e in (o, pl, p)),
                      f"{o['tokens_per_s'] / pl['tokens_per_s']:.2f}×",
                      f"{o['tokens_per_s'] / p['tokens_per_s']:.2f}×",
                      *(f"{e['share_of_peak']:.0%}" for e in (o, pl, p)),
                      *(num(e["peak_mib"]) for e in (o, pl, p))])
-    return L + table(["size", "params", "tokens a batch (timed)", "ours tok/s", "plain tok/s", "peer tok/s", "ours/plain",
-                      "ours/peer", "ours % of peak", "plain %", "peer %", "ours peak MiB",
-                      "plain MiB", "peer MiB"], rows)
+    return L + table(["size", "params", "tokens a batch (timed)", "ours tok/s", "plain tok/s",
+                      "peer tok/s", "ours/plain", "ours/peer", "ours % of peak", "plain %",
+                      "peer %", "ours peak MiB", "plain MiB", "peer MiB"], rows)
 
 
 def render_decoding(de: dict) -> list[str]:

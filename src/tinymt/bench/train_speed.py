@@ -89,8 +89,8 @@ def bench_training(args: argparse.Namespace, device: torch.device, data: Prepare
                    data_info: dict, argv: list[str]) -> dict:
     """The training section: ``{"machine", "data", "settings", "sizes": {size: row}}``."""
     pad, meter, peaks, sizes = data.tgt_tokenizer.pad_id, measure.MemoryMeter(device), [], {}
-    budgets = args.max_tokens * len(args.sizes) if len(args.max_tokens) == 1 else args.max_tokens
-    for size, max_tokens in zip(args.sizes, budgets):  # a size's own batches at its budget
+    # a size's own batches at its budget: one for every size, or one a size (zip cuts the rest)
+    for size, max_tokens in zip(args.sizes, args.max_tokens * len(args.sizes)):
         batches = training_batches(data, max_tokens, args.warmup + args.steps, device)
         warm, steps = batches[:args.warmup], batches[args.warmup:]
         tokens = sum(b.n_tgt_tokens for b in steps)

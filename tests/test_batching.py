@@ -51,6 +51,11 @@ def test_epochs_advance_by_themselves(lens):
     first, second = list(s), list(s)
     assert first == s.batches(0) and second == s.batches(1)
     assert s.state_dict() == {"epoch": 2, "position": 0}
+    it = iter(s)  # the state is the next epoch's as soon as an epoch's last batch is out
+    for _ in s.batches(2):
+        assert s.state_dict()["epoch"] == 2
+        next(it)
+    assert s.state_dict() == {"epoch": 3, "position": 0}
 
 
 def test_over_long_pair_is_its_own_batch():

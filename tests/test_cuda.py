@@ -207,11 +207,14 @@ def test_training_waits_for_the_gpu_only_to_read_the_losses(tmp_path, monkeypatc
     assert waits == {name: [None] + [0] * 11 for name in waits}
 
 
-def test_the_training_clock_counts_what_the_gpu_has_queued(tmp_path, monkeypatch):
+@pytest.mark.parametrize("read", ["at each log", "at the time budget"])
+def test_the_training_clock_counts_what_the_gpu_has_queued(tmp_path, monkeypatch, read):
     """A step does not wait for the GPU, so the host runs ahead of it; ``train_seconds``
-    (and the log's tokens/s) must still count the GPU's time. Each step here queues a
-    quarter of a second of GPU work the host does not wait for: a clock of the host's
-    time alone would count almost none of it."""
+    (and the log's tokens/s, and the time budget) must still count the GPU's time. Each
+    step here queues a quarter of a second of GPU work the host does not wait for: a clock
+    of the host's time alone would miss what is queued when the losses are read, at each
+    log (``log_every=1``), or only once, when the host's clock reaches a budget of 12 steps
+    (no log before)."""
     import tinymt.trainer.loop as loop
 
     def gpu_seconds(cycles):
@@ -228,9 +231,12 @@ def test_the_training_clock_counts_what_the_gpu_has_queued(tmp_path, monkeypatch
     real = loop.optimizer_step
     monkeypatch.setattr(loop, "optimizer_step",
                         lambda t: (torch.cuda._sleep(cycles), real(t))[1])
-    metrics = train(compose_train(tmp_path, "trainer.device=cuda", "trainer.max_steps=12",
-                                  "trainer.valid_every=12", "trainer.log_every=1"))
-    assert metrics["train_seconds"] >= 0.9 * 12 * busy
+    steps = ("trainer.max_steps=12", "trainer.valid_every=12", "trainer.log_every=1") \
+        if read == "at each log" else ("trainer.max_steps=1000", "trainer.valid_every=1000",
+                                       "trainer.log_every=1000", f"trainer.max_minutes={busy / 5}")
+    metrics = train(compose_train(tmp_path, "trainer.device=cuda", *steps))
+    assert metrics["train_seconds"] >= 0.9 * metrics["steps"] * busy
+    assert metrics["steps"] >= 12 and metrics["stop_reason"] in ("max_steps", "max_minutes")
 
 
 def test_translate_on_cuda(gpu_run, tmp_path, capsys):

@@ -117,6 +117,24 @@ def _train_cmd(tmp_path, *overrides):
             f"data.cache_dir={tmp_path / 'cache'}", *overrides]
 
 
+def test_an_epoch_budget_stops_at_the_epochs_end_validated_and_saved(tmp_path):
+    """``max_epochs=1``: the run trains the epoch's batches (as the sampler plans them) and
+    no batch of the next, and validates and publishes last.pt at that last step: no step
+    trained is lost to the tested checkpoint or to a resume."""
+    from tinymt.batching import TokenBatchSampler
+    from tinymt.data import prepare
+
+    cfg = compose_train(tmp_path, "data.train_size=1000", "trainer.max_epochs=1",
+                        "trainer.max_steps=100000", "trainer.valid_every=1000")
+    data = prepare(cfg.data, log=lambda *a: None)
+    n = len(TokenBatchSampler(*data.lengths("train"), max_tokens=cfg.trainer.max_tokens,
+                              seed=cfg.trainer.seed).batches(0))
+    metrics = train(cfg)
+    assert (metrics["stop_reason"], metrics["steps"], metrics["epochs"]) == ("max_epochs", n, 1)
+    assert [step for step, _ in scalars(tmp_path / "run", "valid/bleu")] == [n]
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == n
+
+
 def test_nan_loss_stops_naming_the_step(tmp_path):
     cfg = compose_train(tmp_path, "optim.lr=10", "optim.weight_decay=10", "optim.warmup_steps=0",
                         "optim.clip_grad_norm=0", "trainer.max_steps=20")

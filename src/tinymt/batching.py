@@ -36,7 +36,7 @@ class TokenBatchSampler:
     Resuming: ``state_dict()`` is ``{"epoch", "position"}``, ``position`` counting the
     batches of the current epoch already yielded; after ``load_state_dict()`` the next
     ``iter()`` continues with exactly the batches an uninterrupted run would have produced.
-    Finishing an epoch moves on to the next one by itself.
+    Yielding an epoch's last batch moves the state on to the next epoch by itself.
     """
 
     def __init__(self, src_lens: Sequence[int], tgt_lens: Sequence[int], max_tokens: int,
@@ -75,12 +75,12 @@ class TokenBatchSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         order, ranges = self._plan(self.epoch)
-        while self.position < len(ranges):
-            start, end = ranges[self.position]
-            self.position += 1
-            yield order[start:end].tolist()
-        self.epoch += 1
-        self.position = 0
+        for position in range(self.position, len(ranges)):
+            done = position + 1 == len(ranges)
+            self.epoch, self.position = (self.epoch + 1, 0) if done else (self.epoch, position + 1)
+            yield order[ranges[position, 0]:ranges[position, 1]].tolist()
+        if self.position:  # a state saved at an epoch's end: {"epoch": e, "position": all}
+            self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

@@ -131,8 +131,8 @@ def global_batches(t: Training):
     while True:
         src_ids, tgt_ids = t.segments.ids(t.sampler.epoch)
         for indices in t.sampler:
+            t.state["epoch"] = t.sampler.epoch  # one more with an epoch's last batch
             yield indices, src_ids, tgt_ids
-        t.state["epoch"] += 1  # the sampler moved on to the next epoch by itself
 
 
 def run_loop(t: Training) -> str:
@@ -140,8 +140,8 @@ def run_loop(t: Training) -> str:
     (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
     rank's time since the last agreement), or one would stop while another waits in a
     collective.
-    Nothing in a step waits for the device but a log's clock: each step's loss and gradient
-    norm stay there until :func:`read_steps` reads them at once (a log, validation, stop)."""
+    Nothing in a step waits for the device but the clock of one whose loss is read next:
+    losses and gradient norms stay there until :func:`read_steps` reads them at once."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
     share = runtime.CoreShare(on=t.rt.device.type == "cpu" and not tc.num_threads)
@@ -161,10 +161,11 @@ def run_loop(t: Training) -> str:
             t0 = time.monotonic()
             loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
             grad_norm = optimizer_step(t)
-            log_step = state["step"] % tc.log_every == 0 or state["step"] == tc.max_steps
-            if log_step and t.rt.device.type != "cpu":  # its loss is read below: the clock
-                torch.accelerator.synchronize(t.rt.device)  # counts what a GPU has queued
-            dt = time.monotonic() - t0
+            last = state["step"] == tc.max_steps or state["epoch"] >= tc.max_epochs
+            log_step, dt = state["step"] % tc.log_every == 0 or last, time.monotonic() - t0
+            if t.rt.device.type != "cpu" and (log_step or state["train_seconds"] + dt >= budget_s):
+                torch.accelerator.synchronize(t.rt.device)  # its loss is read below (a log,
+                dt = time.monotonic() - t0  # the budget's end): the clock counts what is queued
             pending.append((torch.stack([loss_sum, grad_norm.float()]), n_tokens, dt))
             state["train_tokens"] += n_tokens  # target tokens of the global batch
             bar.update(1)
@@ -175,8 +176,7 @@ def run_loop(t: Training) -> str:
                 slowest, signum = runtime.all_reduce(t.rt, [unclocked, stop.signum], "max")
                 state["train_seconds"] += slowest
                 unclocked = 0.0
-            validating = step % tc.valid_every == 0 or step == tc.max_steps or \
-                state["train_seconds"] >= budget_s
+            validating = step % tc.valid_every == 0 or last or state["train_seconds"] >= budget_s
             if log_step or validating or signum:
                 window += read_steps(t, pending)
                 pending = []

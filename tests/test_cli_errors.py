@@ -143,7 +143,7 @@ def test_bad_value_is_one_line_error(tmp_path, monkeypatch, capsys, script, over
 
 @pytest.mark.slow
 def test_hydra_flags_in_conflict_are_one_line(tmp_path):
-    """Hydra's own flags are parsed before any config: -m with --cfg was a traceback."""
+    """Hydra's own flags are parsed before any config: -m with --cfg in conflict is one line."""
     r = run_script("train", ["-m", "model.n_heads=1,2", "--cfg", "hydra"], cwd=tmp_path)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
@@ -278,9 +278,9 @@ def test_a_ctrl_c_while_torch_imports_waits_for_the_import():
 def test_a_ctrl_c_at_any_moment_is_one_line(tiny_run, after):
     """Property: Ctrl-C at any moment of ``translate.py``'s life, its imports included, ends
     it with ``interrupted`` (exit 130, or Python's own death by SIGINT), or it had ended
-    already with its translation: never a traceback. Seen failing (a ``KeyboardInterrupt``
-    traceback, or OmegaConf's ``UnboundLocalError`` raised on the Ctrl-C's way out) before
-    the hook of :mod:`tinymt.cli`."""
+    already with its translation: never a traceback (a ``KeyboardInterrupt`` traceback, or
+    OmegaConf's ``UnboundLocalError`` raised on the Ctrl-C's way out, without the hook of
+    :mod:`tinymt.cli`)."""
     import signal
     import time
 

@@ -84,8 +84,7 @@ def test_a_damaged_checkpoint_when_translating(tiny_run, tmp_path, capsys):
 def test_a_damaged_cache_file_is_rebuilt(text_corpus, tmp_path, capsys, name):
     """Every file of a cache entry is hashed when it is published: damage is found (at
     the loader: test_loaders.py's property) and, through scripts/prepare_data.py, the entry
-    rebuilt byte for byte as before (a flipped token id inside the vocabulary was once
-    trusted)."""
+    rebuilt byte for byte as before (a flipped token id inside the vocabulary included)."""
     args = ["data.source=text", f"data.path={text_corpus}", "data.src_lang=de",
             "data.tgt_lang=en", "data.train_split=train", "data.valid_split=valid",
             "data.test_split=test", "data.vocab_size=40", f"data.cache_dir={tmp_path / 'c'}"]

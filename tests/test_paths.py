@@ -284,7 +284,7 @@ NAME_CHARS = st.sampled_from(["a", "é", "猫", " ", "/", ".", "..", "\t", "-", 
 @example("/" + "n" * 300)
 @example("a/" * 2100)
 @example("猫" * 86)  # 258 bytes in one name
-@example("~nosuchuser-tinymt/x.txt")  # was a RuntimeError (exit 1, "internal error")
+@example("~nosuchuser-tinymt/x.txt")  # expanduser raises RuntimeError on an unknown user
 def test_any_name_is_judged_in_one_line_and_nothing_is_made(place, text):
     """Whatever string names an output (blank, a name over 255 bytes, a path over 4096,
     any characters): :func:`output_problem` answers None or one line, never raises, and

@@ -295,7 +295,7 @@ RUN_STATE = ["checkpoints/last.pt", "checkpoints"]
 @pytest.mark.parametrize("target", RUN_STATE)
 def test_averaging_never_writes_over_the_run_state(tiny_run, tmp_path, capsys, target):
     """average_checkpoints.py output=<run>/checkpoints/last.pt (best.pt, config.yaml, ...)
-    replaced the run's own state with an optimizer-less average: it could no longer resume."""
+    is refused: an optimizer-less average there would leave a run that cannot resume."""
     run = copy_run(tiny_run, tmp_path / "run")
     before = snapshot(run)
     status, err = run_script_in_process("average_checkpoints", [

@@ -1,15 +1,11 @@
 """Every file a command writes goes through here, and every file it reads is opened here.
 
-**Writing**: :func:`check_output` (:func:`check_outputs` for several), before any work,
-refuses in one line naming the option a path that is empty or blank, too long, a folder,
-a pipe, socket or device, part of a run's own state (its ``config.yaml``,
-``tokenizer/``, ``checkpoints/last.pt``, ``best.pt``, ``ckpt_<step>.pt``: a typo would
-lose the run), where nothing can be created, or another output of the same command.
-Then :func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder` fill a
+**Writing** (what is refused and why: docs/reliability.md): :func:`check_output`
+(:func:`check_outputs` for several) before any work, in one line naming the option; then
+:func:`write_file` (``write_text``, ``write_bytes``) and :func:`write_folder` fill a
 ``tempfile`` named ``.tinymt-tmp-*`` beside the target, fsync it, rename it over the
-target (atomic) and fsync the folder: a failure removes the temp and leaves the old
-target as it was. A temp a killed process left behind is never read. Folders on the way
-are followed; a target that is a link is replaced.
+target (atomic) and fsync the folder. Folders on the way are followed; a target that is a
+link is replaced.
 
 **Runs**: a folder holding ``checkpoints/`` is a run (:func:`tinymt.rundir.claim_run_dir`
 makes it). **Reading**: :func:`read_bytes` opens only a regular file (a pipe would block, a

@@ -10,14 +10,10 @@ and, for self-attention, the mass on the offsets -1 / 0 / +1 and the mean signed
 :meth:`AttentionStats.means` turns them into means (the offsets, the sink and the entropy
 relative to the uniform's over the rows with more than one key: not the decoder's BOS row).
 
-A frame's label (:func:`frame_labels`, teacher-forced on a sample): a self-attention head
-that is not diffuse and beats a relation's fixed-offset baseline by
-:data:`~tinymt.relations.MARGIN` over at least :data:`~tinymt.relations.MIN_INSTANCES`
-instances is named by that relation (the largest margin), ``object ← 0.62``; a
-cross-attention head by where its attention goes in the rows of target pieces with
-gold-aligned source words (:data:`PLACES`: the place with the most, then the named place
-with the most next), ``aligned 0.73, </s> 0.17``; any other head by its position
-(:func:`head_labels`). Each label is ``"<label> · <what was measured>"``.
+A frame's label (:func:`frame_labels`, teacher-forced on a sample; each label is
+``"<label> · <what was measured>"``): a relation (``object ← 0.62``), the :data:`PLACES` a
+cross head reads (``aligned 0.73, </s> 0.17``) or the position (:func:`head_labels`); the
+rules: docs/viewer.md's table of labels.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Which grammatical relation does each self-attention head track? (Clark et al., 2019)
 
-For every encoder self-attention head (source words) and decoder self-attention head
-(target words, teacher-forced): how often the word a query word attends to most is its gold
-partner (:mod:`tinymt.corpus.relations`), per relation and direction (``dep->head``: the
-query is the dependent, ``head->dep``: the head). Word attention is piece attention summed,
-as for the alignment; EOS / BOS belong to no word, and what a word gives itself is set
-aside. A multi-word partner ("Li Lei") is found when any of its words is attended; a
-multi-word dependent is one instance per word. The decoder is causal: its instances keep
-only the partners to the left. **Baseline**: the best fixed offset ("always the word ``k``
-to the left / right") on the same instances; a head **tracks** a relation when it beats
-that by :data:`MARGIN` on at least :data:`MIN_INSTANCES` instances. Counted by the head
-analysis (``tinymt.heads``) over a split and by the trainer at every probe frame
-(:mod:`tinymt.labels`) over a sample.
+The measure, the baseline and what *tracks* means (:data:`MARGIN`, :data:`MIN_INSTANCES`):
+docs/heads.md. Directions: ``dep->head`` (the query is the dependent), ``head->dep``. Word
+attention is piece attention summed, as for the alignment; EOS / BOS belong to no word. A
+multi-word partner ("Li Lei") is found when any of its words is attended; a multi-word
+dependent is one instance per word. Counted by the head analysis (``tinymt.heads``) over a
+split and by the trainer at every probe frame (:mod:`tinymt.labels`) over a sample.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Dictionary pairs: the lexicon's words alone and short phrases, beside the sentences.
 
-Learners type a word first (猫, 李雷, 喜欢); a model that saw whole sentences only makes
-one up. So the training split also holds every lexicon word as a pair, in its dictionary
-form (猫 cat: a noun's singular, a verb's base form, a place without "the"), and short
-phrases the grammar samples (三只猫 three cats, 看书 read books), lower case and without
-punctuation. A Chinese word with two translations (看 read / watch) is left out, and a
-fixed fifth of the words (``HELD_OUT``) is never a pair: they are only seen inside
-sentences, so translating them alone measures what the model learned of the word.
+Why, which words and phrases, and the fifth of the words never a pair (``HELD_OUT``, to
+measure what the model learned of a word): docs/corpus.md, "Words and phrases alone".
 """
 
 from __future__ import annotations

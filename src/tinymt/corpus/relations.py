@@ -1,10 +1,8 @@
 """The typed word-to-word relations the built-in corpus knows, on both sides.
 
-Every pair carries ``zh_relations`` and ``en_relations``: ``(relation, dependent word,
-head word)`` triples of indices into ``RELATIONS`` and into that side's words, recorded by
-the renderer from the structure (see :mod:`tinymt.corpus.render`), so they are gold, not
-parsed. Each relation points from the dependent to its head (the subject to its verb, the
-determiner to its noun). A constituent of several words links each of its words ("Li Lei"
+Every pair carries ``zh_relations`` and ``en_relations``, gold triples recorded by the
+renderer (:mod:`tinymt.corpus.render`; their format and the table: docs/corpus.md,
+"Relations"). A constituent of several words links each of its words ("Li Lei"
 -> "asked" gives two triples), and a relation appears on one side only when both ends
 are words of that side (English past tense lives in the verb itself: 了 -> 买 has no
 English triple, "did" -> "buy" has no Chinese one).

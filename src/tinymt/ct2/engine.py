@@ -8,11 +8,8 @@ Greedy search is ours token for token, beam search ours by ``decode.beam_rule=fu
 (CTranslate2 has no ``shrink`` rule, so it is refused); tests/test_export.py holds both to
 ours.
 
-:func:`load_export` refuses a folder, in one line naming the file, unless every file is what
-``scripts/export.py`` writes for the model its description names: each file's digest, then
-:func:`check_files` (the vocabularies, config.json, every name, shape, type and scalar of
-model.bin). Digests carry no secret: the weights' values are the one thing a re-signed
-export can change (it is then another model, which no check without a secret key can tell).
+:func:`load_export` refuses a folder, in one line naming the file, unless each file's digest
+and then :func:`check_files` pass (what they check, and cannot: docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -3,20 +3,16 @@
 * ``greedy.py``: the core's plain greedy loop (the whole prefix through the decoder
   every step), and the length cap every search shares.
 * ``search.py``: what :func:`translate_ids` runs, on the KV cache (``cache.py``): greedy
-  search, and beam search by either rule:
-
-  - ``shrink`` (ours, the default): finished hypotheses take beam slots, so the beam
-    shrinks as they finish; EOS is forced at the length cap.
-  - ``full`` (CTranslate2's): finished hypotheses are replaced, so the beam stays full; no
-    EOS is forced at the cap. ``translate.py engine=ct2`` runs this rule, so this is the
-    one to compare an export with.
+  search, and beam search by either rule: ``shrink`` (ours, the default: finished
+  hypotheses keep their slots, the beam shrinks; EOS forced at the length cap) or ``full``
+  (CTranslate2's, what ``translate.py engine=ct2`` runs: they are replaced, the beam stays
+  full; greedy search and this rule simply stop at the cap).
 
 Conventions:
 
 * A sentence may produce at most ``int(max_len_a * src_len + max_len_b)`` tokens before
   EOS (``src_len`` = its non-pad source tokens), capped so that every decoder position
-  fits in ``model.max_positions``. Beam search by the ``shrink`` rule forces EOS after
-  that many tokens; greedy search and the ``full`` rule simply stop.
+  fits in ``model.max_positions``.
 * ``pad`` and ``bos`` are never generated.
 * Beam scores: a finished hypothesis of ``n`` tokens (its EOS, if it has one, included) scores
   ``sum(log p) / n ** len_penalty``.

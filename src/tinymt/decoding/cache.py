@@ -5,9 +5,8 @@ Only step 1 of attention changes (where the keys and values come from); steps 2â
 core's own :meth:`tinymt.attention.MultiHeadAttention.forward`, run on
 :class:`CachedSelfAttention` / :class:`CachedCrossAttention`, which stand in for a decoder
 layer's two attention modules. Tested equal to teacher forcing (tests/test_decoding.py).
-After :meth:`DecoderCache.set_beams` the decoder rows are hypotheses (row ``i`` is slot
-``slots[i]`` of an ``(N, beam)`` grid) while the cross-attention keys and values keep one
-row per *sentence*: no ``beam`` copies to move on every reorder (docs/architecture.md).
+After :meth:`DecoderCache.set_beams` the decoder rows are hypotheses, the cross-attention's
+keys and values one row per *sentence* (docs/architecture.md, "Shared encoder side").
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """LibreTranslate's API, as this server speaks it: reading a request's fields (JSON, a form,
 or the query string; the body capped), checking them against the limits, and the answer's
-shape. No model here: :mod:`tinymt.serve.app` routes, this module reads and writes.
-
-    POST /translate  q (a string or a list of strings), source, target, format=text,
-                     alternatives (n-best), api_key
-                     -> {"translatedText": ...[, "alternatives": ...][, "detectedLanguage": ...]}
-    GET  /languages  -> [{"code": "zh", "name": "Chinese", "targets": ["en"]}, ...]
-    errors           -> {"error": "..."} with 400 (bad request), 403 (API key), 413 (body too
-                        large), 429 (queue full), 500, 503 (timed out, shutting down)
+shape (docs/serve.md's table). No model here: :mod:`tinymt.serve.app` routes, this module
+reads and writes. Errors: ``{"error": "..."}`` with 400 (bad request), 403 (API key), 413
+(body too large), 429 (queue full), 500, 503 (timed out, shutting down).
 """
 
 from __future__ import annotations

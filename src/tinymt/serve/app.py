@@ -1,12 +1,5 @@
-"""The HTTP routes (Starlette; docs/serve.md): LibreTranslate's API, the page, its view data.
-
-    POST /translate     LibreTranslate's (tinymt.serve.api)
-    GET  /languages     the model's language pair
-    POST /attention     q, api_key -> {"translatedText": [...], "view": the view data of
-                        every sentence (tinymt.viewer.html.inline_data)}
-    GET  /health        {"status": "ok", the model, its limits, the queue, batch counts}
-    GET  /              the page; /view.js, /page.js and /font.otf (Noto Sans CJK SC) what
-                        it is made of
+"""The HTTP routes (Starlette): LibreTranslate's API (read by :mod:`tinymt.serve.api`),
+``/attention``, ``/health`` and the page; docs/serve.md has the table of them.
 
 Every error is ``{"error": "<one line>"}`` with its status; no route takes a file path.
 ``serve(cfg)`` loads and warms up the model before the port opens (``/health`` answers only

@@ -7,15 +7,10 @@ through TensorBoard's data provider and serves them to the static ES module
 ``static/index.js``, which draws them with ``static/view.js`` -- the same script the
 self-contained HTML file (:mod:`tinymt.viewer.html`) inlines.
 
-Routes (under ``/data/plugin/tinymt_attention/``): ``index.js``, ``view.js``,
-``font.otf?text=`` (Noto Sans CJK SC cut to those characters, at most 4,096); ``runs``
-(every run and its probes; a probe whose tag metadata is not ours carries an ``error``),
-``steps?run=&tag=`` (the steps logged; no record decoded), ``step?run=&tag=&step=`` (one
-view document, checked by :func:`tinymt.viewer.summary.decode`, weights 0..255),
-``trend?run=&tag=`` (every head's entropy and gold share across the steps, at most
-:data:`TREND_STEPS` of them and :data:`TREND_NUMBERS` numbers). A bad request is an HTTP 400
-or 404, an unreadable record a 422 (``/step``), with a one-line text; one run's data never
-breaks another's, and nothing crashes the server.
+Routes (under ``/data/plugin/tinymt_attention/``, answers in docs/viewer.md): the two
+scripts, ``font.otf?text=`` (at most 4,096 characters), ``runs``, ``steps``, ``step``,
+``trend``. A bad request is an HTTP 400 or 404, an unreadable record a 422 (``/step``), with
+a one-line text; one run's data never breaks another's, and nothing crashes the server.
 """
 
 from __future__ import annotations
@@ -142,19 +137,11 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     @_route
     def _trend(self, request):
-        """Every head's entropy and gold share across the steps of ``run=`` / ``tag=``
-        (:func:`_trend_of`), each record decoded for the answer::
-
-            {"steps": [s, ...], "logged": n,
-             "kinds": {kind: {"entropy": [per step: [layer][head] | null],
-                              "gold": [per step: [layer][head] | null]}},
-             "errors": [{"step": s, "error": "one line"}, ...]}
-
-        Of the ``logged`` steps, at most :data:`TREND_STEPS` evenly spread (the first and
-        the last kept), and no more than :data:`TREND_NUMBERS` numbers: the steps past that
-        are left out. A record the reader refuses is ``null`` at its step for every kind,
-        its reason in ``errors``; a kind a record lacks is ``null`` there, and so is a
-        number that is not finite."""
+        """Every head's entropy and gold share (:func:`_trend_of`) at the steps of ``run=`` /
+        ``tag=``, at most :data:`TREND_STEPS` evenly spread (the first and the last kept) and
+        :data:`TREND_NUMBERS` numbers (the later steps left out); ``null`` where a record is
+        unreadable (its reason in ``errors``), lacks the kind, or a number is not finite.
+        The answer's shape: docs/viewer.md."""
         series = self._series(request)
         logged = sorted(series)
         picked = np.unique(np.linspace(0, len(logged) - 1, TREND_STEPS).round().astype(int))

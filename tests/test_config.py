@@ -235,7 +235,9 @@ def test_translate_engine_checks():
     for overrides, words in ((["engine=ct2"], "engine=ct2 needs model_dir="),
                              (["model_dir=exports/m"], "add engine=ct2"),
                              (["engine=ct2", "model_dir=m", "decode.beam_rule=shrink"], "full"),
-                             (["engine=ct2", "model_dir=m", "attention=a.png"], "PyTorch engine")):
+                             (["engine=ct2", "model_dir=m", "attention=a.png"], "PyTorch engine"),
+                             (["decode.nbest=3"], "at most decode.beam=1"),
+                             (["decode.beam=2", "decode.nbest=3"], "at most decode.beam=2")):
         with pytest.raises(TinyMTError, match=words):
             check_translate(_compose(overrides, name="translate"))
 
@@ -501,8 +503,9 @@ def test_a_model_too_large_for_memory_is_refused_whatever_sizes_make_it(sizes, v
 @example(256, 4096, 256, TranslateConfig)  # the largest search the limits allow
 def test_a_batch_of_hypotheses_is_bounded(beam, tokens, nbest, schema):
     """beam x batch tokens (training's test set: test_beam x max_tokens) is at most
-    MAX_BEAM_TOKENS; the server takes no decode.nbest (it takes n-best lists from each
-    request). Refused iff past them, one line naming the keys."""
+    MAX_BEAM_TOKENS; decode.nbest is at most decode.beam, and the server takes none (it takes
+    n-best lists from each request). Refused iff past them, one line naming the keys (the
+    rules' order)."""
     cfg = OmegaConf.structured(schema)
     if schema is TrainConfig:
         cfg.trainer.test_beam, cfg.trainer.max_tokens = beam, tokens
@@ -510,9 +513,10 @@ def test_a_batch_of_hypotheses_is_bounded(beam, tokens, nbest, schema):
         names = ("trainer.test_beam", "trainer.max_tokens")
     else:
         cfg.decode.beam, cfg.decode.batch_tokens, cfg.decode.nbest = beam, tokens, nbest
-        bad = beam * tokens > MAX_BEAM_TOKENS or (schema is ServeConfig and nbest != 1)
+        bad = beam * tokens > MAX_BEAM_TOKENS or nbest > beam or (schema is ServeConfig
+                                                                  and nbest != 1)
         names = ("decode.beam", "decode.batch_tokens") if beam * tokens > MAX_BEAM_TOKENS \
-            else ("decode.nbest",)  # the rules' order
+            else ("decode.nbest", "decode.beam") if nbest > beam else ("decode.nbest",)
     if not bad:
         CHECKS[schema](cfg)
         return

@@ -21,14 +21,17 @@ SPANS = st.sampled_from(["3", "25,50", "10:30", "1990", "https://example.com/a?b
 
 @given(st.lists(st.sampled_from(TEST), min_size=1, max_size=5), st.data())
 def test_a_paragraph_is_its_sentences_and_its_spacing(pairs, data):
-    """Chinese sentences of the built-in test set joined by any spacing (none, spaces, line
-    breaks, blank lines): plan finds exactly those sentences, in order, and assemble puts
-    the translations back in the input's spacing (English needs a space where Chinese had
+    """Chinese sentences of the built-in test set, some quoted or bracketed or with a second
+    end mark, joined by any spacing (none, spaces, line breaks, blank lines): plan finds
+    exactly those sentences, in order, each with what closes it, and assemble puts the
+    translations back in the input's spacing (English needs a space where Chinese had
     none); English sentences (a space at least between two) come back unchanged."""
     gaps = [data.draw(GAPS) for _ in range(len(pairs) + 1)]
-    zh = gaps[0] + "".join(p.zh + g for p, g in zip(pairs, gaps[1:]))
+    marks = [data.draw(st.sampled_from(["", "", "“”", "（）", "！"])) for _ in pairs]
+    zhs = [m[:-1] + p.zh + m[-1:] for p, m in zip(pairs, marks)]
+    zh = gaps[0] + "".join(z + g for z, g in zip(zhs, gaps[1:]))
     sents, (parts,), kept = plan([zh], "zh")
-    assert sents == [p.zh for p in pairs] and kept == 0
+    assert sents == zhs and kept == 0
     between = [g or " " for g in gaps[1:-1]]
     expected = gaps[0] + "".join(p.en + g for p, g in zip(pairs, [*between, gaps[-1]]))
     assert assemble(parts, [p.en for p in pairs], "en") == expected

@@ -33,7 +33,7 @@ from tinymt.files import TEMP_PREFIX
 from tinymt.rundir import find_run, load_run
 from tinymt.text import SPAN, TAG
 from tinymt.tokenizer import UNK_ID
-from tinymt.translate import _place_tags, likelihood, translate
+from tinymt.translate import _parts, _place_tags, likelihood, translate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "scripts" / "translate.py")
@@ -258,8 +258,11 @@ def test_attention_figure_file_and_folder(tiny_run, tmp_path):
                       "attention_kinds=[cross,decoder_self,encoder_self]"),
               ["他喜欢猫吗？", "", "我们每天去学校。他喜欢猫吗？"])
     assert sorted(p.name for p in folder.iterdir()) == ["line1.png", "line3.1.png", "line3.2.png"]
+    out = io.StringIO()  # one file for two sentences: refused before anything is translated
     with pytest.raises(TinyMTError, match="give a folder"):
-        translate(compose_translate(f"run={tiny_run}", f"attention={png}"), ["他喜欢猫吗？", "我们每天去学校。"])
+        translate(compose_translate(f"run={tiny_run}", f"attention={png}"),
+                  ["他喜欢猫吗？", "我们每天去学校。"], stdout=out)
+    assert out.getvalue() == ""
 
 
 def test_run_latest_picks_the_newest(tiny_run, tmp_path):
@@ -326,11 +329,6 @@ def test_checkpoint_from_another_config_is_a_clear_error(tiny_run, tmp_path, for
     message = error_of(compose_translate(f"run={tiny_run}", f"checkpoint={other}"))
     assert message.startswith(f"{other} was trained with {words}")
     assert message.endswith("the checkpoint belongs to another run")
-
-
-def test_bad_decode_options(tiny_run):
-    with pytest.raises(TinyMTError, match="nbest"):
-        translate(compose_translate(f"run={tiny_run}", "decode.beam=2", "decode.nbest=3"), ["他喜欢猫吗？"])
 
 
 def test_input_file_errors(tiny_run, tmp_path):
@@ -424,6 +422,25 @@ def test_every_number_and_url_comes_back(tiny_run, spans, at):
     line = zh[:at] + " ".join(spans) + zh[at:]
     got = translate(compose_translate(f"run={tiny_run}"), [line], stdout=io.StringIO())["translations"][0]
     assert Counter(m.group() for m in SPAN.finditer(got)) >= Counter(spans), (line, got)
+
+
+def test_a_span_past_what_the_model_reads_follows_the_text(tiny_run):
+    """A number in the tail cut off an over-long sentence (the model never read it) is
+    put after the translation, not in place of a word."""
+    long = "我请李雷帮我订了去北京的机票" * 8  # one sentence of more pieces than the model takes
+    warnings = []
+    alone, got = (translate(compose_translate(f"run={tiny_run}"), [line], stdout=io.StringIO(),
+                            warn=warnings.append)["translations"][0]
+                  for line in (long, long + "12345"))
+    assert got.endswith(" 12345") and got.count("12345") == 1
+    assert got.split()[0] == alone.split()[0] and "longer than the model" in warnings[0]
+
+
+@given(st.text())
+def test_a_words_punctuation_is_cut_off_as_the_plain_pattern_does(word):
+    """Property: an output word's punctuation before and after, scanned in linear time, is
+    what the plain pattern ``(\\W*)(.*?)(\\W*)`` matches."""
+    assert _parts(word) == re.fullmatch(r"(\W*)(.*?)(\W*)", word, re.DOTALL).groups()
 
 
 # ----------------------------------------------------------------------------- inline markup

@@ -421,6 +421,9 @@ def _check_engine(c, schema) -> None:
     if not ct2 and c.model_dir:
         raise TinyMTError(f"model_dir={c.model_dir} is an exported model, read by engine=ct2: "
                           "add engine=ct2 (or drop model_dir=)")
+    if d.nbest > d.beam:
+        raise TinyMTError(f"decode.nbest={d.nbest}: an n-best list is the best of the beam's "
+                          f"hypotheses, at most decode.beam={d.beam}; raise decode.beam")
     if ct2 and d.beam_rule == "shrink":
         raise TinyMTError("decode.beam_rule=shrink: CTranslate2 searches with beam_rule=full "
                           "only; drop decode.beam_rule or use engine=torch")

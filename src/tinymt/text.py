@@ -143,14 +143,16 @@ def sentences(line: str, lang: str) -> list[str]:
     if one_pass(line):  # one sentence (pysbd costs ~0.3 ms)
         return [line] if line else []
     inside = {i for m in SPAN.finditer(line) for i in range(m.start() + 1, m.end())}
-    cuts = sorted({0, len(line)} | {_after_end_tags(line, s.end)
+    cuts = sorted({0, len(line)} | {_after_closing(line, s.end)
                                     for s in _segmenter(lang).segment(line)} - inside)
     return [line[a:b] for a, b in zip(cuts, cuts[1:])]  # (by offsets: nothing lost)
 
 
-def _after_end_tags(line: str, i: int) -> int:
-    """The offset after the end tags' stand-ins at ``line[i:]``: they end the sentence before."""
-    while i < len(line) and TAGS.match(line, i) and (ord(line[i]) - TAG) % 2:
+def _after_closing(line: str, i: int) -> int:
+    """The offset after what closes the sentence before ``line[i:]`` (pysbd's Chinese cuts
+    leave it to the next): end tags' stand-ins, closing quotes and brackets, more end marks."""
+    while i < len(line) and (line[i] in "”’」』）》】！？。…" or TAGS.match(line, i)
+                             and (ord(line[i]) - TAG) % 2):
         i += 1
     return i
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import itertools
 import math
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +39,12 @@ from tinymt.text import TAG, UNSPACED, assemble, mask_spans, plan, unsure
 from tinymt.viewer.document import translation_document
 from tinymt.viewer.html import html_page
 
-_WORD = re.compile(r"(\W*)(.*?)(\W*)")  # an output word: its punctuation before, it, after
+
+def _parts(word: str) -> tuple[str, str, str]:
+    """An output word's punctuation before, the word, its punctuation after (a scan: the
+    regex ``(\\W*)(.*?)(\\W*)`` would backtrack, quadratic in a long run of punctuation)."""
+    at = [i for i, c in enumerate(word) if c.isalnum() or c == "_"]  # what \w matches
+    return (word, "", "") if not at else (word[:at[0]], word[at[0]:at[-1] + 1], word[at[-1] + 1:])
 
 
 # ----------------------------------------------------------------------------- translate
@@ -56,7 +60,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     if sentences and cfg.input:
         raise TinyMTError(f"both input={cfg.input} and sentences on the command line: give one")
     refs = read_lines(cfg.ref) if cfg.ref else None
-    stdin = stdin or sys.stdin
+    stdin = stdin or sys.stdin or io.StringIO()  # (a closed stdin: no lines)
     stdin_lines = capped_lines(getattr(stdin, "buffer", stdin), "stdin")  # read when used
     out_f = io.StringIO() if cfg.output else stdout or sys.stdout
     if not sentences and not cfg.input and stdin.isatty() and not cfg.output:
@@ -163,12 +167,15 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
     reads = by_word.argmax(1)  # the source piece each word reads most
     def cols(a: int, b: int) -> list[int]:  # the source pieces of characters a..b
         return [k for k, p in enumerate(pieces) if p.begin < at[b] and p.end > at[a]]
-    placed: set[int] = set()  # the words already replaced: a second span goes beside
-    for start, end, written in missing:
-        best = int(by_word[:, cols(start, end)].sum(1).argmax())
-        lead, core, trail = _WORD.fullmatch(texts[best]).groups()
-        texts[best] = lead + (f"{core} {written}" if best in placed else written) + trail
-        placed.add(best)
+    replaced: dict[int, list[str]] = {}  # word -> the spans in its place (a second: beside)
+    for start, end, written in missing:  # (a span cut off with the sentence's tail: at the end)
+        c = cols(start, end)
+        replaced.setdefault(int(by_word[:, c].sum(1).argmax()) if c else len(texts), []).append(
+            written)
+    texts += [""] if len(texts) in replaced else []
+    for w, spans in replaced.items():
+        lead, _, trail = _parts(texts[w])
+        texts[w] = lead + " ".join(spans) + trail
 
     def readers(a: int, b: int) -> list[int]:  # the words reading characters a..b most
         c = cols(a, b)  # (consecutive pieces; none past those the model read: the last word)
@@ -214,7 +221,7 @@ def _place_tags(texts: list[str], marks: list[tuple[int, str]], n: int, readers)
             first, last = order[:cut], order[cut:]
             pre, post = [[] for _ in texts], [[] for _ in texts]
             break
-    parts = [_WORD.fullmatch(t).groups() for t in texts]
+    parts = [_parts(t) for t in texts]
     texts = [lead + "".join(pre[w]) + core + "".join(post[w]) + trail
              for w, (lead, core, trail) in enumerate(parts)]
     texts[0] = "".join(first) + texts[0]
@@ -294,6 +301,9 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
         warn(f"{kept} segment(s) with no word of the model's language "
              f"({source_language(data)}) left as they are")
     masked, ids = source_ids(run, sents, warn, first_line)
+    if Path(cfg.attention or "").suffix.lower() == ".png" and sum(map(bool, ids)) > 1:
+        raise TinyMTError(f"attention={cfg.attention} is one file but there are "
+                          f"{sum(map(bool, ids))} sentences: give a folder instead")
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
@@ -341,10 +351,7 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
                 print(f"  {kind:<12}  {q} → {k}  ({label})  layer {layer} head {head}  {w:.2f}",
                       file=sys.stderr)
         return
-    single = target.suffix.lower() == ".png"
-    if single and len(nonempty) > 1:
-        raise TinyMTError(f"attention={target} is one file but there are {len(nonempty)} "
-                          "sentences: give a folder instead")
+    single = target.suffix.lower() == ".png"  # (one sentence: checked before decoding)
     for i in nonempty:
         out = nbests[i][0][0]
         attn = collect_attention(run.model, ids[i], out, device)

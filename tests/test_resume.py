@@ -14,6 +14,7 @@ import torch
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import REPO_ROOT, compose_train, copy_run, run_script_with_fault
 from conftest import TINY_TRAIN_OVERRIDES as TINY
@@ -45,9 +46,11 @@ def test_resume_across_a_rebuilt_data_cache(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- kills
-# six steps, a validation every two, step checkpoints kept: the publishing of a validation
+# six steps, a validation every two (a log every three: a log's steps span a checkpoint),
+# step checkpoints kept: the publishing of a validation
 # is last.pt, best.pt (when BLEU rose), ckpt_<step>.pt; the run ends with metrics.json
-KILL_RUN = ["trainer.max_steps=6", "trainer.valid_every=2", "trainer.keep_last=2",
+KILL_RUN = ["trainer.max_steps=6", "trainer.valid_every=2", "trainer.log_every=3",
+            "trainer.keep_last=2",
             "trainer.valid_sentences=10", "trainer.test_beam=1", "data.test_size=10",
             "trainer.attention_images=false"]
 
@@ -126,8 +129,8 @@ def test_a_kill_at_any_publish_point_resumes_to_the_same_run(uninterrupted, tmp_
 
 
 def _resume_to_the_same_run(tmp_path: Path, uninterrupted) -> None:
-    """Resume ``tmp_path``'s run: its published files and metrics are the uninterrupted
-    run's."""
+    """Resume ``tmp_path``'s run: its published files, metrics and loss curve are the
+    uninterrupted run's."""
     ref, ref_metrics, best_step = uninterrupted
     run = tmp_path / "run"
     cfg = compose_train(tmp_path, *KILL_RUN, f"trainer.resume={run}")
@@ -143,6 +146,12 @@ def _resume_to_the_same_run(tmp_path: Path, uninterrupted) -> None:
     on_disk = json.loads((run / "metrics.json").read_text())
     for key in ("best_valid_bleu", "test_bleu", "test_checkpoint_step", "steps"):
         assert on_disk[key] == metrics[key] == ref_metrics[key], key
+    curves = []
+    for folder in (run, ref / "run"):
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        events.Reload()
+        curves.append([(e.step, e.value) for e in events.Scalars("train/loss")])
+    assert curves[0] == curves[1] and [s for s, _ in curves[0]] == [3, 6]
 
 
 @pytest.mark.slow
@@ -229,6 +238,61 @@ def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path, capsys):
         assert best["step"] == 2 and _same_weights(run / "checkpoints" / "best.pt", at_2)
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["best_valid_bleu"] == best["trainer_state"]["best_bleu"]
+
+
+def test_a_resume_trains_with_the_optimizer_settings_it_is_given(tmp_path):
+    """``optim.*`` may change on resume: from there on the optimizer has this config's peak
+    lr (on the schedule, at its step), betas, weight decay and kernel (the fused one after
+    the plain one), not the checkpoint's; an override in Hydra's grammar (``int(3)``) reads
+    as in a new run."""
+    from tinymt.trainer.optim import lr_factor
+
+    run, short = tmp_path / "run", ["trainer.valid_sentences=5", "data.test_size=5"]
+    train(compose_train(tmp_path, "trainer.max_steps=2", "trainer.valid_every=2", *short,
+                        "optim.fused=false"))
+    again = [f"trainer.resume={run}", "trainer.max_steps=int(3)", "optim.lr=1e-3",
+             "optim.betas=[0.5,0.6]", "optim.weight_decay=0.25", "optim.fused=true", *short]
+    assert train(resume_config(compose_train(tmp_path, *again), again))["steps"] == 3
+    saved = load_checkpoint(run / "checkpoints" / "last.pt")
+    [group] = saved["optimizer"]["param_groups"]
+    assert (group["betas"], group["weight_decay"], group["fused"]) == ((0.5, 0.6), 0.25, True)
+    assert group["lr"] == pytest.approx(1e-3 * lr_factor(4, 10, "inverse_sqrt", 3, 0.0))
+    assert saved["scheduler"]["base_lrs"] == [1e-3]
+
+
+def test_an_early_stopped_run_resumed_stays_stopped(tmp_path):
+    """A run early stopping ended (``patience``) and resumed unchanged trains no step: its
+    checkpoints and average stay those of the run that stopped."""
+    common = ["trainer.patience=1", "trainer.valid_every=2", "trainer.max_steps=8",
+              "optim.lr=1e-5", "trainer.valid_sentences=5", "data.test_size=5"]
+    stopped = train(compose_train(tmp_path, *common))
+    assert stopped["stop_reason"] == "no BLEU gain in 1 validations" and stopped["steps"] < 8
+    again = [*common, f"trainer.resume={tmp_path / 'run'}"]
+    resumed = train(resume_config(compose_train(tmp_path, *again), again))
+    assert (resumed["steps"], resumed["stop_reason"]) == (stopped["steps"],
+                                                          stopped["stop_reason"])
+
+
+def test_a_signal_during_the_last_validation_stops_the_run_there(tmp_path, monkeypatch):
+    """SIGTERM while the last step validates: the run stops after it (status 143, last.pt
+    of that step) instead of going on to the test as if not asked."""
+    import os
+
+    import tinymt.trainer.loop as loop
+    real = loop.validate_and_checkpoint
+
+    def validate(t, bar):
+        if t.state["step"] == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(t, bar)
+
+    monkeypatch.setattr(loop, "validate_and_checkpoint", validate)
+    with pytest.raises(Stopped) as stop:
+        train(compose_train(tmp_path, "trainer.max_steps=4", "trainer.valid_every=2",
+                            "trainer.valid_sentences=5", "data.test_size=5"))
+    assert stop.value.signum == signal.SIGTERM
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == 4
+    assert not (tmp_path / "run" / "metrics.json").exists()
 
 
 # ----------------------------------------------------------------------------- edited config

@@ -117,22 +117,28 @@ def _train_cmd(tmp_path, *overrides):
             f"data.cache_dir={tmp_path / 'cache'}", *overrides]
 
 
-def test_an_epoch_budget_stops_at_the_epochs_end_validated_and_saved(tmp_path):
-    """``max_epochs=1``: the run trains the epoch's batches (as the sampler plans them) and
-    no batch of the next, and validates and publishes last.pt at that last step: no step
-    trained is lost to the tested checkpoint or to a resume."""
+@pytest.mark.parametrize("budget", ["trainer.max_epochs=1", "trainer.max_minutes=0.01"])
+def test_a_budget_ends_on_a_step_validated_saved_and_logged(tmp_path, budget):
+    """Whichever budget ends the run, its last step is validated, published as last.pt and
+    logged (here no log falls due before it); ``max_epochs=1`` trains the epoch's batches
+    (as the sampler plans them) and no batch of the next."""
     from tinymt.batching import TokenBatchSampler
     from tinymt.data import prepare
 
-    cfg = compose_train(tmp_path, "data.train_size=1000", "trainer.max_epochs=1",
-                        "trainer.max_steps=100000", "trainer.valid_every=1000")
-    data = prepare(cfg.data, log=lambda *a: None)
-    n = len(TokenBatchSampler(*data.lengths("train"), max_tokens=cfg.trainer.max_tokens,
-                              seed=cfg.trainer.seed).batches(0))
+    cfg = compose_train(tmp_path, "data.train_size=1000", budget, "trainer.max_steps=100000",
+                        "trainer.valid_every=1000", "trainer.log_every=1000")
     metrics = train(cfg)
-    assert (metrics["stop_reason"], metrics["steps"], metrics["epochs"]) == ("max_epochs", n, 1)
-    assert [step for step, _ in scalars(tmp_path / "run", "valid/bleu")] == [n]
+    n = metrics["steps"]
+    for tag in ("valid/bleu", "train/loss"):
+        assert [step for step, _ in scalars(tmp_path / "run", tag)] == [n], tag
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == n
+    if "epochs" in budget:
+        data = prepare(cfg.data, log=lambda *a: None)
+        epoch = TokenBatchSampler(*data.lengths("train"), max_tokens=cfg.trainer.max_tokens,
+                                  seed=cfg.trainer.seed).batches(0)
+        assert (metrics["stop_reason"], n, metrics["epochs"]) == ("max_epochs", len(epoch), 1)
+    else:
+        assert metrics["stop_reason"] == "max_minutes" and metrics["train_seconds"] >= 0.6
 
 
 def test_nan_loss_stops_naming_the_step(tmp_path):

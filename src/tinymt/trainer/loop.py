@@ -82,7 +82,8 @@ class Training:
     state: dict = field(default_factory=lambda: {
         "run": uuid.uuid4().hex,  # the run's id: in each of its checkpoints (averaging checks it)
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
-        "train_seconds": 0.0, "train_tokens": 0, "skipped_steps": 0})
+        "train_seconds": 0.0, "train_tokens": 0, "skipped_steps": 0,
+        "window": []})  # the steps read since the last log (checkpointed: a resumed run's curve)
     t_start: float = field(default_factory=time.monotonic)
     saved_step: int = -1  # the step of the last.pt this process last published
     skips: int = 0  # non-finite steps in a row (trainer.nan_policy=skip)
@@ -147,16 +148,19 @@ def run_loop(t: Training) -> str:
     share = runtime.CoreShare(on=t.rt.device.type == "cpu" and not tc.num_threads)
     batches = global_batches(t)
     pending: list[tuple[torch.Tensor, int, float]] = []  # ((loss, grad norm), tokens, seconds)
-    window: list[tuple[float, int, float, float]] = []  # the same, read, since the last log
+    window: list[tuple[float, int, float, float]] = state["window"]  # the same, read, unlogged
     unclocked = 0.0  # this rank's seconds of training the ranks have not yet agreed on
+    patience, why = f"no BLEU gain in {tc.patience} validations", "max_steps"
     t.model.train()
     with StopRequest() as stop, runtime.progress_bar(
             None, total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
             desc="train") as bar:
-        while state["step"] < tc.max_steps:
-            if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s:
-                window += read_steps(t, pending)
-                return "max_epochs" if state["epoch"] >= tc.max_epochs else "max_minutes"
+        while state["step"] < tc.max_steps:  # (every other budget ends after a validation:
+            if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s or \
+                    tc.patience and state["bad_validations"] >= tc.patience:  # a resumed run)
+                why = "max_epochs" if state["epoch"] >= tc.max_epochs else "max_minutes" \
+                    if state["train_seconds"] >= budget_s else patience
+                break
             share()  # the CPU's threads: the cores other processes leave idle
             t0 = time.monotonic()
             loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
@@ -180,12 +184,13 @@ def run_loop(t: Training) -> str:
             if log_step or validating or signum:
                 window += read_steps(t, pending)
                 pending = []
-            if window and log_step:
+            if window and (log_step or state["train_seconds"] >= budget_s):
                 log_train(t, bar, window)
-                window = []
+                window.clear()
             if validating:
                 if validate_and_checkpoint(t, bar):
-                    return f"no BLEU gain in {tc.patience} validations"
+                    why = patience
+                    break
                 t.model.train()
             elif tc.probe_every and step % tc.probe_every == 0 and t.rt.is_main and t.probes:
                 # the probes' view documents and entropy only (no BLEU, no PNG grids)
@@ -195,7 +200,10 @@ def run_loop(t: Training) -> str:
                 t.model.train()
             if signum:
                 stop_here(t, int(signum))  # last.pt at this step, then exit 128 + signum
-    return "max_steps"
+        [signum] = runtime.all_reduce(t.rt, [stop.signum], "max")  # one during the last
+        if signum:  # validation: no test decoding, the run stops as asked
+            stop_here(t, int(signum))
+    return why
 
 
 def train_step(t: Training, micro: list[tuple[list[int], list, list]]) \

@@ -92,7 +92,9 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
             raise TinyMTError(f"trainer.resume: {o!r} cannot be applied to an existing run; "
                               "only key=value overrides of existing keys "
                               "(e.g. trainer.max_steps=4000)")
-    merged = as_train_config(OmegaConf.merge(base, OmegaConf.from_dotlist(mine)))
+    for key in (o.split("=", 1)[0] for o in mine):  # the value as Hydra read it (int(3), ...)
+        OmegaConf.update(base, key, OmegaConf.select(cfg, key), merge=False)
+    merged = as_train_config(base)
     merged.trainer.resume = str(run_dir)
     merged.run_dir = str(run_dir)
     return merged
@@ -209,4 +211,9 @@ def restore(t, ckpt: dict) -> None:
         except (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
             raise TinyMTError(f"cannot resume from {path}: its {what} state does not fit "
                               f"({first_line(e)})") from None
+    opt, lr = t.optimizer, t.optimizer.defaults["lr"]  # optim.* may change on resume: this
+    for group in opt.param_groups:  # config's settings, not the saved ones, from here on
+        group.update({**opt.defaults, "initial_lr": lr,
+                      "lr": lr * t.scheduler.lr_lambdas[0](t.scheduler.last_epoch)})
+    t.scheduler.base_lrs = [lr] * len(opt.param_groups)
     t.log(f"resumed {t.run_dir} at step {t.state['step']} (epoch {t.state['epoch']})")

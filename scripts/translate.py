@@ -25,16 +25,23 @@ from tinymt.config import check_translate
 
 # a Hydra override or flag: key=value, +key=value, ++key=value, ~key, --flag, -m
 _OVERRIDE = re.compile(r"^(\+{0,2}[A-Za-z_][A-Za-z0-9_.\-/@]*=|~[A-Za-z_][A-Za-z0-9_.]*|-)")
+# Hydra's flags whose value is the next argument (``--cfg job``), and --info's choices
+_VALUED = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name",
+           "-cd", "--config-dir", "--experimental-rerun"}
+_INFO = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
 SENTENCES: list[str] = []
 
 
 def split_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """``(overrides and flags, sentences)``: before a ``--`` by their form, after it all
-    sentences (the first ``--`` itself is dropped)."""
+    """``(overrides and flags, sentences)``: before a ``--`` by their form (a flag's value
+    with its flag), after it all sentences (the first ``--`` itself is dropped)."""
     cut = args.index("--") if "--" in args else len(args)
-    before, after = args[:cut], args[cut + 1:]
-    overrides = [a for a in before if _OVERRIDE.match(a)]
-    return overrides, [a for a in before if not _OVERRIDE.match(a)] + after
+    overrides, sentences = [], []
+    for i, a in enumerate(args[:cut]):
+        flag = args[i - 1] if i else ""
+        value = flag in _VALUED or flag == "--info" and a in _INFO
+        (overrides if value or _OVERRIDE.match(a) else sentences).append(a)
+    return overrides, sentences + args[cut + 1:]
 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="translate")

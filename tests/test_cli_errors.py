@@ -163,6 +163,9 @@ def test_split_args():
     assert split(["run=r", "他", "decode.beam=5", "-m"]) == (["run=r", "decode.beam=5", "-m"], ["他"])
     assert split(["run=r", "--", "x=1", "-5 a", "--"]) == (["run=r"], ["x=1", "-5 a", "--"])
     assert split(["--", "a"]) == ([], ["a"]) and split([]) == ([], [])
+    assert split(["--cfg", "job", "他", "-cn", "translate", "--info", "config", "猫"]) == (
+        ["--cfg", "job", "-cn", "translate", "--info", "config"], ["他", "猫"])
+    assert split(["--info", "他"]) == (["--info"], ["他"])  # (its value is optional)
 
 
 # ----------------------------------------------------------------------------- internal faults

@@ -116,6 +116,25 @@ def test_stdin_pipe_keeps_line_count_with_empty_lines(tiny_run):
     assert res["translations"] == lines
 
 
+def test_a_pipe_is_translated_a_chunk_at_a_time(tiny_run, monkeypatch):
+    """A pipe is read PIPE_LINES lines at a time, each chunk printed before the next is
+    read (an endless pipe: output as it goes, memory of a chunk), the same lines as whole."""
+    monkeypatch.setattr(tinymt.translate, "PIPE_LINES", 2)
+    text = ["他喜欢猫吗？", "", "那只小猫昨天在公园里追了一只蝴蝶。", "我们每天去学校。", "他喜欢猫吗？"]
+    out, printed = io.StringIO(), []
+
+    class Pipe(io.BytesIO):
+        def readline(self, *args):  # what was printed when each line is read
+            printed.append(out.getvalue().count("\n"))
+            return super().readline(*args)
+
+    res = translate(compose_translate(f"run={tiny_run}"), stdout=out,
+                    stdin=Pipe("\n".join(text).encode() + b"\n"))
+    assert printed == [0, 0, 2, 2, 4, 4] and out.getvalue().splitlines() == res["translations"]
+    assert res["translations"] == translate(compose_translate(f"run={tiny_run}"), text)[
+        "translations"]
+
+
 def test_files_in_and_out_same_line_count(tiny_run, tmp_path):
     src = tmp_path / "in.zh"
     src.write_text("我昨天在公园里看了一本书。\n\n他们会去上海。\n\n", encoding="utf-8")
@@ -426,14 +445,16 @@ def test_every_number_and_url_comes_back(tiny_run, spans, at):
 
 def test_a_span_past_what_the_model_reads_follows_the_text(tiny_run):
     """A number in the tail cut off an over-long sentence (the model never read it) is
-    put after the translation, not in place of a word."""
+    put after the translation, not in place of a word; the warning names the input line."""
     long = "我请李雷帮我订了去北京的机票" * 8  # one sentence of more pieces than the model takes
     warnings = []
-    alone, got = (translate(compose_translate(f"run={tiny_run}"), [line], stdout=io.StringIO(),
-                            warn=warnings.append)["translations"][0]
+    alone, got = (translate(compose_translate(f"run={tiny_run}"), ["他喜欢猫吗？", line],
+                            stdout=io.StringIO(), warn=warnings.append)["translations"][1]
                   for line in (long, long + "12345"))
     assert got.endswith(" 12345") and got.count("12345") == 1
-    assert got.split()[0] == alone.split()[0] and "longer than the model" in warnings[0]
+    assert got.split()[0] == alone.split()[0]
+    assert warnings[0].startswith("line 2: a sentence of ") and "longer than the model" in \
+        warnings[0]
 
 
 @given(st.text())

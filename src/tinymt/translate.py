@@ -47,6 +47,9 @@ def _parts(word: str) -> tuple[str, str, str]:
     return (word, "", "") if not at else (word[:at[0]], word[at[0]:at[-1] + 1], word[at[-1] + 1:])
 
 
+PIPE_LINES = 1000  # lines of a pipe decoded together (length-sorted batches), then printed
+
+
 # ----------------------------------------------------------------------------- translate
 def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=None) -> dict:
     """Translate ``sentences`` (or ``cfg.input``, or stdin) with a run (``engine=ct2``: an
@@ -63,18 +66,20 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     stdin = stdin or sys.stdin or io.StringIO()  # (a closed stdin: no lines)
     stdin_lines = capped_lines(getattr(stdin, "buffer", stdin), "stdin")  # read when used
     out_f = io.StringIO() if cfg.output else stdout or sys.stdout
-    if not sentences and not cfg.input and stdin.isatty() and not cfg.output:
-        print("type a sentence, Ctrl-D to end", file=sys.stderr)  # each answered at once
-        translations, shown = [], []  # shown: the HTML view's documents so far
-        for n, line in enumerate(stdin_lines, 1):
-            translations += _translate_lines(run, [line], cfg, warn, out_f, device,
-                                             first_line=n, shown=shown)
-            out_f.flush()
-    else:
-        lines = _arguments(sentences) if sentences else \
-            read_lines(cfg.input) if cfg.input else list(stdin_lines)
+    if sentences or cfg.input:
+        lines = _arguments(sentences) if sentences else read_lines(cfg.input)
         _check_ref_count(cfg.ref, refs, len(lines))  # before any work
         translations = _translate_lines(run, lines, cfg, warn, out_f, device)
+    else:  # stdin: each typed line answered at once, a pipe PIPE_LINES at a time (its memory)
+        typed = stdin.isatty() and not cfg.output
+        if typed:
+            print("type a sentence, Ctrl-D to end", file=sys.stderr)
+        translations, shown = [], []  # shown: the HTML view's documents so far
+        chunks = iter(lambda: list(itertools.islice(stdin_lines, 1 if typed else PIPE_LINES)), [])
+        for chunk in chunks:
+            translations += _translate_lines(run, chunk, cfg, warn, out_f, device,
+                                             first_line=len(translations) + 1, shown=shown)
+            out_f.flush()
     _check_ref_count(cfg.ref, refs, len(translations))  # (stdin: counted as read)
     if cfg.output:
         write_text(out_f.getvalue(), cfg.output)
@@ -116,25 +121,25 @@ def load_translator(cfg, threads: int = 0) -> tuple[LoadedRun | LoadedExport, ob
 
 
 def source_ids(run: LoadedRun | LoadedExport, sentences: Sequence[str], warn=None,
-               first_line: int = 1, copy: bool = True
+               lines: dict[int, int] | None = None, copy: bool = True
                ) -> tuple[list[tuple[str, list[tuple[int, int, str]]]], list[list[int]]]:
     """``(masked, ids)``: each sentence normalised as the training text was, what its source
     vocabulary cannot spell masked (:func:`tinymt.text.mask_spans`; ``masked``: the text,
     its spans, none with ``copy`` off, and its tags' stand-ins), and encoded. A sentence
-    longer than the model takes is cut to fit (``warn``, when given, names it, counting from
-    ``first_line``)."""
+    longer than the model takes is cut to fit (``warn``, when given, names its input line:
+    ``lines``, by the sentence's index)."""
     tok = run.src_tokenizer
     max_positions = run.max_positions if isinstance(run, LoadedExport) else \
         run.model.max_positions
     max_src = max_positions - 1  # room for eos
     masked, ids = [], []
-    for n, sentence in enumerate(map(normalize, sentences), first_line):
+    for n, sentence in enumerate(map(normalize, sentences)):
         masked.append(mask_spans(sentence, (lambda span: tok.unk_id not in tok.encode(span))
                                  if copy else None))
         toks = tok.encode(masked[-1][0])
         if len(toks) > max_src and warn is not None:
-            warn(f"sentence {n}: {len(toks)} tokens, longer than the model's maximum {max_src}: "
-                 "translated after truncation")
+            warn(f"line {lines[n]}: a sentence of {len(toks)} tokens, longer than the model's "
+                 f"maximum {max_src}: translated after truncation")
         ids.append(toks[:max_src])
     return masked, ids
 
@@ -300,7 +305,9 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     if kept:
         warn(f"{kept} segment(s) with no word of the model's language "
              f"({source_language(data)}) left as they are")
-    masked, ids = source_ids(run, sents, warn, first_line)
+    of_line = [[i for i in parts if isinstance(i, int)] for parts in plans]  # each line's sentences
+    line = {i: first_line + n for n, idx in enumerate(of_line) for i in idx}
+    masked, ids = source_ids(run, sents, warn, line)
     if Path(cfg.attention or "").suffix.lower() == ".png" and sum(map(bool, ids)) > 1:
         raise TinyMTError(f"attention={cfg.attention} is one file but there are "
                           f"{sum(map(bool, ids))} sentences: give a folder instead")
@@ -308,7 +315,6 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
     texts = [assemble(parts, best, target_language(data)).strip() for parts in plans]
-    of_line = [[i for i in parts if isinstance(i, int)] for parts in plans]  # each line's sentences
     for n, one in enumerate(of_line):  # a line of one short sentence: made up?
         if len(one) == 1 and nbests[one[0]] and (why := doubt(
                 run, sents[one[0]], ids[one[0]], nbests[one[0]][0][0], device)):

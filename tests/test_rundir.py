@@ -20,6 +20,7 @@ from conftest import (
     compose_train,
     copy_run,
     run_script_in_process,
+    run_script_with_fault,
     sample_pairs,
 )
 from tinymt.checkpoint import load_checkpoint
@@ -333,12 +334,20 @@ def test_a_run_may_not_start_in_a_folder_holding_runs(tiny_run, tmp_path, capsys
 @pytest.mark.slow
 def test_a_run_that_failed_before_writing_leaves_its_folder_free(tmp_path, capsys):
     """A run that fails after claiming its folder (here: a vocabulary too large for the
-    corpus) once left a folder that could neither be resumed nor reused. The retry, as a
-    user types it, trains there; and run_dir= leaves no empty outputs/<date>/<time>."""
+    corpus; SIGTERM while its data is prepared) leaves it free, not a folder that can
+    neither be resumed nor reused. The retry, as a user types it, trains there; and
+    run_dir= leaves no empty outputs/<date>/<time>."""
     run = tmp_path / "run"
     common = [*TINY_TRAIN_OVERRIDES, f"data.cache_dir={tmp_path / 'cache'}", f"run_dir={run}"]
     status, err = run_script_in_process("train", [*common, "data.vocab_size=90000"], capsys)
     assert status == 2 and "data.vocab_size=90000 does not suit" in err, err[-2000:]
+    fault = ("import os, signal, tinymt.trainer.loop as loop\n"
+             "def prepare(*args, **kwargs):\n"
+             "    os.kill(os.getpid(), signal.SIGTERM)\n"
+             "loop.prepare = prepare\n")
+    stopped = run_script_with_fault("train", common, fault, cwd=tmp_path)
+    assert stopped.returncode == 143 and "Traceback" not in stopped.stderr, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == "stopped by SIGTERM"
     done = forked.run([sys.executable, str(ROOT / "scripts" / "train.py"), *common,
                        "trainer.max_steps=2", "trainer.valid_sentences=4",
                        "data.test_size=4"], cwd=tmp_path, capture_output=True, text=True)

@@ -61,21 +61,26 @@ sys.excepthook = _last_words
 
 
 def _ctrl_c(signum, frame) -> None:
-    """SIGINT: ``KeyboardInterrupt``, as Python's own handler, except while torch is being
-    imported: one there can abort Python (a C++ exception through pybind11, or a torch half
-    made that crashes Python's teardown), so it comes again 50 ms later, until torch is in."""
+    """SIGINT: ``KeyboardInterrupt``, as Python's own handler (SIGTERM: :class:`Stopped`, so
+    that what a Ctrl-C cleans up, a new run's claimed folder, is cleaned up: exit 143),
+    except while torch is being imported: one there can abort Python (a C++ exception
+    through pybind11, or a torch half made that crashes Python's teardown), so it comes
+    again 50 ms later, until torch is in."""
     if any(getattr(getattr(m, "__spec__", None), "_initializing", False)
            for name, m in list(sys.modules.items()) if name.split(".")[0] == "torch"):
         again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
         again.daemon = True  # (a process ending meanwhile does not wait for it)
         again.start()
         return
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt if signum == signal.SIGINT else \
+        Stopped(signum, f"stopped by {signal.Signals(signum).name}")
 
 
-if threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, _ctrl_c)
+for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
+                       (signal.SIGTERM, signal.SIG_DFL)):
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(_sig) is _default:
+        signal.signal(_sig, _ctrl_c)
 
 from hydra import compose
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

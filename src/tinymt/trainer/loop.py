@@ -155,9 +155,10 @@ def run_loop(t: Training) -> str:
     with StopRequest() as stop, runtime.progress_bar(
             None, total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
             desc="train") as bar:
-        while state["step"] < tc.max_steps:  # (every other budget ends after a validation:
+        while state["step"] < tc.max_steps:
+            # a budget spent before a step: a resumed run's (others stop at their validation)
             if state["epoch"] >= tc.max_epochs or state["train_seconds"] >= budget_s or \
-                    tc.patience and state["bad_validations"] >= tc.patience:  # a resumed run)
+                    tc.patience and state["bad_validations"] >= tc.patience:
                 why = "max_epochs" if state["epoch"] >= tc.max_epochs else "max_minutes" \
                     if state["train_seconds"] >= budget_s else patience
                 break

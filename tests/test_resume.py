@@ -295,6 +295,34 @@ def test_a_signal_during_the_last_validation_stops_the_run_there(tmp_path, monke
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_a_stopped_run_resumed_past_its_budget_validates_its_last_step(tmp_path, monkeypatch):
+    """Ctrl-C after step 3 (validations every 2), then resumed with ``max_steps=3``: no step
+    is left to train, and step 3, which no validation saw, is validated and published as a
+    validation's (``last.pt`` not marked stopped, ``ckpt_3.pt``) before the test."""
+    import os
+
+    import tinymt.trainer.loop as loop
+    real = loop.optimizer_step
+
+    def step(t):
+        norm = real(t)
+        if t.state["step"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return norm
+
+    monkeypatch.setattr(loop, "optimizer_step", step)
+    common = ["trainer.valid_every=2", "trainer.keep_last=2", "trainer.valid_sentences=5",
+              "data.test_size=5"]
+    with pytest.raises(Stopped):
+        train(compose_train(tmp_path, "trainer.max_steps=6", *common))
+    monkeypatch.undo()
+    run, again = tmp_path / "run", [f"trainer.resume={tmp_path / 'run'}", "trainer.max_steps=3"]
+    metrics = train(resume_config(compose_train(tmp_path, *common, *again), again))
+    assert metrics["steps"] == 3 and "stopped" not in load_checkpoint(
+        run / "checkpoints" / "last.pt")
+    assert [p.name for p in step_checkpoints(run)] == ["ckpt_2.pt", "ckpt_3.pt"]
+
+
 # ----------------------------------------------------------------------------- edited config
 def _may_change_on_resume() -> set[str]:
     """The keys docs/usage.md lists as what may change on resume (``optim.*``: that group)."""

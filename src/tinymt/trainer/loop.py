@@ -86,6 +86,7 @@ class Training:
         "window": []})  # the steps read since the last log (checkpointed: a resumed run's curve)
     t_start: float = field(default_factory=time.monotonic)
     saved_step: int = -1  # the step of the last.pt this process last published
+    validated: bool = True  # last.pt's step was validated (a resumed stopped run's was not)
     skips: int = 0  # non-finite steps in a row (trainer.nan_policy=skip)
 
     def log(self, *args, **kwargs) -> None:
@@ -150,7 +151,7 @@ def run_loop(t: Training) -> str:
     pending: list[tuple[torch.Tensor, int, float]] = []  # ((loss, grad norm), tokens, seconds)
     window: list[tuple[float, int, float, float]] = state["window"]  # the same, read, unlogged
     unclocked = 0.0  # this rank's seconds of training the ranks have not yet agreed on
-    patience, why = f"no BLEU gain in {tc.patience} validations", "max_steps"
+    patience, why, first = f"no BLEU gain in {tc.patience} validations", "max_steps", state["step"]
     t.model.train()
     with StopRequest() as stop, runtime.progress_bar(
             None, total=tc.max_steps, initial=state["step"], disable=not t.rt.is_main,
@@ -201,6 +202,8 @@ def run_loop(t: Training) -> str:
                 t.model.train()
             if signum:
                 stop_here(t, int(signum))  # last.pt at this step, then exit 128 + signum
+        if not t.validated and state["step"] == first:  # resumed past its budget: its last
+            validate_and_checkpoint(t, bar)  # step, stopped by a signal, is validated here
         [signum] = runtime.all_reduce(t.rt, [stop.signum], "max")  # one during the last
         if signum:  # validation: no test decoding, the run stops as asked
             stop_here(t, int(signum))

@@ -158,6 +158,19 @@ def test_every_script_has_a_subprocess_row():
     assert SUBPROCESS <= {r.id for r in ROWS}
 
 
+def test_a_forked_pool_ends_as_usual_under_the_scripts_handlers():
+    """Scripts turn SIGTERM into a stop (cleanup, one line, 143); a pool's forked workers,
+    which the pool and its manager end with SIGTERM, still die of it: no traceback, no
+    hang."""
+    code = ("import multiprocessing, tinymt.cli\n"
+            "with multiprocessing.Manager() as m:\n"
+            "    barrier = m.Barrier(1)  # (a proxy the workers let go of as they end)\n"
+            "    with multiprocessing.get_context('fork').Pool(2) as pool:\n"
+            "        print(pool.map(abs, [-1, -2]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "[1, 2]\n", "")
+
+
 def test_split_args():
     split = script_module("translate").split_args
     assert split(["run=r", "他", "decode.beam=5", "-m"]) == (["run=r", "decode.beam=5", "-m"], ["他"])

@@ -65,7 +65,12 @@ def _ctrl_c(signum, frame) -> None:
     that what a Ctrl-C cleans up, a new run's claimed folder, is cleaned up: exit 143),
     except while torch is being imported: one there can abort Python (a C++ exception
     through pybind11, or a torch half made that crashes Python's teardown), so it comes
-    again 50 ms later, until torch is in."""
+    again 50 ms later, until torch is in. A forked child (a pool's worker, which its pool
+    ends with SIGTERM) dies of SIGTERM as by default."""
+    if signum == signal.SIGTERM and os.getpid() != _PID:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     if any(getattr(getattr(m, "__spec__", None), "_initializing", False)
            for name, m in list(sys.modules.items()) if name.split(".")[0] == "torch"):
         again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
@@ -76,6 +81,7 @@ def _ctrl_c(signum, frame) -> None:
         Stopped(signum, f"stopped by {signal.Signals(signum).name}")
 
 
+_PID = os.getpid()  # the script's own process
 for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
                        (signal.SIGTERM, signal.SIG_DFL)):
     if threading.current_thread() is threading.main_thread() and \

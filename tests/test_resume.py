@@ -240,6 +240,7 @@ def test_sigkill_between_last_and_best_is_repaired_on_resume(tmp_path, capsys):
     assert metrics["best_valid_bleu"] == best["trainer_state"]["best_bleu"]
 
 
+@pytest.mark.slow  # a training
 def test_a_resume_trains_with_the_optimizer_settings_it_is_given(tmp_path):
     """``optim.*`` may change on resume: from there on the optimizer has this config's peak
     lr (on the schedule, at its step), betas, weight decay and kernel (the fused one after
@@ -260,6 +261,7 @@ def test_a_resume_trains_with_the_optimizer_settings_it_is_given(tmp_path):
     assert saved["scheduler"]["base_lrs"] == [1e-3]
 
 
+@pytest.mark.slow  # a training
 def test_an_early_stopped_run_resumed_stays_stopped(tmp_path):
     """A run early stopping ended (``patience``) and resumed unchanged trains no step: its
     checkpoints and average stay those of the run that stopped."""
@@ -273,6 +275,7 @@ def test_an_early_stopped_run_resumed_stays_stopped(tmp_path):
                                                           stopped["stop_reason"])
 
 
+@pytest.mark.slow  # a training
 def test_a_signal_during_the_last_validation_stops_the_run_there(tmp_path, monkeypatch):
     """SIGTERM while the last step validates: the run stops after it (status 143, last.pt
     of that step) instead of going on to the test as if not asked."""
@@ -295,6 +298,7 @@ def test_a_signal_during_the_last_validation_stops_the_run_there(tmp_path, monke
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a training
 def test_a_stopped_run_resumed_past_its_budget_validates_its_last_step(tmp_path, monkeypatch):
     """Ctrl-C after step 3 (validations every 2), then resumed with ``max_steps=3``: no step
     is left to train, and step 3, which no validation saw, is validated and published as a

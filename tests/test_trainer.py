@@ -117,6 +117,7 @@ def _train_cmd(tmp_path, *overrides):
             f"data.cache_dir={tmp_path / 'cache'}", *overrides]
 
 
+@pytest.mark.slow  # a training
 @pytest.mark.parametrize("budget", ["trainer.max_epochs=1", "trainer.max_minutes=0.01"])
 def test_a_budget_ends_on_a_step_validated_saved_and_logged(tmp_path, budget):
     """Whichever budget ends the run, its last step is validated, published as last.pt and

@@ -268,7 +268,7 @@ def test_a_killed_translations_temp_file_is_harmless(tiny_run, tmp_path, capsys)
     assert status == 2 and "give one" in err, err
 
 
-def test_attention_figure_file_and_folder(tiny_run, tmp_path):
+def test_attention_figure_file_and_folder(tiny_run, tmp_path, monkeypatch):
     png = tmp_path / "one.png"
     translate(compose_translate(f"run={tiny_run}", f"attention={png}"), ["我请李雷帮我订了去北京的机票。"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -282,6 +282,10 @@ def test_attention_figure_file_and_folder(tiny_run, tmp_path):
         translate(compose_translate(f"run={tiny_run}", f"attention={png}"),
                   ["他喜欢猫吗？", "我们每天去学校。"], stdout=out)
     assert out.getvalue() == ""
+    monkeypatch.setattr(tinymt.translate, "PIPE_LINES", 1)  # a pipe: counted over its chunks
+    with pytest.raises(TinyMTError, match="one file but there are 2 sentences"):
+        translate(compose_translate(f"run={tiny_run}", f"attention={png}"),
+                  stdin=piped("他喜欢猫吗？\n我们每天去学校。\n".encode()), stdout=io.StringIO())
 
 
 def test_run_latest_picks_the_newest(tiny_run, tmp_path):

@@ -308,9 +308,11 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     of_line = [[i for i in parts if isinstance(i, int)] for parts in plans]  # each line's sentences
     line = {i: first_line + n for n, idx in enumerate(of_line) for i in idx}
     masked, ids = source_ids(run, sents, warn, line)
-    if Path(cfg.attention or "").suffix.lower() == ".png" and sum(map(bool, ids)) > 1:
+    if Path(cfg.attention or "").suffix.lower() == ".png" and \
+            sum(map(bool, ids)) + len(shown or []) > 1:  # (shown: earlier chunks' PNGs)
         raise TinyMTError(f"attention={cfg.attention} is one file but there are "
-                          f"{sum(map(bool, ids))} sentences: give a folder instead")
+                          f"{sum(map(bool, ids)) + len(shown or [])} sentences: give a folder "
+                          "instead")
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]
@@ -335,8 +337,9 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
 
 def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, shown=None):
     """``attention=`` ending in ``.html``: one interactive page, every sentence a probe
-    (``shown``: the documents of the sentences typed before, kept in the page); otherwise
-    one PNG per sentence: the grids of every requested kind and layer, stacked."""
+    (``shown``: the documents of the sentences read before, kept in the page); otherwise
+    one PNG per sentence: the grids of every requested kind and layer, stacked (``shown``:
+    the PNGs written)."""
     target = Path(cfg.attention)
     nonempty = [i for i, t in enumerate(ids) if t]
     if target.suffix.lower() == ".html":
@@ -372,6 +375,8 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
         matplotlib.image.imsave(png, image, format="png")
         write_bytes(png.getvalue(), path)  # whole: a failure keeps the old file
         print(f"attention map: {path}", file=sys.stderr)
+        if shown is not None:  # (one PNG file: one sentence, all chunks told)
+            shown.append(path)
 
 
 def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:

@@ -335,13 +335,6 @@ def save_checkpoints(t: Training, best: bool, labels: dict | None = None) -> Non
 def finish(t: Training, stop_reason: str) -> dict:
     """Test BLEU with ``best.pt`` (or ``avg.pt``), ``metrics.json``, summary."""
     tc, state, rt = t.cfg.trainer, t.state, t.rt
-    if not checkpoint_path(t.run_dir, "best").is_file():  # stopped before any validation
-        state["best_bleu"] = validate(t.model, t.cfg, t.data, "valid", rt,
-                                      limit=tc.valid_sentences)["bleu"]
-        state["best_step"] = state["step"]
-        if rt.is_main:
-            save_checkpoints(t, best=True)
-        runtime.barrier(rt)
     final_ckpt = _average(t) or checkpoint_path(t.run_dir, "best")
     tested = load_checkpoint(final_ckpt, map_location=rt.device)
     t.model.load_state_dict(tested["model"])

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -202,6 +203,10 @@ def test_a_signal_saves_the_step_under_way_and_resumes_to_the_same_run(
     assert last["step"] == 5 and last["stopped"] is True
     assert [p.name for p in step_checkpoints(run)] == ["ckpt_2.pt", "ckpt_4.pt"]  # no ckpt_5
     assert not (run / "metrics.json").exists()
+    # a resume within the second the killed run's event file was made in, by a smaller pid:
+    # TensorBoard reads a run's files in name order (second, host, pid), the resumed one last
+    killed, = run.glob("events.out.tfevents.*")
+    killed.rename(run / f"events.out.tfevents.{int(time.time()) + 1}.host.99999999.0")
     _resume_to_the_same_run(tmp_path, uninterrupted)
 
 

@@ -459,6 +459,11 @@ def setup(cfg: DictConfig, rt: runtime.Runtime, unique_run_dir: bool,
             t.train_model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
     if rt.is_main:  # the tokenizer (new runs), config.yaml and the TensorBoard writer
         write_run_files(t.run_dir, t.cfg, t.data, resume is not None)
+        # TensorBoard reads a run's event files in name order (made in which second, host,
+        # pid): the resumed run's is made after the second of every file already there
+        made = [int(n) for f in t.run_dir.glob("events.out.tfevents.*")
+                if (n := f.name.split(".")[3]).isdigit()]
+        time.sleep(max(0, min(max(made, default=0) + 1 - time.time(), 2)))
         # purge_step drops events a killed run wrote after its last checkpoint
         t.writer = SummaryWriter(str(t.run_dir),
                                  purge_step=t.state["step"] + 1 if resume is not None else None)

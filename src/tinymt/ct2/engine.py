@@ -1,12 +1,8 @@
 """Translating with an exported model: ``translate.py engine=ct2``, the benchmark's rows.
 
 :func:`translate_export_ids` takes and returns what :func:`tinymt.decoding.translate_ids`
-does, so all around it is the same for both engines. It maps our decoding rules onto
-``translate_batch`` (docs/architecture.md has the table): per-sentence length caps, empty
-outputs allowed, ``pad`` and ``bos`` never generated, EOS counted in the length penalty.
-Greedy search is ours token for token, beam search ours by ``decode.beam_rule=full``
-(CTranslate2 has no ``shrink`` rule, so it is refused); tests/test_export.py holds both to
-ours.
+does, so all around it is the same for both engines; how it maps our decoding rules onto
+``translate_batch``: docs/architecture.md's table (tests/test_export.py holds it to ours).
 
 :func:`load_export` refuses a folder, in one line naming the file, unless each file's digest
 and then :func:`check_files` pass (what they check, and cannot: docs/reliability.md).
@@ -28,13 +24,12 @@ from tinymt.config import as_model_config
 from tinymt.ct2.convert import QUANTIZATIONS, build_spec, require_ct2
 from tinymt.ct2.export import FORMAT, META, meta_digest
 from tinymt.decoding import check_beam, max_output_length
+from tinymt.decoding.search import Hyps
 from tinymt.errors import TinyMTError, first_line
 from tinymt.files import load_json
 from tinymt.model import Transformer
 from tinymt.runtime import progress_bar
 from tinymt.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, load_tokenizers
-
-Hyps = list[list[tuple[list[int], float]]]  # per sentence: (ids, score), best first
 
 
 @dataclass

@@ -25,15 +25,7 @@ from tinymt.data.prepared import (
     save_stats,
     side_stats,
 )
-from tinymt.data.sources import (
-    SPLITS,
-    ChunkWriter,
-    Columns,
-    Log,
-    load_chunks,
-    read_chunks,
-    select,
-)
+from tinymt.data.sources import SPLITS, ChunkWriter, Columns, Log, load_chunks, read_chunks, select
 from tinymt.errors import TinyMTError
 from tinymt.files import TOKENIZER, write_folder
 from tinymt.tokenizer import UNK_ID, Tokenizer

@@ -1,12 +1,6 @@
-"""Greedy search and batched beam search, by two rules (``beam_rule``).
-
-* ``greedy.py``: the core's plain greedy loop (the whole prefix through the decoder
-  every step), and the length cap every search shares.
-* ``search.py``: what :func:`translate_ids` runs, on the KV cache (``cache.py``): greedy
-  search, and beam search by either rule: ``shrink`` (ours, the default: finished
-  hypotheses keep their slots, the beam shrinks; EOS forced at the length cap) or ``full``
-  (CTranslate2's, what ``translate.py engine=ct2`` runs: they are replaced, the beam stays
-  full; greedy search and this rule simply stop at the cap).
+"""Greedy search and batched beam search, by two rules (``beam_rule``): ``greedy.py`` (the
+core's plain loop, the length cap every search shares), ``search.py`` (what
+:func:`translate_ids` runs, on ``cache.py``'s KV cache); both rules: docs/architecture.md.
 
 Conventions:
 

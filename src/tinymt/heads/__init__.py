@@ -1,15 +1,8 @@
 """What does each head do? Importance, pruning, alignment, entropy, distance, relations.
 
-``analyze(cfg)`` (``scripts/analyze_heads.py run=<run dir>``) loads a trained run and, on
-the first ``max_sentences`` pairs of one split, measures every head of every kind and
-layer: :mod:`~tinymt.heads.pruning` its **importance** (Michel et al., 2019) and the
-**pruning curves** (no retraining); :mod:`~tinymt.heads.stats` its **entropy**, **distance**
-from the diagonal and, for cross-attention, the **alignment error rate** against the
-built-in corpus's gold alignments; :mod:`~tinymt.relations` the grammatical
-**relations** each self-attention head tracks (Clark et al., 2019).
-:mod:`~tinymt.heads.report` writes the figures, ``heads.md`` and ``heads.json``;
-``prune=<fraction>`` also writes a checkpoint whose least important heads have zero
-``W_O`` columns (``scripts/translate.py`` loads it unchanged).
+``analyze(cfg)`` (``scripts/analyze_heads.py run=<run dir>``) measures every head of a
+trained run on one split: what each module measures, docs/architecture.md's table; the
+measures and what they found, docs/heads.md.
 """
 
 from tinymt.heads.analysis import analyze

@@ -19,14 +19,7 @@ from tinymt.ct2 import LoadedExport
 from tinymt.data import read_lines, source_language, target_language
 from tinymt.errors import TinyMTError
 from tinymt.rundir import LoadedRun
-from tinymt.serve.api import (
-    MAX_SENTENCES,
-    ApiError,
-    Pair,
-    TranslateRequest,
-    detection,
-    distinct,
-)
+from tinymt.serve.api import MAX_SENTENCES, ApiError, Pair, TranslateRequest, detection, distinct
 from tinymt.serve.batcher import Busy, Closed, Job, MicroBatcher
 from tinymt.serve.readers import Readers
 from tinymt.text import CONFIDENT, LIBRETRANSLATE, SHORT, assemble, one_pass, read_item, unsure

@@ -267,8 +267,6 @@ def read_steps(t: Training, pending: list) -> list[tuple[float, int, float, floa
     seconds, grad norm)`` of each finite step. A step with a non-finite loss or norm
     changed no weight (:func:`optimizer_step`); here the run stops naming it, or
     (``nan_policy=skip``) counts it and goes on."""
-    if not pending:
-        return []
     values = torch.stack([v for v, _, _ in pending]).tolist()  # (steps, 2)
     losses = runtime.all_reduce(t.rt, [loss for loss, _ in values])
     first = t.state["step"] - len(pending) + 1

@@ -64,4 +64,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    run_hydra(main)
+    run_hydra(main, sweeps=True)

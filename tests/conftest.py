@@ -252,7 +252,7 @@ def compose_train(tmp_path, *overrides):
     given = {o.split("=", 1)[0] for o in overrides}
     if "data.cache_dir" not in given:
         cfg.data.cache_dir = str(tmp_path / "cache")
-    if "run_dir" not in given:
+    if not given & {"run_dir", "trainer.resume"}:  # a resumed run stays in its folder
         cfg.run_dir = str(tmp_path / "run")
     return cfg
 

@@ -149,7 +149,10 @@ def test_hydra_flags_in_conflict_are_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert lines == ["error: Only one of --run, --multirun, --cfg, --info and "
                      "--shell_completion can be specified"]
-    assert not any(tmp_path.iterdir())
+    # a sweep of a script that runs once: no multirun/ folder of its jobs
+    r = run_script("translate", ["-m", "decode.beam=1,2", "他喜欢猫吗？"], cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: -m: translate.py runs once")
+    assert len(r.stderr.splitlines()) == 1 and not any(tmp_path.iterdir())
 
 
 def test_every_script_has_a_subprocess_row():

@@ -122,6 +122,7 @@ def test_clock_named_folder_in_use_moves_the_run_beside_it(tiny_run, tmp_path):
     (["data.train_size=10000", "data.split_seed=99"], "data.split_seed, data.train_size"),
     (["model.d_model=64"], "model.d_model"),
     (["model=small"], "cannot be applied to an existing run"),
+    (["run_dir=elsewhere"], "a resumed run goes on in its own folder"),
     (["+trainer.foo=1"], "trainer.foo: Key 'foo' not in 'TrainerConfig'"),
     # the Attention tab's probe_<k> would show another sentence after the resume
     (["trainer.probe_sentences=['我喜欢猫。']"], "trainer.probe_sentences would make another"),

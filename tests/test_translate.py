@@ -286,6 +286,11 @@ def test_attention_figure_file_and_folder(tiny_run, tmp_path, monkeypatch):
     with pytest.raises(TinyMTError, match="one file but there are 2 sentences"):
         translate(compose_translate(f"run={tiny_run}", f"attention={png}"),
                   stdin=piped("他喜欢猫吗？\n我们每天去学校。\n".encode()), stdout=io.StringIO())
+    warnings = []  # no sentence to draw: said, nothing written
+    translate(compose_translate(f"run={tiny_run}", f"attention={tmp_path / 'none.png'}"),
+              stdin=piped(b"\n \n"), stdout=io.StringIO(), warn=warnings.append)
+    assert warnings == [f"attention={tmp_path / 'none.png'}: no sentence to draw"]
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_run_latest_picks_the_newest(tiny_run, tmp_path):

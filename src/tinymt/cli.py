@@ -184,10 +184,15 @@ def _one_line(e: BaseException) -> str:
     return "; ".join(out)
 
 
-def run_hydra(main: Callable[[], Any]) -> Any:
+def run_hydra(main: Callable[[], Any], sweeps: bool = False) -> Any:
     """Call a ``@hydra.main`` function; a composition error (``model.n_head=4``,
-    ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2.
-    A user's own ``HYDRA_FULL_ERROR=1`` keeps Hydra's full report."""
+    ``model.d_model=wide``, ``model=huge``) is ``error: <one line>`` and exit status 2, and
+    so is ``-m`` where the script does not sweep. A user's own ``HYDRA_FULL_ERROR=1`` keeps
+    Hydra's full report."""
+    if not sweeps and {"-m", "--multirun"} & set(sys.argv[1:]):
+        print(f"error: -m: {os.path.basename(sys.argv[0])} runs once (scripts/train.py -m "
+              "sweeps); run it once for each setting", file=sys.stderr)
+        sys.exit(2)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return main()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting

@@ -66,20 +66,22 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     stdin = stdin or sys.stdin or io.StringIO()  # (a closed stdin: no lines)
     stdin_lines = capped_lines(getattr(stdin, "buffer", stdin), "stdin")  # read when used
     out_f = io.StringIO() if cfg.output else stdout or sys.stdout
+    translations, shown = [], []  # shown: the attention maps so far (view documents, PNGs)
     if sentences or cfg.input:
         lines = _arguments(sentences) if sentences else read_lines(cfg.input)
         _check_ref_count(cfg.ref, refs, len(lines))  # before any work
-        translations = _translate_lines(run, lines, cfg, warn, out_f, device)
+        translations = _translate_lines(run, lines, cfg, warn, out_f, device, shown=shown)
     else:  # stdin: each typed line answered at once, a pipe PIPE_LINES at a time (its memory)
         typed = stdin.isatty() and not cfg.output
         if typed:
             print("type a sentence, Ctrl-D to end", file=sys.stderr)
-        translations, shown = [], []  # shown: the HTML view's documents so far
         chunks = iter(lambda: list(itertools.islice(stdin_lines, 1 if typed else PIPE_LINES)), [])
         for chunk in chunks:
             translations += _translate_lines(run, chunk, cfg, warn, out_f, device,
                                              first_line=len(translations) + 1, shown=shown)
             out_f.flush()
+    if cfg.attention and not shown:
+        warn(f"attention={cfg.attention}: no sentence to draw")
     _check_ref_count(cfg.ref, refs, len(translations))  # (stdin: counted as read)
     if cfg.output:
         write_text(out_f.getvalue(), cfg.output)
@@ -297,7 +299,7 @@ def search(run: LoadedRun | LoadedExport, ids: Sequence[Sequence[int]], decode, 
 
 
 def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, device,
-                     first_line: int = 1, shown: list | None = None) -> list[str]:
+                     shown: list, first_line: int = 1) -> list[str]:
     """Each line's sentences translated as one batch (:mod:`tinymt.text`; an n-best list is
     of the whole line), printed a line each, the input's spacing kept."""
     d, data = cfg.decode, run.config.get("data", {})
@@ -309,9 +311,9 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     line = {i: first_line + n for n, idx in enumerate(of_line) for i in idx}
     masked, ids = source_ids(run, sents, warn, line)
     if Path(cfg.attention or "").suffix.lower() == ".png" and \
-            sum(map(bool, ids)) + len(shown or []) > 1:  # (shown: earlier chunks' PNGs)
+            sum(map(bool, ids)) + len(shown) > 1:  # (shown: earlier chunks' PNGs)
         raise TinyMTError(f"attention={cfg.attention} is one file but there are "
-                          f"{sum(map(bool, ids)) + len(shown or [])} sentences: give a folder "
+                          f"{sum(map(bool, ids)) + len(shown)} sentences: give a folder "
                           "instead")
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     outs = hypothesis_texts(run, masked, ids, nbests, device)
@@ -335,7 +337,7 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     return texts
 
 
-def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, shown=None):
+def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, shown: list):
     """``attention=`` ending in ``.html``: one interactive page, every sentence a probe
     (``shown``: the documents of the sentences read before, kept in the page); otherwise
     one PNG per sentence: the grids of every requested kind and layer, stacked (``shown``:
@@ -344,9 +346,8 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
     nonempty = [i for i, t in enumerate(ids) if t]
     if target.suffix.lower() == ".html":
         docs = attention_documents(run, lines, ids, [h[0][0] if h else [] for h in nbests], device)
-        if shown is not None:
-            shown += docs
-            docs = shown
+        shown += docs
+        docs = shown
         title = f"tinymt attention: {docs[0]['sentence'].strip()}" if docs else \
             "tinymt attention"
         write_text(html_page(view_name(run), docs, title=title), target)  # whole
@@ -375,8 +376,7 @@ def _save_attention(run: LoadedRun, cfg, lines, ids, nbests, device, names, show
         matplotlib.image.imsave(png, image, format="png")
         write_bytes(png.getvalue(), path)  # whole: a failure keeps the old file
         print(f"attention map: {path}", file=sys.stderr)
-        if shown is not None:  # (one PNG file: one sentence, all chunks told)
-            shown.append(path)
+        shown.append(path)  # (one PNG file: one sentence, all chunks told)
 
 
 def attention_documents(run: LoadedRun, lines, ids, outs, device) -> list[dict]:

@@ -85,6 +85,9 @@ def resume_config(cfg: DictConfig, overrides: list[str] = ()) -> DictConfig:
     except TinyMTError as e:
         where = "" if str(saved) in str(e) else f"{saved}: "
         raise TinyMTError(f"cannot resume: {where}{e}") from None
+    if cfg.run_dir and Path(cfg.run_dir).resolve() != run_dir.resolve():
+        raise TinyMTError(f"run_dir={cfg.run_dir}: a resumed run goes on in its own folder "
+                          f"({run_dir}); leave run_dir= out")
     mine = [o for o in overrides if not o.startswith(("trainer.resume=", "run_dir="))]
     for o in mine:
         key = o.split("=", 1)[0]

@@ -17,7 +17,7 @@ from conftest import compose_train, copy_run
 from tinymt.checkpoint import load_checkpoint
 from tinymt.corpus import SHOWCASE
 from tinymt.errors import TinyMTError
-from tinymt.trainer import train
+from tinymt.trainer import resume_config, train
 from tinymt.viewer.summary import decode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,6 +208,29 @@ def test_a_non_finite_step_changes_no_weight_and_skip_goes_on(tmp_path, monkeypa
     last = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     assert last["trainer_state"]["skipped_steps"] == 1
     assert "warning: loss became nan at step 3: step skipped" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a training
+def test_non_finite_steps_in_a_row_are_counted_across_a_resume(tmp_path, monkeypatch):
+    """``nan_policy=skip`` gives up after ``MAX_SKIPS`` non-finite steps in a row, however
+    many of them a resume comes between."""
+    import tinymt.trainer.loop as loop
+    import tinymt.trainer.stopping as stopping
+
+    real_loss, step = loop.linear_cross_entropy, {"n": 0}
+
+    def loss(*args, **kwargs):  # steps 2 to 4 non-finite
+        step["n"] += 1
+        return real_loss(*args, **kwargs) * (float("nan") if step["n"] >= 2 else 1.0)
+
+    monkeypatch.setattr(loop, "linear_cross_entropy", loss)
+    monkeypatch.setattr(stopping, "MAX_SKIPS", 2)
+    common = ["trainer.valid_every=3", "trainer.nan_policy=skip"]
+    train(compose_train(tmp_path, "trainer.max_steps=3", *common))
+    run = tmp_path / "run"
+    resume = [f"trainer.resume={run}", "trainer.max_steps=6"]
+    with pytest.raises(TinyMTError, match="non-finite for 2 steps in a row at step 4"):
+        train(resume_config(compose_train(tmp_path, *common, *resume), resume))
 
 
 @pytest.mark.parametrize("clip", [0.0, 0.05])

@@ -82,12 +82,11 @@ class Training:
     state: dict = field(default_factory=lambda: {
         "run": uuid.uuid4().hex,  # the run's id: in each of its checkpoints (averaging checks it)
         "step": 0, "epoch": 0, "best_bleu": -1.0, "best_step": 0, "bad_validations": 0,
-        "train_seconds": 0.0, "train_tokens": 0, "skipped_steps": 0,
+        "train_seconds": 0.0, "train_tokens": 0, "skipped_steps": 0, "skipped_in_a_row": 0,
         "window": []})  # the steps read since the last log (checkpointed: a resumed run's curve)
     t_start: float = field(default_factory=time.monotonic)
     saved_step: int = -1  # the step of the last.pt this process last published
     validated: bool = True  # last.pt's step was validated (a resumed stopped run's was not)
-    skips: int = 0  # non-finite steps in a row (trainer.nan_policy=skip)
 
     def log(self, *args, **kwargs) -> None:
         if self.rt.is_main:
@@ -273,7 +272,7 @@ def read_steps(t: Training, pending: list) -> list[tuple[float, int, float, floa
     read = []
     for i, ((_, norm), loss, (_, n_tokens, dt)) in enumerate(zip(values, losses, pending)):
         if math.isfinite(loss) and math.isfinite(norm):
-            t.skips = 0
+            t.state["skipped_in_a_row"] = 0
             read.append((loss / n_tokens, n_tokens, dt, norm))
         else:
             skip_or_stop(t, f"loss became {loss}" if not math.isfinite(loss) else

@@ -82,9 +82,9 @@ def skip_or_stop(t, what: str, step: int) -> None:
                 else "no checkpoint was written yet")
         raise TinyMTError(f"{what} at step {step}; {kept}. "
                           "Lower optim.lr or set trainer.nan_policy=skip")
-    if t.skips >= MAX_SKIPS:
+    if t.state["skipped_in_a_row"] >= MAX_SKIPS:
         raise TinyMTError(f"loss non-finite for {MAX_SKIPS} steps in a row at step {step}; "
                           "lower optim.lr")
-    t.skips += 1
+    t.state["skipped_in_a_row"] += 1
     t.state["skipped_steps"] += 1
     t.log(f"\nwarning: {what} at step {step}: step skipped")

@@ -101,8 +101,8 @@ def test_resume_at_epoch_end(lens):
     s = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
     n = len(s.batches(0))
     r = TokenBatchSampler(src, tgt, max_tokens=800, seed=9)
-    r.load_state_dict({"epoch": 0, "position": n})
-    assert list(r) == []
+    r.load_state_dict({"epoch": 0, "position": n})  # all of epoch 0 yielded: epoch 1 next
+    assert r.state_dict() == {"epoch": 1, "position": 0}
     assert list(r) == s.batches(1)
 
 

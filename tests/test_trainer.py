@@ -118,26 +118,34 @@ def _train_cmd(tmp_path, *overrides):
 
 
 @pytest.mark.slow  # a training
-@pytest.mark.parametrize("budget", ["trainer.max_epochs=1", "trainer.max_minutes=0.01"])
+@pytest.mark.parametrize("budget", ["trainer.max_epochs=1", "trainer.max_epochs=1,accumulate=2",
+                                    "trainer.max_minutes=0.01"])
 def test_a_budget_ends_on_a_step_validated_saved_and_logged(tmp_path, budget):
     """Whichever budget ends the run, its last step is validated, published as last.pt and
     logged (here no log falls due before it); ``max_epochs=1`` trains the epoch's batches
-    (as the sampler plans them) and no batch of the next."""
+    (as the sampler plans them) and no batch of the next, ``accumulate`` at a time (the
+    last step: what is left)."""
     from tinymt.batching import TokenBatchSampler
     from tinymt.data import prepare
 
+    budget, _, accumulate = budget.partition(",accumulate=")
     cfg = compose_train(tmp_path, "data.train_size=1000", budget, "trainer.max_steps=100000",
-                        "trainer.valid_every=1000", "trainer.log_every=1000")
+                        "trainer.valid_every=1000", "trainer.log_every=1000",
+                        f"trainer.accumulate={accumulate or 1}")
     metrics = train(cfg)
     n = metrics["steps"]
     for tag in ("valid/bleu", "train/loss"):
         assert [step for step, _ in scalars(tmp_path / "run", tag)] == [n], tag
-    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["step"] == n
+    last = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert last["step"] == n
     if "epochs" in budget:
         data = prepare(cfg.data, log=lambda *a: None)
         epoch = TokenBatchSampler(*data.lengths("train"), max_tokens=cfg.trainer.max_tokens,
                                   seed=cfg.trainer.seed).batches(0)
-        assert (metrics["stop_reason"], n, metrics["epochs"]) == ("max_epochs", len(epoch), 1)
+        a = int(accumulate or 1)
+        assert (metrics["stop_reason"], n, metrics["epochs"]) == (
+            "max_epochs", -(-len(epoch) // a), 1)
+        assert last["sampler"] == {"epoch": 1, "position": 0} and len(epoch) % 2  # (odd)
     else:
         assert metrics["stop_reason"] == "max_minutes" and metrics["train_seconds"] >= 0.6
 

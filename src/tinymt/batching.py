@@ -79,14 +79,14 @@ class TokenBatchSampler:
             done = position + 1 == len(ranges)
             self.epoch, self.position = (self.epoch + 1, 0) if done else (self.epoch, position + 1)
             yield order[ranges[position, 0]:ranges[position, 1]].tolist()
-        if self.position:  # a state saved at an epoch's end: {"epoch": e, "position": all}
-            self.epoch, self.position = self.epoch + 1, 0
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        if self.position and self.position >= len(self._plan(self.epoch)[1]):
+            self.epoch, self.position = self.epoch + 1, 0  # {"epoch": e, "position": all}
 
 
 def by_length(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:

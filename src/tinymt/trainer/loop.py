@@ -164,7 +164,10 @@ def run_loop(t: Training) -> str:
                 break
             share()  # the CPU's threads: the cores other processes leave idle
             t0 = time.monotonic()
-            loss_sum, n_tokens = train_step(t, [next(batches) for _ in range(tc.accumulate)])
+            epoch, micro = state["epoch"], []  # the micro-batches of one epoch (its last: fewer)
+            while len(micro) < tc.accumulate and state["epoch"] == epoch:
+                micro.append(next(batches))
+            loss_sum, n_tokens = train_step(t, micro)
             grad_norm = optimizer_step(t)
             last = state["step"] == tc.max_steps or state["epoch"] >= tc.max_epochs
             log_step, dt = state["step"] % tc.log_every == 0 or last, time.monotonic() - t0

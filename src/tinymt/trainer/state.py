@@ -215,6 +215,7 @@ def restore(t, ckpt: dict) -> None:
             raise TinyMTError(f"cannot resume from {path}: its {what} state does not fit "
                               f"({first_line(e)})") from None
     t.validated = not ckpt.get("stopped")
+    t.state["epoch"] = t.sampler.epoch  # (a sampler saved at an epoch's end: the next one)
     opt, lr = t.optimizer, t.optimizer.defaults["lr"]  # optim.* may change on resume: this
     for group in opt.param_groups:  # config's settings, not the saved ones, from here on
         group.update({**opt.defaults, "initial_lr": lr,

@@ -349,6 +349,23 @@ def test_libretranslate_s_client_gets_what_translate_py_prints(engine, tiny_run,
             assert server.stop()[0] == 0
 
 
+@pytest.mark.slow  # a server of its own
+def test_a_client_that_closes_the_connection_gets_an_answer_slower_than_the_read_timeout(
+        tiny_run):
+    """LibreTranslate's client (urllib: ``Connection: close``) asks for a text that takes
+    longer to translate than ``read_timeout_s``: that deadline is the request's arrival, so
+    the answer comes."""
+    from libretranslatepy import LibreTranslateAPI
+
+    server = ServerProcess([f"run={tiny_run}", "device=cpu", THREAD, "read_timeout_s=0.05"])
+    try:
+        start = time.monotonic()
+        answer = LibreTranslateAPI(server.base).translate("".join(SENTENCES) * 8, "zh", "en")
+        assert time.monotonic() - start > 0.05 and answer.strip()
+    finally:
+        assert server.stop()[0] == 0
+
+
 @pytest.mark.slow
 def test_libretranslate_s_own_answers_for_what_it_has_off(greedy):
     """LibreTranslate 1.9's page and apps ask for its settings (suggestions and files off)
@@ -728,12 +745,16 @@ def _expected_error(f: dict, limits: ServeConfig, beam: int) -> str | None:
         if not isinstance(f.get(name), str) or not f[name].strip():
             return f"Invalid request: missing {name} parameter"
     if f["source"].strip().lower() not in ("zh", "auto") or f["target"].strip().lower() != "en":
-        return f"{f['source']}→{f['target']} is not a language pair this server translates"
+        source, target = (" ".join(f[k].split())[:40] for k in ("source", "target"))  # one line
+        return f"{source}→{target} is not a language pair this server translates"
     if (f.get("format") or "text") not in ("text", "html"):
         return f"{f['format']} format is not supported"
     a = f.get("alternatives", 0)
-    if isinstance(a, str) and a.strip().lstrip("-").isdecimal():
-        a = int(a.strip())
+    if isinstance(a, str):  # as LibreTranslate reads it, int(a); a 500 for "--1" there
+        try:
+            a = int(a)
+        except ValueError:
+            pass
     if type(a) is not int or not 0 <= a <= MAX_ALTERNATIVES:
         return "Invalid request: alternatives must be an integer from 0 to 3"
     return None
@@ -749,11 +770,12 @@ HOSTILE = {  # ...and what may be put in its place, a few fields at a time
                    st.lists(TEXTS, min_size=5, max_size=7), st.text(alphabet="猫", min_size=26, max_size=30),
                    st.lists(st.text(alphabet="猫\x00", max_size=30), min_size=1, max_size=3),
                    st.sampled_from(["\ud800猫", ["猫", "\udfff"]])),
-    "source": st.sampled_from(["en", "de", "", " ", 3, None]),
+    "source": st.sampled_from(["en", "de", "", " ", 3, None, "zh\nde", "x" * 100]),
     "target": st.sampled_from(["zh", "fr", "", 5, None]),
     "format": st.sampled_from(["html", "xml", 1, "", None]),
     "alternatives": st.one_of(st.integers(-2, 6),
-                              st.sampled_from(["-1", "x", "", True, 1.0, "4", "³", "٣"])),
+                              st.sampled_from(["-1", "x", "", True, 1.0, "4", "³", "٣", "--1",
+                                               "+2", "1" * 5000])),
     "api_key": st.sampled_from(["k2", "", 7]),
 }
 
@@ -783,6 +805,8 @@ FIELDS = _fields()
 @example({"q": ["a"] * 4, "source": "zh", "target": "en"}, 1, False, False)
 @example({"q": ["a"] * 5, "source": "zh", "target": "en"}, 1, False, False)
 @example({"q": ["b", "", "a"], "source": "zh", "target": "en"}, 1, True, False)  # in order
+@example({"q": "猫", "source": "zh", "target": "en", "alternatives": "--1"}, 4, True, False)
+@example({"q": "猫", "source": "zh\nde", "target": "en"}, 1, False, False)
 def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as_form, keys):
     """Every field of /translate (q as a string or a list, its items and characters, the
     pair, format, alternatives against the server's beam, the API key), sent as JSON or
@@ -821,6 +845,14 @@ def test_translate_fields_are_checked_in_their_documented_order(fields, beam, as
             "html": fields.get("format") == "html"}), (fields, answer)
     else:
         assert _is_error(status, answer, 400).startswith(expected), (fields, answer, expected)
+
+
+def test_a_query_string_of_too_many_fields_is_400():
+    limits = ServeConfig(max_items=4)  # (q repeated: a list of its values, as in a form)
+    query = b"source=zh&target=en&q=a&q=b"
+    assert _answer(b"", "", limits, query=query)[1]["items"] == ["a", "b"]
+    status, answer = _answer(b"", "", limits, query=query + b"&q" * 19)
+    assert _is_error(status, answer, 400) == "Invalid request: the query string has over 20 fields"
 
 
 @given(st.lists(st.lists(st.sampled_from(["", " ", "a", "b", "c", "a b"]), min_size=1,

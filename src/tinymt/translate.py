@@ -11,6 +11,8 @@ decoding step is this module's, the same for both engines.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import io
 import itertools
 import math
@@ -135,9 +137,9 @@ def source_ids(run: LoadedRun | LoadedExport, sentences: Sequence[str], warn=Non
         run.model.max_positions
     max_src = max_positions - 1  # room for eos
     masked, ids = [], []
+    spells = functools.cache(lambda span: tok.unk_id not in tok.encode(span))  # (repeated)
     for n, sentence in enumerate(map(normalize, sentences)):
-        masked.append(mask_spans(sentence, (lambda span: tok.unk_id not in tok.encode(span))
-                                 if copy else None))
+        masked.append(mask_spans(sentence, spells if copy else None))
         toks = tok.encode(masked[-1][0])
         if len(toks) > max_src and warn is not None:
             warn(f"line {lines[n]}: a sentence of {len(toks)} tokens, longer than the model's "
@@ -172,13 +174,18 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
     texts = [run.tgt_tokenizer.decode([out[i] for i in w]).strip() for w in words]
     by_word = np.stack([attn[w].sum(0) for w in words])  # (words, source pieces)
     reads = by_word.argmax(1)  # the source piece each word reads most
-    def cols(a: int, b: int) -> list[int]:  # the source pieces of characters a..b
-        return [k for k, p in enumerate(pieces) if p.begin < at[b] and p.end > at[a]]
+    # the attention of each word to the pieces before each piece: a range's in two lookups
+    before = np.pad(by_word.astype(np.float64).cumsum(1), ((0, 0), (1, 0)))  # (words, 1 + pieces)
+    begins, ends = [p.begin for p in pieces], [p.end for p in pieces]  # (bytes, in order)
+
+    def cols(a: int, b: int) -> range:  # the source pieces of characters a..b
+        return range(bisect.bisect_right(ends, at[a]), bisect.bisect_left(begins, at[b]))
+
+    def most(c: range, none: int) -> int:  # the word reading the pieces c most
+        return int((before[:, c.stop] - before[:, c.start]).argmax()) if c else none
     replaced: dict[int, list[str]] = {}  # word -> the spans in its place (a second: beside)
     for start, end, written in missing:  # (a span cut off with the sentence's tail: at the end)
-        c = cols(start, end)
-        replaced.setdefault(int(by_word[:, c].sum(1).argmax()) if c else len(texts), []).append(
-            written)
+        replaced.setdefault(most(cols(start, end), len(texts)), []).append(written)
     texts += [""] if len(texts) in replaced else []
     for w, spans in replaced.items():
         lead, _, trail = _parts(texts[w])
@@ -186,8 +193,7 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
 
     def readers(a: int, b: int) -> list[int]:  # the words reading characters a..b most
         c = cols(a, b)  # (consecutive pieces; none past those the model read: the last word)
-        return [w for w, k in enumerate(reads) if c and c[0] <= k <= c[-1]] or \
-            [int(by_word[:, c].sum(1).argmax()) if c else -1]
+        return np.flatnonzero((reads >= c.start) & (reads < c.stop)).tolist() or [most(c, -1)]
     return ("" if unspaced else " ").join(
         t for t in _place_tags(texts, marks, len(sentence), readers) if t)
 

@@ -7,6 +7,7 @@ reads and writes. Errors: ``{"error": "..."}`` with 400 (bad request), 403 (API 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import re
@@ -60,6 +61,7 @@ class Pair:
         src, tgt = (ALIASES.get(c.strip().lower(), c.strip().lower()) for c in (source, target))
         if (src in ("auto", self.source.lower())) and tgt == self.target.lower():
             return src == "auto"
+        source, target = (" ".join(c.split())[:40] for c in (source, target))  # (echoed)
         raise ApiError(400, f"{source}→{target} is not a language pair this server "
                             f"translates: it translates {self.source}→{self.target}")
 
@@ -83,8 +85,10 @@ async def read_fields(request: Request, limits, keys: frozenset[str] | None) -> 
     declared = request.headers.get("content-length", "")
     if declared.isdecimal() and int(declared) > limits.max_body_bytes:
         raise too_large
-    fields = _fields(request.query_params.multi_items())
-    most = MAX_FIELDS + limits.max_items
+    most, query = MAX_FIELDS + limits.max_items, request.query_params.multi_items()
+    if len(query) > most:
+        raise ApiError(400, f"Invalid request: the query string has over {most} fields")
+    fields = _fields(query)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -124,13 +128,11 @@ async def read_fields(request: Request, limits, keys: frozenset[str] | None) -> 
 def _fields(pairs) -> dict:
     """A form's (or query string's) fields; ``q`` given more than once is the list of its
     values, in order (LibreTranslate's clients send a list so)."""
-    out: dict = {}
+    out, qs = {}, []
     for key, value in pairs:
-        before = out.get(key)
-        if key == "q" and key in out:
-            value = [*(before if isinstance(before, list) else [before]), value]
         out[key] = value
-    return out
+        qs += [value] if key == "q" else []
+    return {**out, "q": qs} if len(qs) > 1 else out
 
 
 # ----------------------------------------------------------------------------- checking
@@ -181,8 +183,9 @@ def translate_request(fields: Mapping, limits, pair: Pair) -> TranslateRequest:
     if fmt not in ("text", "html"):
         raise ApiError(400, f"{str(fmt)[:40]} format is not supported")  # LibreTranslate's
     alternatives = fields.get("alternatives", 0)
-    if isinstance(alternatives, str) and alternatives.strip().lstrip("-").isdecimal():
-        alternatives = int(alternatives.strip())
+    if isinstance(alternatives, str):
+        with contextlib.suppress(ValueError):  # read as LibreTranslate reads it: int()
+            alternatives = int(alternatives)
     if type(alternatives) is not int or not 0 <= alternatives <= MAX_ALTERNATIVES:  # no bool
         raise ApiError(400, "Invalid request: alternatives must be an integer from 0 to "
                             f"{MAX_ALTERNATIVES}")

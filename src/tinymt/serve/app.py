@@ -252,6 +252,10 @@ async def _on_daemon_thread(fn: Callable, *args):
     return result
 
 
+READING = (h11.IDLE, h11.SEND_BODY)  # a client's request not yet whole (then DONE, or
+# MUST_CLOSE where it said Connection: close or spoke HTTP/1.0)
+
+
 class Connection(H11Protocol):
     """uvicorn's HTTP/1.1 connection with the deadlines it lacks: a request must arrive
     whole (headers and body) within ``read_timeout_s`` of its start (slowloris), an answer
@@ -267,7 +271,7 @@ class Connection(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self.conn.their_state is h11.DONE:  # the whole request is in
+        if self.conn.their_state not in READING:  # the whole request is in
             self._read_timer.cancel()
 
     def on_response_complete(self) -> None:
@@ -276,7 +280,7 @@ class Connection(H11Protocol):
         super().on_response_complete()
 
     def _drop_if_reading(self) -> None:
-        if self.conn.their_state is not h11.DONE:
+        if self.conn.their_state in READING:
             self.transport.abort()
 
     def pause_writing(self) -> None:  # the client's buffers are full: it stopped reading

@@ -170,7 +170,7 @@ class Service:
         for d in detected or []:  # confidently another language: that pair's 400 (never a
             if d["confidence"] >= 100 * CONFIDENT:  # translation made up)
                 self.pair.check(d["language"], self.pair.target)
-        masked, ids = source_ids(self.run, sents, copy=self.text)
+        masked, ids = await self._source_ids(sents)
         hyps = await self._search(ids, nbest, arrival)
         texts = [distinct(t) or [""] for t in await self._texts(masked, ids, hyps)]
         kth = [[t[min(k, len(t) - 1)] for t in texts] for k in range(nbest)]  # k-th best each
@@ -199,7 +199,7 @@ class Service:
         items' sentences (:mod:`tinymt.text`), the first ``attention_items`` with their maps,
         one task a sentence (sentences to translate go in between), the rest translated."""
         _, sents, plans, _, _ = await self.read(items)
-        masked, ids = source_ids(self.run, sents, copy=self.text)
+        masked, ids = await self._source_ids(sents)
         drawn = min(len(ids), self.attention_items)
         done = await self._wait([Job(fn=functools.partial(self._attention, *args))
                                  for args in zip(sents, masked, ids[:drawn])])
@@ -208,6 +208,17 @@ class Service:
         texts = [t for t, _ in done] + [t[0] if t else "" for t in rest]
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
+
+    async def _source_ids(self, sents: list[str]) -> tuple[list, list[list[int]]]:
+        """:func:`tinymt.translate.source_ids` on the worker, a task a batch of sentences: no
+        request's text (NFKC may make it longer) is encoded on the event loop but a short one."""
+        if sum(map(len, sents)) <= SHORT:  # (here: no round trip)
+            return source_ids(self.run, sents, copy=self.text)
+        size = self.batcher.max_sentences
+        parts = await self._wait([Job(fn=functools.partial(
+            source_ids, self.run, sents[i:i + size], copy=self.text))
+            for i in range(0, len(sents), size)])
+        return [m for p in parts for m in p[0]], [x for p in parts for x in p[1]]
 
     async def _search(self, ids: list[list[int]], nbest: int, arrival: object = None):
         """The n-bests of ``ids``, in jobs of a batch at most (a request given up leaves the

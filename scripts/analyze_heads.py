@@ -8,9 +8,8 @@ grammatical relations each head tracks, for a trained run.
     python scripts/train.py -m model.n_heads=1,2,4,8 hydra.sweep.dir=outputs/sweep_heads
     python scripts/analyze_heads.py run=outputs/sweep_heads pruning=false   # every run, compared
 
-Writes <run>/heads.md (tables + figures in <run>/heads/), <run>/heads.json and TensorBoard
-tags heads/... in the run dir; for a sweep folder also <sweep>/heads_sweep.md. Options:
-configs/analyze_heads.yaml.
+Writes <run>/heads.md (tables + figures in <run>/heads/) and <run>/heads.json in the run
+dir; for a sweep folder also <sweep>/heads_sweep.md. Options: configs/analyze_heads.yaml.
 """
 
 from tinymt.cli import one_line_errors, run_hydra  # isort: skip  (first: every way a script ends is one line)

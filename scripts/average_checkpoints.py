@@ -25,8 +25,8 @@ def main(cfg: DictConfig) -> None:
     from tinymt.files import check_output
     from tinymt.rundir import find_run, step_checkpoints
     run_dir = find_run(cfg.run, cfg.outputs_root)
-    out = check_output(cfg.output or run_dir / "checkpoints" / "avg.pt",
-                       "output")  # never the run's last.pt, best.pt, ...
+    out = check_output(run_dir / "checkpoints" / "avg.pt" if cfg.output is None else cfg.output,
+                       "output")  # never the run's last.pt, best.pt, ... (nor empty)
     if (out.parent / "last.pt").is_file() and not out.parent.samefile(run_dir / "checkpoints"):
         raise TinyMTError(f"output={cfg.output} is in another run's checkpoints/: a run's "
                           f"average goes in its own ({run_dir / 'checkpoints'}) or outside any run")

@@ -96,6 +96,12 @@ ROWS = [
     row("analyze_heads", "run={tmp}/nope", expect="nope does not exist"),
     row("average_checkpoints", "last=0", expect="last=0"),
     row("average_checkpoints", "last=-1", expect="last=-1"),
+    # a key + adds that the script's schema has not: a typo, which would change nothing
+    row("export", "+quantisation=int8", expect="quantisation: Key 'quantisation' not in"),
+    row("analyze_heads", "+max_sentence=5", expect="max_sentence: Key 'max_sentence' not in"),
+    row("average_checkpoints", "+outptu=x.pt", expect="outptu: Key 'outptu' not in"),
+    row("prepare_data", "+data.vocab=500", expect="vocab: Key 'vocab' not in 'DataConfig'"),
+    row("translate", "+beam=5", expect="beam: Key 'beam' not in 'TranslateConfig'"),
 ]
 
 

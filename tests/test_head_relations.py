@@ -381,3 +381,10 @@ def test_sweep_folder_analyses_every_run_and_compares_them(head_analysis, tmp_pa
     with pytest.raises(TinyMTError, match="prune_output"):
         analyze(analyze_cfg(sweep, f"prune_output={tmp_path / 'p.pt'}"), progress=False,
                 log=QUIET)
+    # a run without its checkpoint (a sweep job stopped early), last of three: the sweep
+    # stops before any work, every report as it was
+    (copy_run(head_analysis[0], sweep / "10_c") / "checkpoints" / "best.pt").unlink()
+    before = {p: p.read_bytes() for p in sweep.rglob("*.md")}
+    with pytest.raises(TinyMTError, match="10_c/checkpoints/best.pt does not exist"):
+        analyze(analyze_cfg(sweep, "pruning=false"), progress=False, log=QUIET)
+    assert {p: p.read_bytes() for p in sweep.rglob("*.md")} == before

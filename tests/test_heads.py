@@ -524,10 +524,19 @@ def test_report_and_figures(head_analysis):
 
 
 def test_bad_options_are_errors(tiny_run):
-    for override, words in (("split=train", "split"), ("prune_step=0", "prune_step"),
-                            ("prune=1.5", "prune")):
+    for overrides, words in ((["split=train"], "split"), (["prune_step=0"], "prune_step"),
+                             (["prune=1.5"], "prune"), (["prune_output=x.pt"], "set prune="),
+                             (["prune=0.5", "prune_output="], "prune_output=: empty")):
         with pytest.raises(TinyMTError, match=words):
-            analyze(analyze_cfg(tiny_run, override), progress=False, log=QUIET)
+            analyze(analyze_cfg(tiny_run, *overrides), progress=False, log=QUIET)
+
+
+def test_an_empty_output_of_a_run_s_tool_is_refused(tiny_run, capsys):
+    """``output=`` (empty) names no file: one line, not the default file written."""
+    status, err = run_script_in_process("average_checkpoints", [f"run={tiny_run}", "output="],
+                                        capsys)
+    assert (status, err.strip()) == (2, "error: output=: empty: name a file or folder "
+                                        "(nothing was written)")
 
 
 @pytest.mark.slow

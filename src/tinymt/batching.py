@@ -175,5 +175,4 @@ def eval_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[in
     """Evaluation batches: length-sorted, unshuffled, ``[(indices, Batch), ...]``."""
     sampler = TokenBatchSampler([len(s) for s in src_ids], [len(t) for t in tgt_ids],
                                 max_tokens=max_tokens, shuffle=False)
-    return [(idx, collate([src_ids[i] for i in idx], [tgt_ids[i] for i in idx]))
-            for idx in sampler]
+    return [(idx, collate([src_ids[i] for i in idx], [tgt_ids[i] for i in idx])) for idx in sampler]

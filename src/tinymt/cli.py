@@ -84,8 +84,7 @@ def _ctrl_c(signum, frame) -> None:
 _PID = os.getpid()  # the script's own process
 for _sig, _default in ((signal.SIGINT, signal.default_int_handler),
                        (signal.SIGTERM, signal.SIG_DFL)):
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(_sig) is _default:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(_sig) is _default:
         signal.signal(_sig, _ctrl_c)
 
 from hydra import compose

@@ -131,7 +131,8 @@ def allowed_values(schema, prefix: str = "") -> dict[str, Why | tuple[str, ...]]
 def check_values(cfg, schema, prefix: str = "") -> None:
     """Every key of ``cfg`` (a DictConfig of ``schema``) against what its field allows
     (None, unset, always is): the first that is not is one line ``<prefix><key>=<value>:
-    <what it may be>``."""
+    <what it may be>``; a key ``schema`` has not (Hydra's ``+key=``) is one line too."""
+    as_typed(schema, cfg, f"bad config{' (' + prefix.rstrip('.') + ')' if prefix else ''}")
     for key, allowed in allowed_values(schema).items():
         value = OmegaConf.select(cfg, key)
         if value is None:

@@ -124,8 +124,7 @@ def attention_batches(model, batches, device, stats: AttentionStats, arrays: boo
                 yield idx, found, (~batch.src_pad_mask).sum(1), (~batch.tgt_pad_mask).sum(1)
 
 
-def head_labels(means: dict[str, np.ndarray], kind: str, detail: bool = False
-                ) -> list[list[str]]:
+def head_labels(means: dict[str, np.ndarray], kind: str, detail: bool = False) -> list[list[str]]:
     """A word per head ``[layer][head]``: previous / self / next (self-attention with at
     least :data:`POSITIONAL_MASS` of its mass on that offset), ``</s>`` (``<s>``: as much on
     the sink), diffuse (entropy at least :data:`BROAD_ENTROPY` of
@@ -202,8 +201,7 @@ def label_sample(src_ids, tgt_ids, words: dict | None, batch_tokens: int = 600) 
     for idx, batch in batches:
         cells = np.zeros((len(idx), len(PLACES) - 1, batch.tgt_out.shape[1], batch.src.shape[1]))
         for b, i in enumerate(idx):
-            src_w, tgt_w, links = (words[k][i] for k in ("src_weights", "tgt_weights",
-                                                         "alignment"))
+            src_w, tgt_w, links = (words[k][i] for k in ("src_weights", "tgt_weights", "alignment"))
             if src_w is not None and links:
                 gold = np.zeros((tgt_w.shape[1], src_w.shape[1]))
                 gold[[t for _, t in links], [s for s, _ in links]] = 1

@@ -93,8 +93,7 @@ def translate(cfg, sentences: Sequence[str] = (), stdin=None, stdout=None, warn=
     else:
         result.update(run_dir=str(run.run_dir), checkpoint=str(run.checkpoint))
     if refs is not None:
-        bleu, chrf, sig = score(translations, refs,
-                                target_language(run.config.get("data", {})))
+        bleu, chrf, sig = score(translations, refs, target_language(run.config.get("data", {})))
         print(f"BLEU {bleu:.2f}  chrF {chrf:.2f}  ({sig})", file=sys.stderr)
         result.update(bleu=bleu, chrf=chrf, signature=sig)
     return result

@@ -92,8 +92,7 @@ def cached(model, ids: list[list[int]], beam: int, device: torch.device, kw: dic
     return [h[0][0] for h in translate_ids(model, ids, beam=beam, device=device, **kw)]
 
 
-def plain_greedy(model, ids: list[list[int]], device: torch.device, kw: dict
-                 ) -> list[list[int]]:
+def plain_greedy(model, ids: list[list[int]], device: torch.device, kw: dict) -> list[list[int]]:
     """The core's greedy loop over ``ids``, in the batches :func:`translate_ids` makes."""
     outputs: dict[int, list[int]] = {}
     for idx in length_batches([len(s) for s in ids], kw["batch_tokens"]):
@@ -111,8 +110,7 @@ def _entry(runs: list[Measured], static_mib: float, n: int) -> dict:
             "peak_mib": None if None in mibs else static_mib + statistics.median(mibs)}
 
 
-def _score(entries: dict, runs: dict[str, list[Measured]], run: LoadedRun,
-           refs: list[str]) -> None:
+def _score(entries: dict, runs: dict[str, list[Measured]], run: LoadedRun, refs: list[str]) -> None:
     """Each method's BLEU, and the sentences it translates exactly as ours with the cache."""
     lang = target_language(run.config.get("data", {}))
     ours = runs["ours_cache"][-1][0]

@@ -84,8 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--sections", nargs="+", choices=SECTIONS, default=["training", "decoding"],
         help="default training decoding (serve needs --run); a section left out is kept "
         "from --merge")
-    add("--sizes", nargs="+", choices=SIZES,
-        help=f"configs/model/<size>.yaml ({default('sizes')})")
+    add("--sizes", nargs="+", choices=SIZES, help=f"configs/model/<size>.yaml ({default('sizes')})")
     add("--steps", type=count(), help=f"timed training steps per run ({default('steps')})")
     add("--warmup", type=count(0), help=f"untimed steps before each run ({default('warmup')})")
     add("--repeats", type=count(), help=f"training rounds, median ({default('repeats')})")

@@ -129,8 +129,7 @@ async def _load(base: str, payloads: list[dict], clients: int) -> dict:
     return {"seconds": seconds, "answers": answers, "latencies": latencies, "errors": errors}
 
 
-def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int
-           ) -> dict[str, dict]:
+def _level(servers: dict[str, ServerProcess], payload: list[dict], clients: int) -> dict[str, dict]:
     """``payload`` sent by ``clients`` clients to each server in :data:`PASSES` passes, the
     servers' order reversed each time (a drift weighs alike): a row a server (sentences/s:
     the median pass, one noisy pass is outvoted; latencies over all)."""

@@ -78,8 +78,7 @@ def _run(c: _Contender, warm: list[Batch], steps: list[Batch], pad: int,
     c.model.train()
     for b in warm:
         _step(c, b, pad, device)
-    loss, seconds, mib = measure.timed(lambda: [_step(c, b, pad, device) for b in steps][-1],
-                                       meter)
+    loss, seconds, mib = measure.timed(lambda: [_step(c, b, pad, device) for b in steps][-1], meter)
     c.mem.append(mib)
     c.final_loss = float(loss)
     return seconds

@@ -27,8 +27,7 @@ class TrainSegments:
     """The train split's ids for each epoch: sampled when ``alpha > 0``, else the cached
     deterministic ids (the same lists every epoch)."""
 
-    def __init__(self, data: PreparedData, alpha: float, nbest_size: int, seed: int,
-                 max_len: int):
+    def __init__(self, data: PreparedData, alpha: float, nbest_size: int, seed: int, max_len: int):
         self.data, self.alpha, self.nbest_size = data, float(alpha), int(nbest_size)
         self.seed, self.max_len = int(seed), int(max_len)
         self.sampling = self.alpha > 0

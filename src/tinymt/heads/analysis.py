@@ -15,14 +15,14 @@ from tinymt import KINDS
 from tinymt.checkpoint import save_checkpoint
 from tinymt.config import check_analyze, load_config_file
 from tinymt.errors import TinyMTError
-from tinymt.files import CONFIG, check_output, is_run_dir, load_json, write_text
+from tinymt.files import CONFIG, check_output, check_outputs, is_run_dir, load_json, write_text
 from tinymt.heads import pruning, report
 from tinymt.heads.gates import all_heads, gates_without, head_shapes
 from tinymt.heads.sentences import load_sentences, showcase_links
 from tinymt.heads.stats import alignment_summary, attention_pass
 from tinymt.labels import head_labels
 from tinymt.relations import relation_summary
-from tinymt.rundir import checkpoint_path, find_run, load_run
+from tinymt.rundir import NAMED, checkpoint_path, find_run, load_run
 from tinymt.runtime import pick_device
 
 _IGNORED = ("run_dir", "resume")  # settings that differ between any two runs of a sweep
@@ -37,25 +37,46 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     check_analyze(cfg)
+    if cfg.prune_output is not None and cfg.prune is None:
+        raise TinyMTError(f"prune_output={cfg.prune_output}: it names the file of prune=; set "
+                          "prune=<fraction> too")
     folder = Path(cfg.run)
-    runs = [] if not folder.is_dir() or is_run_dir(folder) else sorted(
-        (p for p in folder.iterdir() if is_run_dir(p)), key=lambda p: p.name)
+    runs = [] if not folder.is_dir() or is_run_dir(folder) else sorted(  # 2_..., 10_...
+        (p for p in folder.iterdir() if is_run_dir(p)), key=lambda p: (len(p.name), p.name))
     if runs:
         if cfg.prune_output:
             raise TinyMTError(f"run={cfg.run} is a sweep of {len(runs)} runs: prune_output= "
                               "would be the same file for all of them; leave it unset")
         log(f"heads: sweep {cfg.run}: {len(runs)} runs")
+        # every run's files and outputs, and the report's, before any work
+        labels, metrics = _run_labels(runs), [load_json(r / "metrics.json", "the run's metrics")
+                                              if os.path.lexists(r / "metrics.json") else {}
+                                              for r in runs]
+        for r in runs:
+            _check_run(cfg, r)
+        path = check_output(folder / report.SWEEP_REPORT, "the sweep report")
         results = [analyze(OmegaConf.merge(cfg, {"run": str(r)}), progress, log) for r in runs]
-        metrics = [load_json(r / "metrics.json", "the run's metrics")
-                   if os.path.lexists(r / "metrics.json") else {} for r in runs]
-        path = write_text(report.sweep_report(_run_labels(runs), metrics, results),
-                          folder / report.SWEEP_REPORT)
+        write_text(report.sweep_report(labels, metrics, results), path)
         log(f"sweep report: {path}")
         return {"runs": [str(r) for r in runs], "results": results, "report": str(path)}
     run_dir = find_run(cfg.run, cfg.outputs_root)
-    if cfg.prune_output:  # before any work: never over the run's last.pt, best.pt, ...
-        check_output(cfg.prune_output, "prune_output")
+    _check_run(cfg, run_dir)
     return _analyze_run(OmegaConf.merge(cfg, {"run": str(run_dir)}), progress, log)
+
+
+def _check_run(cfg, run_dir: Path) -> None:
+    """What analysing ``run_dir`` reads (its checkpoint's file) and writes (never over the
+    run's last.pt, best.pt, ...), checked before any work."""
+    ckpt = checkpoint_path(run_dir, cfg.checkpoint) if cfg.checkpoint in NAMED else \
+        Path(cfg.checkpoint)
+    if not ckpt.is_file():
+        raise TinyMTError(f"checkpoint {ckpt} does not exist (nothing was analysed)")
+    check_outputs(("heads.md", run_dir / report.REPORT), ("heads.json", run_dir / report.JSON_REPORT),
+                  ("prune_output", None if cfg.prune is None else _pruned(cfg, run_dir)))
+
+
+def _pruned(cfg, run_dir: Path) -> Path | str:  # (as given: an empty one is refused)
+    return checkpoint_path(run_dir, "pruned") if cfg.prune_output is None else cfg.prune_output
 
 
 def _run_labels(runs: list[Path]) -> list[str]:
@@ -70,8 +91,7 @@ def _run_labels(runs: list[Path]) -> list[str]:
     keys = sorted({k for f in flats for k in f})
     differ = [k for k in keys if not k.endswith(_IGNORED)
               and len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1]
-    return [", ".join(f"{k}={f.get(k)}" for k in differ) or r.name
-            for r, f in zip(runs, flats)]
+    return [", ".join(f"{k}={f.get(k)}" for k in differ) or r.name for r, f in zip(runs, flats)]
 
 
 # long: the analysis in paper order, each step one call
@@ -102,9 +122,8 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
     if cfg.prune is not None:
         k = round(cfg.prune * len(all_heads(model)))
         heads = pruning.prune_order(importance)[:k]
-        out_path = Path(cfg.prune_output or checkpoint_path(run.run_dir, "pruned"))
-        save_checkpoint(pruning.pruned_state(run.state, heads, cfg.prune, run.checkpoint),
-                        out_path)
+        out_path = _pruned(cfg, run.run_dir)
+        save_checkpoint(pruning.pruned_state(run.state, heads, cfg.prune, run.checkpoint), out_path)
         bleu = pruning.gated_bleu(model, data.src_ids, data.refs, run.tgt_tokenizer, tgt_lang,
                                   gates_without(model, heads, device), cfg.batch_tokens, device)
         log(f"pruned checkpoint ({k}/{len(all_heads(model))} heads masked, BLEU {bleu:.2f}): "
@@ -113,8 +132,7 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
                   "bleu": bleu}
     # 5. figures, report
     alignment = None if counts is None else alignment_summary(counts)
-    relations = None if rel_counts is None or not rel_counts.n else \
-        relation_summary(rel_counts)
+    relations = None if rel_counts is None or not rel_counts.n else relation_summary(rel_counts)
     run_dir = run.run_dir
     result = {
         "run_dir": str(run_dir), "checkpoint": str(run.checkpoint), "split": cfg.split,

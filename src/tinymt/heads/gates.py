@@ -69,8 +69,7 @@ def gated_heads(model: Transformer, gates: dict[str, torch.Tensor] | None) -> It
             h.remove()
 
 
-def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_heads: int
-                  ) -> dict:
+def prune_weights(model_state: dict, heads: Sequence[tuple[str, int, int]], n_heads: int) -> dict:
     """A copy of the state dict ``model_state`` with the ``W_O`` columns of ``heads``
     zeroed: those heads then contribute nothing, exactly as a gate of 0."""
     model = dict(model_state)

@@ -48,8 +48,7 @@ def head_importance(model: Transformer, src_ids: Sequence[Sequence[int]],
                                    requires_grad=True) for k, (n_layers, n_heads) in shapes.items()}
             with torch.enable_grad(), gated_heads(model, gates):
                 hidden, _ = model(batch.src, batch.tgt_in)  # (B, T, d)
-                loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out,
-                                     model.pad_id)
+                loss = sequence_loss(hidden, model.output_proj.weight, batch.tgt_out, model.pad_id)
                 grads = torch.autograd.grad(loss, [gates[k] for k in KINDS])
             for k, g in zip(KINDS, grads):
                 total[k] += g.abs().sum(dim=1).cpu().double()  # sum over sentences
@@ -130,6 +129,5 @@ def pruned_state(saved: dict, heads: Sequence[tuple[str, int, int]], fraction: f
     ``"pruned"`` entry saying which heads those are."""
     state = {key: v for key, v in saved.items() if key not in TRAINING_STATE[1:]}
     state["model"] = prune_weights(state["model"], heads, saved["model_config"]["n_heads"])
-    state["pruned"] = {"fraction": fraction, "heads": [list(h) for h in heads],
-                       "from": str(source)}
+    state["pruned"] = {"fraction": fraction, "heads": [list(h) for h in heads], "from": str(source)}
     return state

@@ -126,8 +126,7 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
             if src_w is None:
                 continue
             n_t, n_s = int(tgt_len[b]), int(src_len[b])
-            counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w,
-                       words["alignment"][i])
+            counts.add(stacked["cross"][b, :, :, :n_t, :n_s], src_w, tgt_w, words["alignment"][i])
             if relations is not None:
                 relations.add_sentence(stacked, b, words, i, n_s, n_t)
     return stats, counts, relations

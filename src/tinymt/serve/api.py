@@ -147,8 +147,7 @@ def check_key(fields: Mapping, keys: frozenset[str] | None) -> None:
         raise ApiError(403, "Invalid API key")
 
 
-def text_items(fields: Mapping, limits, max_items: int | None = None
-               ) -> tuple[list[str], bool]:
+def text_items(fields: Mapping, limits, max_items: int | None = None) -> tuple[list[str], bool]:
     """``(q as a list of strings, whether q was one string)``, checked against the limits."""
     q = fields.get("q")
     max_items = limits.max_items if max_items is None else max_items

@@ -88,8 +88,7 @@ def _json_errors(handler: Handler) -> Handler:
         except Exception as e:  # noqa: BLE001  (the server stays up)
             print(f"error: {request.url.path}: {type(e).__name__}: {e}", file=sys.stderr,
                   flush=True)
-            return JSONResponse({"error": f"internal error ({type(e).__name__})"},
-                                status_code=500)
+            return JSONResponse({"error": f"internal error ({type(e).__name__})"}, status_code=500)
 
     return route
 

@@ -70,8 +70,7 @@ class Service:
         return search(self.run, ids, SimpleNamespace(**{**self.decode, "nbest": nbest}),
                       self.device)
 
-    def _attention(self, item: str, masked, ids: list[int]
-                   ) -> tuple[str, list[tuple[dict, bytes]]]:
+    def _attention(self, item: str, masked, ids: list[int]) -> tuple[str, list[tuple[dict, bytes]]]:
         """A sentence's translation and its view documents (none if empty), each with its
         JSON (:func:`~tinymt.viewer.document.document_json`), all on the worker."""
         out = [h[0][0] if h else [] for h in self._decode([ids], 1)][0]
@@ -144,8 +143,7 @@ class Service:
             read = read_item(*args) if here and one_pass(item) else await self.readers.read(*args)
             parts, found, item_plans, item_kept, lang = read
             units.append(parts)
-            plans += [[i + len(sents) if isinstance(i, int) else i for i in p]
-                      for p in item_plans]
+            plans += [[i + len(sents) if isinstance(i, int) else i for i in p] for p in item_plans]
             sents += found
             kept += item_kept
             detected.append(lang)
@@ -203,8 +201,7 @@ class Service:
         drawn = min(len(ids), self.attention_items)
         done = await self._wait([Job(fn=functools.partial(self._attention, *args))
                                  for args in zip(sents, masked, ids[:drawn])])
-        rest = await self._texts(masked[drawn:], ids[drawn:],
-                                 await self._search(ids[drawn:], 1))
+        rest = await self._texts(masked[drawn:], ids[drawn:], await self._search(ids[drawn:], 1))
         texts = [t for t, _ in done] + [t[0] if t else "" for t in rest]
         items = [assemble(parts, texts, self.pair.target) for parts in plans]
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)

@@ -212,8 +212,7 @@ def run_loop(t: Training) -> str:
     return why
 
 
-def train_step(t: Training, micro: list[tuple[list[int], list, list]]) \
-        -> tuple[torch.Tensor, int]:
+def train_step(t: Training, micro: list[tuple[list[int], list, list]]) -> tuple[torch.Tensor, int]:
     """Forward and backward over the micro-batches of one optimizer step.
 
     Every rank knows the whole global batch, so the token count needs no collective; each

@@ -20,8 +20,7 @@ def lr_factor(step: int, warmup: int, schedule: str, max_steps: int, min_ratio: 
     return 1.0  # constant (the config allows these three)
 
 
-def build_optimizer(model: torch.nn.Module, oc: DictConfig, max_steps: int,
-                    device: torch.device):
+def build_optimizer(model: torch.nn.Module, oc: DictConfig, max_steps: int, device: torch.device):
     """AdamW (the fused kernel on a CPU or CUDA when ``optim.fused``) and its ``LambdaLR``
     schedule."""
     fused = oc.fused and device.type in ("cpu", "cuda")

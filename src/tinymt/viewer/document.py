@@ -111,8 +111,7 @@ def build_document(attn: dict[str, list[np.ndarray]], src_pieces: Sequence[str],
             "step": int(step), "scale": SCALE, "kinds": kinds}
 
 
-def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool
-                ) -> tuple[dict, dict]:
+def _gold_cells(probe: Probe, src_pieces, tgt_pieces, forced_reference: bool) -> tuple[dict, dict]:
     """``{kind: [[row, col, label], ...]}`` from the probe's gold words (none without), and
     per self-attention kind ``(word of each position, the words, relations, causal)``."""
     gold: dict[str, list] = {}

@@ -108,8 +108,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
                 try:
                     probes.append({"tag": tag, **parse_meta(series.plugin_content)})
                 except ValueError as e:
-                    probes.append({"tag": tag, "sentence": "", "reference": None,
-                                   "error": str(e)})
+                    probes.append({"tag": tag, "sentence": "", "reference": None, "error": str(e)})
             runs.append({"run": run, "probes": probes})
         return http_util.Respond(request, {"runs": runs}, "application/json")
 

@@ -165,8 +165,7 @@ def parse_meta(content: bytes) -> dict:
     return {"sentence": sentence, "reference": reference}
 
 
-def probe_summary(tag: str, doc: dict, sentence: str, reference: str | None
-                  ) -> summary_pb2.Summary:
+def probe_summary(tag: str, doc: dict, sentence: str, reference: str | None) -> summary_pb2.Summary:
     """A ``Summary`` with one value: ``doc`` as a string tensor under our plugin."""
     tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING,
                                     tensor_shape=tensor_shape_pb2.TensorShapeProto(),

@@ -97,11 +97,11 @@ ROWS = [
     row("average_checkpoints", "last=0", expect="last=0"),
     row("average_checkpoints", "last=-1", expect="last=-1"),
     # a key + adds that the script's schema has not: a typo, which would change nothing
-    row("export", "+quantisation=int8", expect="quantisation: Key 'quantisation' not in"),
-    row("analyze_heads", "+max_sentence=5", expect="max_sentence: Key 'max_sentence' not in"),
-    row("average_checkpoints", "+outptu=x.pt", expect="outptu: Key 'outptu' not in"),
-    row("prepare_data", "+data.vocab=500", expect="vocab: Key 'vocab' not in 'DataConfig'"),
-    row("translate", "+beam=5", expect="beam: Key 'beam' not in 'TranslateConfig'"),
+    row("export", "+quantisation=int8", expect="quantisation: no such key in ExportConfig"),
+    row("analyze_heads", "+max_sentence=5", expect="max_sentence: no such key in AnalyzeConfig"),
+    row("average_checkpoints", "+outptu=x.pt", expect="outptu: no such key in AverageConfig"),
+    row("prepare_data", "+data.vocab=500", expect="data.vocab: no such key in DataConfig"),
+    row("translate", "+decode.bem=5", expect="decode.bem: no such key in DecodeConfig"),
 ]
 
 

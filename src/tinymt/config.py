@@ -128,11 +128,24 @@ def allowed_values(schema, prefix: str = "") -> dict[str, Why | tuple[str, ...]]
     return out
 
 
+def _extra_key(cfg, schema, prefix: str = "") -> tuple[str, str] | None:
+    """The first key of ``cfg`` that ``schema`` has not (Hydra's ``+key=``), and where."""
+    known = {f.name: f.default_factory for f in fields(schema)}
+    for key in cfg:
+        if key not in known:
+            return prefix + key, schema.__name__
+        if is_dataclass(known[key]) and OmegaConf.is_dict(cfg[key]) and \
+                (extra := _extra_key(cfg[key], known[key], f"{prefix}{key}.")):
+            return extra
+    return None
+
+
 def check_values(cfg, schema, prefix: str = "") -> None:
     """Every key of ``cfg`` (a DictConfig of ``schema``) against what its field allows
     (None, unset, always is): the first that is not is one line ``<prefix><key>=<value>:
     <what it may be>``; a key ``schema`` has not (Hydra's ``+key=``) is one line too."""
-    as_typed(schema, cfg, f"bad config{' (' + prefix.rstrip('.') + ')' if prefix else ''}")
+    if extra := _extra_key(cfg, schema):
+        raise TinyMTError(f"{prefix}{extra[0]}: no such key in {extra[1]} (a typo?)")
     for key, allowed in allowed_values(schema).items():
         value = OmegaConf.select(cfg, key)
         if value is None:

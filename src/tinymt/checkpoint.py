@@ -49,15 +49,14 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
-    """A checkpoint written by :func:`save_checkpoint`, checked in this order, each step
-    before anything later reads the file or builds from it: a regular file (never opened
-    otherwise) of at most :data:`MAX_CHECKPOINT_BYTES`, whose zip records fit in it
-    (:func:`_check_archive`); unpickled with ``weights_only=True`` (anything but tensors
-    and plain containers is refused, never executed); weights the file holds
-    (:func:`_weights_problem`); a ``model_config`` and ``vocab`` a training config could
-    have (:func:`tinymt.config.as_model_config`: building the model is bounded). Names and
-    shapes are checked by loading the weights into that model, strictly
-    (:func:`tinymt.rundir.load_run`). Else one line naming the file (and the field)."""
+    """A checkpoint written by :func:`save_checkpoint`, checked in this order, each step before
+    anything later reads the file or builds from it: a regular file (never opened otherwise) of
+    at most :data:`MAX_CHECKPOINT_BYTES`, whose zip records fit in it (:func:`_check_archive`);
+    unpickled with ``weights_only=True`` (anything but tensors and plain containers is refused,
+    never executed); weights the file holds (:func:`_weights_problem`); a ``model_config`` and
+    ``vocab`` a training config could have (:func:`tinymt.config.as_model_config`: building the
+    model is bounded). Names and shapes are checked by loading the weights into that model,
+    strictly (:func:`tinymt.rundir.load_run`). Else one line naming the file (and the field)."""
     path = regular_file(path, "checkpoint")
     size = path.stat().st_size
     if size > MAX_CHECKPOINT_BYTES:
@@ -100,11 +99,10 @@ def _damaged(path: Path, why: str) -> TinyMTError:
 
 
 def _check_archive(path: Path, size: int) -> None:
-    """The zip archive ``torch.save`` writes, its directory read (nothing unpacked): its
-    records together no larger than the file. torch's reader unpacks each record whole
-    before it checks anything: a compressed one (a "zip bomb") or one that two entries
-    name (read twice) would let a small file fill the memory. Junk or a truncated file is
-    refused here too."""
+    """The zip archive ``torch.save`` writes, its directory read (nothing unpacked): its records
+    together no larger than the file. torch's reader unpacks each record whole before it checks
+    anything: a compressed one (a "zip bomb") or one that two entries name (read twice) would
+    let a small file fill the memory. Junk or a truncated file is refused here too."""
     try:
         with zipfile.ZipFile(path) as archive:
             unpacked = sum(e.file_size for e in archive.infolist())
@@ -159,12 +157,11 @@ def _name(name: str) -> str:
 
 
 def average_checkpoints(paths: Sequence[str | os.PathLike], run: Path | None = None) -> dict:
-    """The last checkpoint's dict with its ``model`` the mean of all (integer buffers:
-    the last one's), without the optimizer's state (for translating, not resuming). Every
-    checkpoint must be of one run (the id its ``trainer_state`` holds; ``run``: a checkpoint
-    of the run they must be of) and have the same tensors (:func:`_differs`): else one line
-    naming the file. (A run's tokenizer and model config were frozen when it started,
-    resume checks them.)"""
+    """The last checkpoint's dict with its ``model`` the mean of all (integer buffers: the last
+    one's), without the optimizer's state (for translating, not resuming). Every checkpoint must
+    be of one run (the id its ``trainer_state`` holds; ``run``: a checkpoint of the run they
+    must be of) and have the same tensors (:func:`_differs`): else one line naming the file. (A
+    run's tokenizer and model config were frozen when it started, resume checks them.)"""
     states = [load_checkpoint(p) for p in paths]  # each model a dict of tensors
     ids = [s["trainer_state"].get("run") if isinstance(s.get("trainer_state"), dict) else None
            for s in [*states, *([load_checkpoint(run)] if run else [])]]

@@ -109,11 +109,10 @@ def _sweep_job() -> str | None:
 
 
 def one_line_errors(fn):
-    """Run ``fn`` (its output flushed); a :class:`TinyMTError` becomes ``error: <message>``
-    and exit code 2 (in a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2
-    at its end), a :class:`~tinymt.errors.Stopped` run its message and 128 + the signal's
-    number, Ctrl-C ``interrupted`` and 130, any other exception one line (:func:`_say`)
-    and 1."""
+    """Run ``fn`` (its output flushed); a :class:`TinyMTError` becomes ``error: <message>`` and
+    exit code 2 (in a ``-m`` sweep: one line naming the job, the sweep goes on, exit 2 at its
+    end), a :class:`~tinymt.errors.Stopped` run its message and 128 + the signal's number,
+    Ctrl-C ``interrupted`` and 130, any other exception one line (:func:`_say`) and 1."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -161,12 +161,11 @@ class Tokenizer:
 
 
 def tokenizer_digest(src: Tokenizer, tgt: Tokenizer) -> str:
-    """sha256 of what the source and target sentencepiece models *are* (a joint one once):
-    their pieces (with scores and types), normaliser and denormaliser, and the trainer
-    settings that change encoding (``ENCODING_FIELDS``); not where or how fast they were
-    built. It binds a checkpoint to the exact tokenizer it was trained with (the same
-    vocabulary size is not enough), and a rebuild of the same data config gives the same
-    digest."""
+    """sha256 of what the source and target sentencepiece models *are* (a joint one once): their
+    pieces (with scores and types), normaliser and denormaliser, and the trainer settings that
+    change encoding (``ENCODING_FIELDS``); not where or how fast they were built. It binds a
+    checkpoint to the exact tokenizer it was trained with (the same vocabulary size is not
+    enough), and a rebuild of the same data config gives the same digest."""
     h = hashlib.sha256()
     for tok in dict.fromkeys((src, tgt)):
         proto = spm_pb.ModelProto.FromString(tok.sp.serialized_model_proto())

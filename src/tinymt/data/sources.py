@@ -300,9 +300,8 @@ class ChunkWriter:
 
 
 def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:
-    """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``),
-    a record batch in memory at a time (read, not memory-mapped: pages once read are not
-    kept)."""
+    """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``), a
+    record batch in memory at a time (read, not memory-mapped: pages once read are not kept)."""
     with pa.OSFile(str(path)) as source:
         for batch in pa.ipc.open_stream(source):
             yield {name: batch.column(name).to_pylist() for name in columns or batch.schema.names}

@@ -30,11 +30,10 @@ def attention_links(attn: np.ndarray, src_weights: np.ndarray,
                     tgt_weights: np.ndarray) -> np.ndarray:
     """Word links of cross-attention ``attn`` ``(..., T_q, S)``: bool ``(..., n_src_words,
     n_tgt_words)``. ``src_weights`` ``(S, n_src_words)`` / ``tgt_weights`` ``(T_q,
-    n_tgt_words)``: how much of each key / of the piece each row predicts is each word
-    (zero rows for EOS). A target word is linked to the source word whose pieces get the
-    most of its pieces' attention (several on an exact tie), unless the positions of no
-    word (EOS = NULL) together get more.
-    """
+    n_tgt_words)``: how much of each key / of the piece each row predicts is each word (zero
+    rows for EOS). A target word is linked to the source word whose pieces get the most of its
+    pieces' attention (several on an exact tie), unless the positions of no word (EOS = NULL)
+    together get more."""
     attn = np.asarray(attn, dtype=np.float64)
     src_weights = np.asarray(src_weights, dtype=np.float64)
     n_src = src_weights.shape[1]

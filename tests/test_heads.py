@@ -26,7 +26,7 @@ from conftest import (
 )
 from tinymt import KINDS
 from tinymt.batching import collate
-from tinymt.checkpoint import load_checkpoint
+from tinymt.checkpoint import load_checkpoint, save_checkpoint
 from tinymt.config import ModelConfig
 from tinymt.decoding import greedy_decode, translate_ids
 from tinymt.errors import TinyMTError
@@ -529,6 +529,21 @@ def test_bad_options_are_errors(tiny_run):
                              (["prune=0.5", "prune_output="], "prune_output=: empty")):
         with pytest.raises(TinyMTError, match=words):
             analyze(analyze_cfg(tiny_run, *overrides), progress=False, log=QUIET)
+
+
+def test_a_run_from_elsewhere_is_analysed_with_its_data_rebuilt_here(tiny_run, tmp_path):
+    """A run whose checkpoint names a data cache this machine cannot make (another machine's
+    folder): refused in one line, and analysed with ``cache_dir=`` a folder of this one."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    best = run / "checkpoints" / "best.pt"
+    state = load_checkpoint(best)
+    state["config"]["data"]["cache_dir"] = "/proc/elsewhere/cache"
+    save_checkpoint(state, best)
+    with pytest.raises(TinyMTError, match="data.cache_dir='/proc/elsewhere/cache'"):
+        analyze(analyze_cfg(run, "max_sentences=4", "pruning=false"), progress=False, log=QUIET)
+    out = analyze(analyze_cfg(run, "max_sentences=4", "pruning=false",
+                              f"cache_dir={tmp_path / 'here'}"), progress=False, log=QUIET)
+    assert out["sentences"] == 4 and any((tmp_path / "here").iterdir())
 
 
 def test_an_empty_output_of_a_run_s_tool_is_refused(tiny_run, capsys):

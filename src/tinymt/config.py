@@ -352,6 +352,7 @@ class AnalyzeConfig:
     prune_output: str | None = None  # checked by the command (tinymt.files.check_output)
     device: str = _r("auto", DEVICE)
     batch_tokens: int = _r(4096, BATCH_TOKENS)
+    cache_dir: str | None = _r(None, FOLDER)  # None: the run's own data.cache_dir
     outputs_root: str = _r("outputs", DIR)
 
 

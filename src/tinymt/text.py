@@ -232,9 +232,8 @@ def assemble(parts: list[str | int], translations: Sequence[str], target: str) -
 
 class _Markup(HTMLParser):
     """HTML as parts: ``(False, markup or text as written)`` or ``(True, text to translate,
-    decoded)``, an inline element's tags in its text as stand-ins (:data:`TAGS`, their
-    markup in ``tags``); what <script>, <style>, <code>, <pre> hold is kept (html.parser:
-    forgiving)."""
+    decoded)``, an inline element's tags in its text as stand-ins (:data:`TAGS`, their markup in
+    ``tags``); what <script>, <style>, <code>, <pre> hold is kept (html.parser: forgiving)."""
 
     KEEP = {"script", "style", "code", "pre"}
 

@@ -199,13 +199,12 @@ def copy_spans(run: LoadedRun | LoadedExport, masked: tuple[str, list, list],
 
 def _place_tags(texts: list[str], marks: list[tuple[int, str]], n: int, readers) -> list[str]:
     """The output words ``texts`` with the stand-ins ``marks`` (``(offset, stand-in)`` in a
-    source sentence of ``n`` characters) put in: an element's start tag before the first of
-    the words reading its characters most (``readers(a, b)``: word indices), its end tag
-    after the last, inside their punctuation; at the source's start or end, at the
-    output's; a tag whose partner is in another sentence as if that stood at this one's end
-    (start). Where the tags would cross (the words reordered), they go around the whole
-    sentence in their order (the input's nesting): up to the last start tag before it, the
-    rest after."""
+    source sentence of ``n`` characters) put in: an element's start tag before the first of the
+    words reading its characters most (``readers(a, b)``: word indices), its end tag after the
+    last, inside their punctuation; at the source's start or end, at the output's; a tag whose
+    partner is in another sentence as if that stood at this one's end (start). Where the tags
+    would cross (the words reordered), they go around the whole sentence in their order (the
+    input's nesting): up to the last start tag before it, the rest after."""
     where = {m: o for o, m in marks}
     pre, post = [[] for _ in texts], [[] for _ in texts]
     first, last, spot = [], [], {}  # spot: where each start tag went

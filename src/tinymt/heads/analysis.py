@@ -101,7 +101,7 @@ def _analyze_run(cfg, progress: bool, log) -> dict:
     if run.state.get("pruned"):  # written by prune=: its heads have zero W_O columns
         log(f"note: {run.checkpoint} already has masked heads; they stay masked "
             "(importance 0, masked first)")
-    data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences, log)
+    data, tgt_lang, source = load_sentences(run, cfg.split, cfg.max_sentences, log, cfg.cache_dir)
     log(f"heads: {run.run_dir} ({run.checkpoint.name}), {len(data.src_ids)} {cfg.split} "
         f"sentences, device {device}")
     model = run.model

@@ -32,16 +32,19 @@ class Sentences:
     truncated: int = 0
 
 
-def load_sentences(run: LoadedRun, split: str, max_sentences: int,
-                   log) -> tuple[Sentences, str, str]:
+def load_sentences(run: LoadedRun, split: str, max_sentences: int, log,
+                   cache_dir: str | None = None) -> tuple[Sentences, str, str]:
     """``(sentences, target language, data source)``: the first ``max_sentences`` (0 = all)
-    pairs of ``split`` of the run's data (rebuilt from its ``config["data"]``, a cache hit
-    normally), tokenized by its own tokenizers; too long ones truncated (no alignment)."""
+    pairs of ``split`` of the run's data (rebuilt from its ``config["data"]`` in ``cache_dir``
+    or its own, a cache hit normally), tokenized by its own tokenizers; too long ones
+    truncated (no alignment)."""
     data_cfg = run.config.get("data")  # (a dict: the checkpoint loader checks it)
     if not data_cfg:
         raise TinyMTError(f"{run.checkpoint} holds no data config: cannot rebuild its "
                           "data split (was it written by tinymt's trainer?)")
-    data = prepare(as_typed(DataConfig, data_cfg, f"{run.checkpoint}: bad data config"), log=log)
+    typed = as_typed(DataConfig, data_cfg, f"{run.checkpoint}: bad data config")
+    typed.cache_dir = cache_dir or typed.cache_dir
+    data = prepare(typed, log=log)
     ds = data.splits[split]
     ds = ds.select(range(min(max_sentences or len(ds), len(ds))))
     src_text, refs = ds["src"][:], ds["tgt"][:]

@@ -137,12 +137,11 @@ def global_batches(t: Training):
 
 
 def run_loop(t: Training) -> str:
-    """Train until a budget runs out; returns why it stopped. Every rank decides alike
-    (steps, epochs and losses agree by construction; ``train_seconds`` adds the slowest
-    rank's time since the last agreement), or one would stop while another waits in a
-    collective.
-    Nothing in a step waits for the device but the clock of one whose loss is read next:
-    losses and gradient norms stay there until :func:`read_steps` reads them at once."""
+    """Train until a budget runs out; returns why it stopped. Every rank decides alike (steps,
+    epochs and losses agree by construction; ``train_seconds`` adds the slowest rank's time
+    since the last agreement), or one would stop while another waits in a collective. Nothing in
+    a step waits for the device but the clock of one whose loss is read next: losses and
+    gradient norms stay there until :func:`read_steps` reads them at once."""
     tc, state = t.cfg.trainer, t.state
     budget_s = tc.max_minutes * 60 if tc.max_minutes > 0 else math.inf
     share = runtime.CoreShare(on=t.rt.device.type == "cpu" and not tc.num_threads)

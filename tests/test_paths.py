@@ -63,6 +63,7 @@ OPTIONS = {
     ("export", "outputs_root"): "R",
     ("analyze_heads", "prune_output"): "W", ("analyze_heads", "run"): "R",
     ("analyze_heads", "checkpoint"): "R", ("analyze_heads", "outputs_root"): "R",
+    ("analyze_heads", "cache_dir"): "F",
     ("average_checkpoints", "output"): "W", ("average_checkpoints", "run"): "R",
     ("average_checkpoints", "outputs_root"): "R",
     ("benchmark", "--out"): "W", ("benchmark", "--json"): "W", ("benchmark", "--merge"): "R",

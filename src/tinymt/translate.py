@@ -314,11 +314,10 @@ def _translate_lines(run: LoadedRun | LoadedExport, lines, cfg, warn, out_f, dev
     of_line = [[i for i in parts if isinstance(i, int)] for parts in plans]  # each line's sentences
     line = {i: first_line + n for n, idx in enumerate(of_line) for i in idx}
     masked, ids = source_ids(run, sents, warn, line)
-    if Path(cfg.attention or "").suffix.lower() == ".png" and \
-            sum(map(bool, ids)) + len(shown) > 1:  # (shown: earlier chunks' PNGs)
-        raise TinyMTError(f"attention={cfg.attention} is one file but there are "
-                          f"{sum(map(bool, ids)) + len(shown)} sentences: give a folder "
-                          "instead")
+    drawn = sum(map(bool, ids)) + len(shown)  # (shown: earlier chunks' PNGs)
+    if Path(cfg.attention or "").suffix.lower() == ".png" and drawn > 1:
+        raise TinyMTError(f"attention={cfg.attention} is one file but there are {drawn} "
+                          "sentences: give a folder instead")
     nbests = search(run, ids, d, device, progress=sum(map(bool, ids)) > 200)
     outs = hypothesis_texts(run, masked, ids, nbests, device)
     best = [o[0] if o else "" for o in outs]

@@ -65,8 +65,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
 
 
 def _check_run(cfg, run_dir: Path) -> None:
-    """What analysing ``run_dir`` reads (its checkpoint's file) and writes (never over the
-    run's last.pt, best.pt, ...), checked before any work."""
+    """The checkpoint analysing ``run_dir`` reads and the files it writes, before any work."""
     ckpt = checkpoint_path(run_dir, cfg.checkpoint) if cfg.checkpoint in NAMED else \
         Path(cfg.checkpoint)
     if not ckpt.is_file():

@@ -207,8 +207,7 @@ class Service:
         return self._attention_json(items, done)  # (joins megabytes of JSON: ~10 ms)
 
     async def _source_ids(self, sents: list[str]) -> tuple[list, list[list[int]]]:
-        """:func:`tinymt.translate.source_ids` on the worker, a task a batch of sentences: no
-        request's text (NFKC may make it longer) is encoded on the event loop but a short one."""
+        """:func:`tinymt.translate.source_ids`, on the worker (a task a batch) but for short text."""
         if sum(map(len, sents)) <= SHORT:  # (here: no round trip)
             return source_ids(self.run, sents, copy=self.text)
         size = self.batcher.max_sentences

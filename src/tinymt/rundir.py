@@ -49,6 +49,11 @@ def checkpoint_path(run_dir: str | Path, name: str) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"{name}.pt"
 
 
+def run_checkpoint(run_dir: str | Path, checkpoint: str) -> Path:
+    """``checkpoint=`` of a run: best / last / avg / pruned that file of it, else a path."""
+    return checkpoint_path(run_dir, checkpoint) if checkpoint in NAMED else Path(checkpoint)
+
+
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
     """A run's ``ckpt_<step>.pt`` files, oldest step first (other files are ignored)."""
     found = [(int(m.group(1)), p) for p in (Path(run_dir) / CHECKPOINTS).glob("ckpt_*.pt")
@@ -131,9 +136,7 @@ def load_run(run: str, checkpoint: str = "best", device: torch.device | str = "c
              outputs_root: str = "outputs") -> LoadedRun:
     """A run's tokenizer(s) and the model of one of its checkpoints, in eval mode."""
     run_dir = find_run(run, outputs_root)
-    # best / last / avg / pruned: that file of the run, anything else a path (load_checkpoint
-    # says when there is no such file: "checkpoint <path> does not exist")
-    ckpt_path = checkpoint_path(run_dir, checkpoint) if checkpoint in NAMED else Path(checkpoint)
+    ckpt_path = run_checkpoint(run_dir, checkpoint)  # (none: "checkpoint <path> does not exist")
     state = load_checkpoint(ckpt_path, map_location="cpu")
     tok_dir = run_dir / TOKENIZER
     src_tok, tgt_tok = load_tokenizers(tok_dir)

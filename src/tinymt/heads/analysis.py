@@ -22,7 +22,7 @@ from tinymt.heads.sentences import load_sentences, showcase_links
 from tinymt.heads.stats import alignment_summary, attention_pass
 from tinymt.labels import head_labels
 from tinymt.relations import relation_summary
-from tinymt.rundir import NAMED, checkpoint_path, find_run, load_run
+from tinymt.rundir import checkpoint_path, find_run, load_run, run_checkpoint
 from tinymt.runtime import pick_device
 
 _IGNORED = ("run_dir", "resume")  # settings that differ between any two runs of a sweep
@@ -55,7 +55,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
         for r in runs:
             _check_run(cfg, r)
         path = check_output(folder / report.SWEEP_REPORT, "the sweep report")
-        results = [analyze(OmegaConf.merge(cfg, {"run": str(r)}), progress, log) for r in runs]
+        results = [_analyze_run(OmegaConf.merge(cfg, {"run": str(r)}), progress, log) for r in runs]
         write_text(report.sweep_report(labels, metrics, results), path)
         log(f"sweep report: {path}")
         return {"runs": [str(r) for r in runs], "results": results, "report": str(path)}
@@ -66,9 +66,7 @@ def analyze(cfg, progress: bool = True, log=None) -> dict:
 
 def _check_run(cfg, run_dir: Path) -> None:
     """The checkpoint analysing ``run_dir`` reads and the files it writes, before any work."""
-    ckpt = checkpoint_path(run_dir, cfg.checkpoint) if cfg.checkpoint in NAMED else \
-        Path(cfg.checkpoint)
-    if not ckpt.is_file():
+    if not (ckpt := run_checkpoint(run_dir, cfg.checkpoint)).is_file():
         raise TinyMTError(f"checkpoint {ckpt} does not exist (nothing was analysed)")
     check_outputs(("heads.md", run_dir / report.REPORT), ("heads.json", run_dir / report.JSON_REPORT),
                   ("prune_output", None if cfg.prune is None else _pruned(cfg, run_dir)))

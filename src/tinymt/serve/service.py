@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import json
+from collections.abc import Callable
 from html import escape
 from types import SimpleNamespace
 
@@ -210,10 +211,7 @@ class Service:
         """:func:`tinymt.translate.source_ids`, on the worker (a task a batch) but for short text."""
         if sum(map(len, sents)) <= SHORT:  # (here: no round trip)
             return source_ids(self.run, sents, copy=self.text)
-        size = self.batcher.max_sentences
-        parts = await self._wait([Job(fn=functools.partial(
-            source_ids, self.run, sents[i:i + size], copy=self.text))
-            for i in range(0, len(sents), size)])
+        parts = await self._in_tasks(lambda s: source_ids(self.run, s, copy=self.text), sents)
         return [m for p in parts for m in p[0]], [x for p in parts for x in p[1]]
 
     async def _search(self, ids: list[list[int]], nbest: int, arrival: object = None):
@@ -229,10 +227,14 @@ class Service:
         (spans), a task a batch of sentences."""
         if not any(spans or marks for _, spans, marks in masked):
             return hypothesis_texts(self.run, masked, ids, hyps, self.device)
+        return [t for part in await self._in_tasks(lambda *a: hypothesis_texts(
+            self.run, *a, self.device), masked, ids, hyps) for t in part]
+
+    async def _in_tasks(self, fn: Callable, *lists: list) -> list:
+        """``fn`` of the sentences' ``lists`` cut into batches, a worker task each: each result."""
         size = self.batcher.max_sentences
-        return [t for part in await self._wait([Job(fn=functools.partial(
-            hypothesis_texts, self.run, masked[i:i + size], ids[i:i + size], hyps[i:i + size],
-            self.device)) for i in range(0, len(ids), size)]) for t in part]
+        return await self._wait([Job(fn=functools.partial(fn, *(x[i:i + size] for x in lists)))
+                                 for i in range(0, len(lists[0]), size)])
 
     async def _wait(self, jobs: list[Job], arrival: object = None) -> list:
         """Each job's result, the jobs queued together (429 when they do not fit)."""

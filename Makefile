@@ -35,12 +35,12 @@ demo: install
 	@echo "every head of the showcase sentence, interactive (open in a browser): outputs/showcase_attention.html"
 	@echo "every head across training, in TensorBoard's Attention tab: $(VENV)/bin/tensorboard --logdir outputs"
 
-# the two pytest plugins the suite uses, named: pytest rewrites the asserts of every module of
+# the three pytest plugins the suite uses, named: pytest rewrites the asserts of every module of
 # an auto-loaded plugin's package (hypothesis, hydra, anyio: ~170 modules a worker, ~2 s
 # where no bytecode cache is written, as on a clean clone)
 test: install
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -p xdist -p hypothesispytest -q -n auto \
-		--dist loadfile --no-loadscope-reorder
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(PY) -m pytest -p xdist -p hypothesispytest -p pytest_timeout \
+		-q -n auto --dist loadfile --no-loadscope-reorder
 
 # Every GPU figure in one call (a CUDA build of torch: make gpu TORCH='torch==2.13.0
 # --index-url https://download.pytorch.org/whl/cu128'): a minute of the default run on the GPU

@@ -299,7 +299,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base  # this session's
-    with FileLock(shared / "tiny_run.lock"):
+    with FileLock(shared / "tiny_run.lock", timeout=600):  # (a hung trainer: an error)
         if not (shared / "tiny_run" / "run" / "metrics.json").exists():
             shutil.rmtree(shared / "tiny_run", ignore_errors=True)  # a worker that failed
             train(compose_train(shared / "tiny_run", "trainer.max_steps=40",

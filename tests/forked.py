@@ -67,8 +67,10 @@ class _Server:
         address = _ADDRESS or (_address(int(os.environ[SHARED])) if SHARED in os.environ else "")
         if address:  # a child of the server, or an xdist worker: its own connection to it
             self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.ctl.settimeout(120)  # (a server stuck in its imports: an error, not a hang)
             self.ctl.connect(address)
             self.env = json.loads(self.ctl.recv(1 << 20))  # what the server started with
+            self.ctl.settimeout(None)
             return
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.env = os.environ.copy()
@@ -129,7 +131,9 @@ class ForkedPopen(subprocess.Popen):
                                            self._session)
         self._child_created = True
         self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+        self._status.settimeout(120)  # (the server forks at once, unless it is stuck)
         self.pid = int.from_bytes(self._recv(4), "little")
+        self._status.settimeout(None)
 
     def _recv(self, n: int) -> bytes:
         data = b""
@@ -168,7 +172,7 @@ def run(args: list, *, input=None, capture_output=False, timeout=None, check=Fal
     with ForkedPopen(args, env=env, **kwargs) as process:
         try:
             stdout, stderr = process.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException:  # a timeout, or the suite's own (pytest-timeout): as subprocess.run
             process.kill()
             process.wait()
             raise

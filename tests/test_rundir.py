@@ -1,12 +1,15 @@
 """Run dirs: claimed atomically, never overwritten, checkpoints bound to their tokenizer,
 loading never runs code, a failed resume leaves the run byte-identical."""
 
+import contextlib
 import hashlib
-import multiprocessing
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import forked
@@ -45,10 +48,44 @@ def compose_cfg(name: str, *overrides):
 
 
 # ----------------------------------------------------------------------------- claiming
-def _claim(args):
-    path, barrier = args
-    barrier.wait()
-    return str(claim_run_dir(path, unique=True))
+def _claim_at_once(path: Path, n: int, within_s: float = 60) -> list[str]:
+    """``claim_run_dir(path, unique=True)`` in ``n`` processes let go at the same moment: the
+    folders they got. Plain forks that make no call but the claim and leave by ``os._exit``:
+    this process has threads (pytest-xdist's, torch's), and a fork copies none of them, so a
+    child that took a lock one of them held (a Pool's workers and queues, a Manager's barrier)
+    would wait forever; every wait here has a deadline."""
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:  # the child: wait for the start, claim, report, leave
+            try:
+                os.read(go_r, 1)
+                try:
+                    got = str(claim_run_dir(path, unique=True))
+                except Exception as e:  # (one line, as the test's failure shows it)
+                    got = f"error: {e!r}"
+                os.write(out_w, f"{got}\n".encode())
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    os.close(out_w)
+    os.write(go_w, b"x" * n)  # all of them at once
+    got, end = b"", time.monotonic() + within_s
+    try:
+        while got.count(b"\n") < n and select.select([out_r], [], [], end - time.monotonic())[0]:
+            if not (chunk := os.read(out_r, 1 << 16)):
+                break
+            got += chunk
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        for fd in (go_r, go_w, out_r):
+            os.close(fd)
+    return got.decode().splitlines()
 
 
 @pytest.mark.parametrize("made_by_hydra", [False, True])
@@ -58,10 +95,7 @@ def test_runs_started_at_once_get_their_own_folders(tmp_path, made_by_hydra):
     n, path = 8, tmp_path / "12-00-00"
     if made_by_hydra:
         path.mkdir()
-    with multiprocessing.Manager() as m:
-        barrier = m.Barrier(n)
-        with multiprocessing.get_context("fork").Pool(n) as pool:
-            got = pool.map(_claim, [(path, barrier)] * n)
+    got = _claim_at_once(path, n)
     assert len(set(got)) == n
     assert sorted(Path(p).name for p in got) == ["12-00-00"] + [f"12-00-00_{i}"
                                                                 for i in range(1, n)]

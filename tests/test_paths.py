@@ -79,6 +79,7 @@ OTHER_OUTPUT = {("translate", "output"): "attention", ("translate", "attention")
                 ("benchmark", "--out"): "--json", ("benchmark", "--json"): "--out"}
 # root may write anywhere a mode allows; sysfs refuses new files even to root
 UNWRITABLE = "/sys/tinymt-test" if os.geteuid() == 0 else "{tmp}/ro/x"
+READ_ONLY = "/sys" if os.geteuid() == 0 else "{tmp}/ro"  # a folder that exists, read-only
 
 TARGETS = {  # name -> the value given (formatted with {tmp}, {run})
     "run state": "{run}/checkpoints/last.pt",
@@ -95,12 +96,15 @@ TARGETS = {  # name -> the value given (formatted with {tmp}, {run})
     "a file": "{tmp}/afile",
     "under a file": "{tmp}/afile/x.html",
     "unwritable": UNWRITABLE,
+    "read-only folder": READ_ONLY,
     "long name": "{tmp}/" + "n" * 300,
 }
 # targets that are a fine value: let through (a link is replaced, never written through; an
 # existing folder takes a new run, the cache, attention maps; a new name in a run is no
-# state of it: train's run_dir= there is refused when the run is claimed, tests/test_rundir.py)
-LET_THROUGH = {"W": {"link out", "a file", "in a run"}, "F": {"folder", "in a run"}, "R": set()}
+# state of it: train's run_dir= there is refused when the run is claimed, tests/test_rundir.py;
+# a read-only folder holds a cache to read: a write there fails when it is made, in one line)
+LET_THROUGH = {"W": {"link out", "a file", "in a run"},
+               "F": {"folder", "in a run", "read-only folder"}, "R": set()}
 LET_THROUGH_OPTION = {("translate", "attention"): {"link out", "folder", "in a run"},
                       ("export", "out"): {"in a run"},  # a new folder: an existing one is refused
                       ("translate", "input"): {"pipe"}, ("translate", "ref"): {"pipe"},

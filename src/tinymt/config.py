@@ -78,10 +78,11 @@ def path_rule(allowed: str, folder: bool | None = None, names: tuple[str, ...] =
 
 
 def creatable_folder(value) -> str | None:
-    """A folder that exists, or whose nearest existing ancestor is a folder we may write
-    in; never blank."""
-    why = name_problem(str(value)) or output_problem(os.path.join(str(value), "x"))
-    return why and f"must be a folder (or where one can be made), not a file ({why})"
+    """A folder that exists (a read-only one too: a cache hit writes nothing, and a write
+    there fails in one line), or one that can be made; never blank."""
+    why = name_problem(str(value)) or (None if Path(str(value)).expanduser().is_dir() else
+                                       output_problem(os.path.join(str(value), "x")))
+    return why and f"must be a folder, or where one can be made ({why})"
 
 
 def attention_file(attention: str | None) -> str | None:

@@ -273,6 +273,7 @@ def test_a_ctrl_c_inside_hydra_s_composition_is_interrupted():
 
 DEFERRED_CTRL_C = """
 import os, signal, sys, time, types
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (as a foreground job: not `cmd &`)
 import tinymt.cli
 probe = types.ModuleType("torch._probe")  # a module of torch halfway through its import
 probe.__spec__ = types.SimpleNamespace(_initializing=True)

@@ -71,7 +71,7 @@ def _normalise_split(cfg, split: str, chunks, path: Path) -> int:
     """NFKC + whitespace on both sides, pairs with an empty side dropped, the rest written
     to ``path``; returns how many were dropped."""
     seen = 0
-    with ChunkWriter(path) as out:
+    with contextlib.closing(ChunkWriter(path)) as out:
         for cols in chunks:
             seen += len(cols["src"])
             src = [normalize(s) for s in cols["src"]]

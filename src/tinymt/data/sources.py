@@ -292,12 +292,6 @@ class ChunkWriter:
         if self._writer is not None:
             self._writer.finalize()
 
-    def __enter__(self) -> ChunkWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Columns]:
     """The chunks of a :class:`ChunkWriter` file as plain columns (all, or ``columns``), a

@@ -315,18 +315,11 @@ def validate_and_checkpoint(t: Training, bar) -> bool:
                                 t.sample)
         # the curve of valid BLEU against training time (validation time not counted)
         t.writer.add_scalar("valid/train_seconds", state["train_seconds"], step)
-        save_checkpoints(t, best=improved, labels=labels)
+        publish_checkpoints(checkpoint_state(t, labels), t.run_dir, improved, tc.keep_last)
+        t.saved_step = step
         t.writer.flush()
     runtime.barrier(t.rt)
     return bool(tc.patience) and state["bad_validations"] >= tc.patience
-
-
-def save_checkpoints(t: Training, best: bool, labels: dict | None = None) -> None:
-    """``last.pt``, then ``best.pt`` (when ``best``) and the kept step checkpoints
-    (:func:`~tinymt.trainer.state.publish_checkpoints`), with each head's ``labels`` at
-    this step (a validation's)."""
-    publish_checkpoints(checkpoint_state(t, labels), t.run_dir, best, t.cfg.trainer.keep_last)
-    t.saved_step = t.state["step"]
 
 
 # ----------------------------------------------------------------------------- 4. finish

@@ -140,8 +140,10 @@ def test_showcase_in_no_split(splits):
 
 
 def test_deterministic_per_seed(splits):
-    again = generate_splits(seed=1234, **SIZES)
+    told = []  # what the progress bar is told: the pairs so far, rising to all of them
+    again = generate_splits(seed=1234, **SIZES, progress=told.append)
     assert _digest(again) == _digest(splits)
+    assert told == sorted(told) and told[-1] == sum(SIZES.values()) and len(told) > 2
     other = generate_splits(seed=4321, **SIZES)
     assert _digest(other) != _digest(splits)
 

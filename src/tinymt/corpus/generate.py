@@ -13,6 +13,7 @@ own, so the sentences of every split are the same with them.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from tinymt.corpus.dictionary import dictionary_pairs
 from tinymt.corpus.grammar import sample_sentence, showcase_structures
@@ -26,10 +27,12 @@ SHOWCASE: tuple[Pair, Pair] = tuple(render(s) for s in showcase_structures())  #
 
 
 def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int = 1000,
-                    test_size: int = 1000) -> dict[str, list[Pair]]:
-    """Unique pairs split into ``{"train", "validation", "test"}``; same seed, same lists."""
+                    test_size: int = 1000, progress: Callable[[int], object] = lambda n: None
+                    ) -> dict[str, list[Pair]]:
+    """Unique pairs split into ``{"train", "validation", "test"}``; same seed, same lists
+    (``progress``: told how many pairs there are so far, every few hundred samples)."""
     r = random.Random(seed)  # (tinymt.data.prepare calls it with the cyclic GC off)
-    pairs = _unique_pairs(r, train_size + valid_size + test_size)
+    pairs = _unique_pairs(r, train_size + valid_size + test_size, progress)
     r.shuffle(pairs)
     train = pairs[valid_size + test_size:]
     return {"train": train + dictionary_pairs(seed, len(train)),
@@ -39,7 +42,7 @@ def generate_splits(seed: int = 1234, train_size: int = 200_000, valid_size: int
 _CHUNK = 256  # sample, then render, in chunks: ~20% faster than one at a time (CPU caches)
 
 
-def _unique_pairs(r: random.Random, total: int) -> list[Pair]:
+def _unique_pairs(r: random.Random, total: int, progress: Callable[[int], object]) -> list[Pair]:
     """``total`` pairs of 3..MAX_WORDS words a side, no side seen before (the showcase's
     sentences count as seen)."""
     seen_zh, seen_en = {p.zh for p in SHOWCASE}, {p.en for p in SHOWCASE}
@@ -57,5 +60,6 @@ def _unique_pairs(r: random.Random, total: int) -> list[Pair]:
             seen_en.add(en)
             pairs.append(p)
             if len(pairs) == total:
-                return pairs
+                break
+        progress(len(pairs))
     return pairs

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 import tinymt.corpus as corpus
 from tinymt.errors import TinyMTError, first_line
+from tinymt.runtime import progress_bar
 
 if TYPE_CHECKING:  # datasets is imported where used: a second to import, which translate
     import datasets  # and serve, reading no prepared data, need not spend
@@ -210,8 +211,10 @@ def _load_hub(cfg, log: Log) -> dict[str, Columns]:
 
 def _load_builtin(cfg, log: Log) -> dict[str, Columns]:
     """The built-in corpus's splits in ``cfg``'s direction (it makes zh -> en pairs)."""
-    splits = corpus.generate_splits(seed=cfg.split_seed, train_size=cfg.train_size,
-                                    valid_size=cfg.valid_size, test_size=cfg.test_size)
+    sizes = dict(train_size=cfg.train_size, valid_size=cfg.valid_size, test_size=cfg.test_size)
+    with progress_bar(None, total=sum(sizes.values()), desc="data: generating", unit="pair") as bar:
+        splits = corpus.generate_splits(cfg.split_seed, progress=lambda n: bar.update(n - bar.n),
+                                        **sizes)
     out = {}
     for ours, theirs in {"train": "train", "valid": "validation", "test": "test"}.items():
         pairs = splits[theirs]

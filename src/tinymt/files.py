@@ -306,6 +306,7 @@ def parse_json(text: str | bytes, what: str, error: type[Exception] = TinyMTErro
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise error(f"{what} is not valid UTF-8") from None
+
     def finite(word):
         raise ValueError(f"{word} is not a number JSON allows")
     try:

@@ -31,6 +31,7 @@ def config_dict(cfg) -> dict[str, Any]:
     return (dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg)
             else OmegaConf.to_container(cfg, resolve=True))
 
+
 def _stat(path: Path) -> list:
     st = path.stat()
     return [str(path.resolve()), st.st_size, st.st_mtime_ns]
@@ -76,6 +77,7 @@ def cache_key(cfg) -> str:
 def cache_path(cfg) -> Path:
     """``<cache_dir>/<cache_key(cfg)>``: where ``prepare(cfg)`` keeps its results."""
     return Path(cfg.cache_dir) / cache_key(cfg)
+
 
 def load_complete(final: Path, log: Log) -> PreparedData | None:
     """The entry at ``final`` if its files are those its ``COMPLETE`` marker records;

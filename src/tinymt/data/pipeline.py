@@ -196,6 +196,7 @@ def _build(cfg, tmp: Path, log: Log) -> dict:
     stats["seconds"] = round(time.perf_counter() - t0, 2)
     return stats
 
+
 @contextlib.contextmanager
 def _quiet_and_uncollected():
     """No datasets progress bars, and no cyclic GC: millions of small lists, no cycles, which

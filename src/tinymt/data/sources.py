@@ -270,6 +270,7 @@ def as_table(cols: Columns) -> pa.Table:
     return pa.table({name: pa.array(values, type=ARROW_TYPES[name])
                      for name, values in cols.items()})
 
+
 class ChunkWriter:
     """Appends chunks of columns (names from :data:`ARROW_TYPES`) to one Arrow stream file
     (datasets' ``ArrowWriter``), created by the first chunk; ``rows``: how many so far.
@@ -302,4 +303,3 @@ def read_chunks(path: Path, columns: Sequence[str] | None = None) -> Iterator[Co
     with pa.OSFile(str(path)) as source:
         for batch in pa.ipc.open_stream(source):
             yield {name: batch.column(name).to_pylist() for name in columns or batch.schema.names}
-

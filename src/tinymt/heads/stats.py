@@ -129,4 +129,3 @@ def attention_pass(model: Transformer, src_ids, tgt_ids, batch_tokens: int = 409
             if relations is not None:
                 relations.add_sentence(stacked, b, words, i, n_s, n_t)
     return stats, counts, relations
-

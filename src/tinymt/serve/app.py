@@ -160,6 +160,7 @@ def create_app(service: Service) -> Starlette:
                                 "engine=torch and attention_items > 0)")
         fields = await read_fields(request, service.limits, service.keys)
         items, _ = text_items(fields, service.limits, service.attention_items)
+
         async def work():
             async with service.deadline():
                 return await service.attention(items)

@@ -177,4 +177,3 @@ def log_probes(writer, model, cfg, data, probes: list[Probe], rt, step, sample=N
     for name, value in cost.items():
         writer.add_scalar(f"logging/{name}", value, step)
     return labels
-

@@ -275,9 +275,9 @@ DEFERRED_CTRL_C = """
 import os, signal, sys, time, types
 signal.signal(signal.SIGINT, signal.default_int_handler)  # (as a foreground job: not `cmd &`)
 import tinymt.cli
-probe = types.ModuleType("torch._probe")  # a module of torch halfway through its import
+probe = types.ModuleType("_probe")  # a library halfway through its import (not torch)
 probe.__spec__ = types.SimpleNamespace(_initializing=True)
-sys.modules["torch._probe"] = probe
+sys.modules["_probe"] = probe
 os.kill(os.getpid(), signal.SIGINT)
 time.sleep(0.3)
 print("deferred", flush=True)
@@ -288,11 +288,12 @@ print("not interrupted", flush=True)
 
 
 @pytest.mark.slow  # a process of its own (forked)
-def test_a_ctrl_c_while_torch_imports_waits_for_the_import():
-    """A Ctrl-C while a module of torch is being imported could abort Python (a C++
-    exception through pybind11; or, at its teardown, "Fatal Python error": seen about once
-    in a hundred Ctrl-Cs in translate.py's first two seconds): it comes once the import is
-    done, as a Ctrl-C does (``interrupted``), and not before."""
+def test_a_ctrl_c_while_a_library_imports_waits_for_the_import():
+    """A Ctrl-C while a library is being imported could abort Python (a C++ exception through
+    pybind11; or, at its teardown, "Fatal Python error": seen about once in a hundred
+    Ctrl-Cs in translate.py's first two seconds while torch imported, and once after it,
+    amid the compiled modules imported next): it comes once the import is done, as a Ctrl-C
+    does (``interrupted``), and not before."""
     r = forked.run([sys.executable, "-c", DEFERRED_CTRL_C], capture_output=True, text=True,
                    env=_no_traceback(), timeout=60)
     assert (r.stdout, r.stderr) == ("deferred\n", "interrupted\n") and r.returncode in (130, -2)

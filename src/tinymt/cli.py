@@ -4,7 +4,7 @@ other exception exit status 1 (``TINYMT_TRACEBACK=1`` shows its traceback instea
 
 Every script imports this module first: from then on, what escapes those two (a Ctrl-C
 while the script still imports, a failing write of Hydra's ``--help``) is one line too
-(:func:`_last_words`), and a Ctrl-C while torch imports waits for that import
+(:func:`_last_words`), and a Ctrl-C while a library imports waits for that import
 (:func:`_ctrl_c`), so Hydra and the rest are imported below the hook and the handler."""
 
 # ruff: noqa: E402  (the hook is set before the third-party imports)
@@ -63,16 +63,17 @@ sys.excepthook = _last_words
 def _ctrl_c(signum, frame) -> None:
     """SIGINT: ``KeyboardInterrupt``, as Python's own handler (SIGTERM: :class:`Stopped`, so
     that what a Ctrl-C cleans up, a new run's claimed folder, is cleaned up: exit 143),
-    except while torch is being imported: one there can abort Python (a C++ exception
-    through pybind11, or a torch half made that crashes Python's teardown), so it comes
-    again 50 ms later, until torch is in. A forked child (a pool's worker, which its pool
-    ends with SIGTERM) dies of SIGTERM as by default."""
+    except while a library is being imported: one there can abort Python (a C++ exception
+    through pybind11, or a module half made, torch's or sentencepiece's, that crashes
+    Python's teardown), so it comes again 50 ms later, until no import but tinymt's own is
+    under way. A forked child (a pool's worker, which its pool ends with SIGTERM) dies of
+    SIGTERM as by default."""
     if signum == signal.SIGTERM and os.getpid() != _PID:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
     if any(getattr(getattr(m, "__spec__", None), "_initializing", False)
-           for name, m in list(sys.modules.items()) if name.split(".")[0] == "torch"):
+           for name, m in list(sys.modules.items()) if name.split(".")[0] != "tinymt"):
         again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
         again.daemon = True  # (a process ending meanwhile does not wait for it)
         again.start()
